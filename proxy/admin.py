@@ -1,0 +1,96 @@
+"""The admin API: add, drain, undrain and remove replicas at run time.
+
+Guarded by the admin key (``Authorization: Bearer <admin key>``); without one configured the API
+answers 403 and does nothing. Added replicas start PENDING and take traffic once the health loop
+has probed and synced them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from aiohttp import web
+
+from proxy import aggregate
+from proxy.auth import KeyCheck
+from proxy.config import check_replica_url
+from proxy.errors import error_response
+from proxy.handlers import Handler, json_response
+from proxy.upstreams import Replica, ReplicaPool
+
+log = logging.getLogger("proxy.admin")
+
+
+class Admin:
+    def __init__(self, pool: ReplicaPool, key: KeyCheck) -> None:
+        self._pool = pool
+        self._key = key
+
+    def guard(self, handler: Handler) -> Handler:
+        async def run(request: web.Request) -> web.StreamResponse:
+            if not self._key.enabled:
+                return error_response(
+                    403, "the admin API is disabled: start the proxy with --admin-key to enable it"
+                )
+            if not self._key.allows(request):
+                return self._key.refusal()
+            return await handler(request)
+
+        return run
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/admin/replicas", self.guard(self.list)),
+            web.post("/admin/replicas", self.guard(self.add)),
+            web.post("/admin/replicas/{rid}/drain", self.guard(self.drain)),
+            web.post("/admin/replicas/{rid}/undrain", self.guard(self.undrain)),
+            web.delete("/admin/replicas/{rid}", self.guard(self.remove)),
+        ]
+
+    async def list(self, request: web.Request) -> web.StreamResponse:
+        return json_response(200, [aggregate.replica_status(r) for r in self._pool])
+
+    async def add(self, request: web.Request) -> web.StreamResponse:
+        try:
+            data = orjson.loads(await request.read())
+            url = data["url"] if isinstance(data, dict) else None
+            if not isinstance(url, str):
+                raise ValueError('body must be {"url": "http://host:port"}')
+            replica = self._pool.add(check_replica_url(url))
+        except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
+            return error_response(400, f"cannot add replica: {exc}")
+        log.info("admin: replica %s added", replica.id)
+        return json_response(201, aggregate.replica_status(replica))
+
+    def _find(self, request: web.Request) -> Replica | web.Response:
+        replica = self._pool.get(request.match_info["rid"])
+        if replica is None:
+            return error_response(404, f"no replica with id {request.match_info['rid']!r}")
+        return replica
+
+    async def drain(self, request: web.Request) -> web.StreamResponse:
+        return self._set_draining(request, True)
+
+    async def undrain(self, request: web.Request) -> web.StreamResponse:
+        return self._set_draining(request, False)
+
+    def _set_draining(self, request: web.Request, draining: bool) -> web.StreamResponse:
+        replica = self._find(request)
+        if isinstance(replica, web.Response):
+            return replica
+        self._pool.set_draining(replica, draining)
+        log.info("admin: replica %s %s", replica.id, "draining" if draining else "undrained")
+        return json_response(200, aggregate.replica_status(replica))
+
+    async def remove(self, request: web.Request) -> web.StreamResponse:
+        replica = self._find(request)
+        if isinstance(replica, web.Response):
+            return replica
+        self._pool.remove(replica.id)
+        log.info(
+            "admin: replica %s removed (%d request(s) still finishing)",
+            replica.id,
+            replica.inflight,
+        )
+        return json_response(200, aggregate.replica_status(replica))

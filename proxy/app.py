@@ -1,0 +1,115 @@
+"""Assembles the proxy: settings -> components -> routes -> an aiohttp Application.
+
+``build_app`` must be called with an event loop running (the upstream session binds to it).
+Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client, then the
+health loop (first probe round at once, so a fleet that is up is routable within milliseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from proxy.admin import Admin
+from proxy.auth import KeyCheck
+from proxy.client import UpstreamClient
+from proxy.clock import Clock, RealClock
+from proxy.config import Settings
+from proxy.fanout import FanOut
+from proxy.fleet import Fleet
+from proxy.forward import Forwarder
+from proxy.handlers import Handlers
+from proxy.health import HealthMonitor
+from proxy.limiter import Limiter
+from proxy.logs import secret_values
+from proxy.metrics import Metrics
+from proxy.routing import build_policy
+from proxy.upstreams import ReplicaPool
+
+POOL = web.AppKey("pool", ReplicaPool)
+FLEET = web.AppKey("fleet", Fleet)
+LIMITER = web.AppKey("limiter", Limiter)
+METRICS = web.AppKey("metrics", Metrics)
+HEALTH = web.AppKey("health", HealthMonitor)
+CLIENT = web.AppKey("client", UpstreamClient)
+
+PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
+PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
+CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
+
+
+def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
+    clock = clock or RealClock()
+    pool = ReplicaPool(settings.replicas)
+    client = UpstreamClient(settings.upstream)
+    limiter = Limiter(settings.limits, pool, clock)
+    pool.on_change = limiter.wake
+    metrics = Metrics(pool, lambda: limiter.inflight, lambda: limiter.queued)
+    fleet = Fleet(pool, client)
+    policy = build_policy(settings.policy)
+    forwarder = Forwarder(pool, client, limiter, policy, metrics)
+    fanout = FanOut(pool, client, fleet, metrics, secret_values(settings))
+    monitor = HealthMonitor(pool, client, settings.health, clock, fleet)
+    handlers = Handlers(
+        pool=pool,
+        fleet=fleet,
+        limiter=limiter,
+        forwarder=forwarder,
+        fanout=fanout,
+        metrics=metrics,
+        api_key=KeyCheck(settings.api_key, "API"),
+        max_body_bytes=settings.max_body_bytes,
+        policy_name=policy.name,
+    )
+
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[POOL] = pool
+    app[FLEET] = fleet
+    app[LIMITER] = limiter
+    app[METRICS] = metrics
+    app[HEALTH] = monitor
+    app[CLIENT] = client
+    _add_routes(app, handlers)
+    app.add_routes(Admin(pool, KeyCheck(settings.admin_key, "admin")).routes())
+    app.cleanup_ctx.append(_client_ctx)
+    app.cleanup_ctx.append(_health_ctx)
+    return app
+
+
+def _add_routes(app: web.Application, h: Handlers) -> None:
+    g = h.guarded
+    router = app.router
+    router.add_post("/v1/completions", g("completions", h.generation("completions", b"prompt")))
+    router.add_post(
+        "/v1/chat/completions",
+        g("chat_completions", h.generation("chat_completions", b"messages")),
+    )
+    router.add_post("/v1/load_lora_adapter", g("load_lora_adapter", h.load))
+    router.add_post("/v1/unload_lora_adapter", g("unload_lora_adapter", h.unload))
+    for path in CONTROL:
+        router.add_post(path, g(path.lstrip("/"), h.control))
+    router.add_get("/health", g("health", h.health, open_route=True))
+    router.add_get("/server_info", g("server_info", h.server_info))
+    router.add_get("/v1/models", g("models", h.models))
+    router.add_get("/metrics", g("metrics", h.metrics_page))
+    router.add_get("/proxy/status", g("status", h.status))
+    for path in PASSTHROUGH_GET:
+        router.add_get(path, g("passthrough", h.passthrough))
+    for path in PASSTHROUGH_POST:
+        router.add_post(path, g("passthrough", h.passthrough))
+
+
+async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
+    yield
+    await app[CLIENT].close()
+
+
+async def _health_ctx(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(app[HEALTH].run(), name="health-monitor")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,128 @@
+"""Command line: argv + environment + config file -> Settings -> uvloop -> serve until SIGTERM.
+
+Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names the field, the value
+and what is allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from proxy.app import build_app
+from proxy.config import _SECTIONS, Settings, env_name, flat_fields
+from proxy.logs import configure_logging
+
+_SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
+_HELP = {
+    "replicas": "comma-separated replica base URLs (http:// or https://)",
+    "upstream_token": "bearer token added to every upstream request (HF Jobs ports need one)",
+    "api_key": "key clients must send as 'Authorization: Bearer KEY' (all routes but /health)",
+    "admin_key": "key for the /admin API (disabled when unset)",
+    "config": "TOML or JSON file of settings (flat names, as the flags without dashes)",
+    "max_inflight": "overall in-flight cap (default: per-replica cap x replicas)",
+}
+
+log = logging.getLogger("proxy")
+
+
+def parse_args(argv: Sequence[str]) -> dict[str, Any]:
+    """Parse flags into a dict holding only the settings the user gave."""
+    parser = argparse.ArgumentParser(
+        prog="rollout-proxy",
+        description="Routing proxy in front of N vLLM replicas. Every flag is also an environment "
+        "variable (PROXY_<NAME>) and a config-file setting.",
+    )
+    for name in flat_fields():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
+        if name == "tls_verify":
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
+    given = vars(parser.parse_args(list(argv)))
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line per bad field: the flag, the env var, the value (masked if secret), the rule."""
+    reverse = {section_field: flat for flat, section_field in _SECTIONS.items()}
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = tuple(str(part) for part in item["loc"])
+        flat = reverse.get((loc[0], loc[1]), loc[-1]) if len(loc) >= 2 else (loc[0] if loc else "?")
+        if flat in ("health", "limits", "upstream"):
+            flat = ".".join(loc)
+        shown = "***" if flat in _SECRET_FIELDS else repr(item.get("input"))
+        flag = "--" + flat.replace("_", "-")
+        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def load_settings(argv: Sequence[str]) -> Settings:
+    """Settings from argv/env/file; raises SystemExit(2) with a clear message on a bad value."""
+    given = parse_args(argv)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        print(f"rollout-proxy: {describe_error(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except ValueError as exc:  # config file problems
+        print(f"rollout-proxy: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, then stop accepting and let in-flight requests finish."""
+    app = build_app(settings)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        handler_cancellation=True,
+        shutdown_timeout=settings.shutdown_timeout,
+        access_log=None,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "rollout-proxy listening on http://%s:%d with %d replica(s)",
+        settings.host,
+        settings.port,
+        len(settings.replicas),
+    )
+    print(f"proxy ready on http://{settings.host}:{settings.port}", flush=True)
+    await stop.wait()
+    log.info(
+        "shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout
+    )
+    await runner.cleanup()
+    log.info("shutdown complete")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    configure_logging(settings)
+    if not settings.replicas:
+        log.warning("no replicas configured: add some with --replicas or the admin API")
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a core dependency
+        asyncio.run(serve(settings))
+    else:
+        uvloop.run(serve(settings))
+    return 0

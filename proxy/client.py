@@ -1,0 +1,90 @@
+"""The upstream HTTP client: one pooled keep-alive session for all traffic to replicas.
+
+Control-plane calls (health, info, fan-out) go through ``call``; generation traffic streams
+through ``proxy.forward`` on the same session. Every request carries the upstream bearer token
+when one is configured; nothing from the client's own headers is copied here.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from proxy.config import UpstreamSettings
+from proxy.upstreams import Replica
+
+# What counts as "the replica could not be reached or dropped us": eject and fail over.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    TimeoutError,
+)
+# A sync or info refresh also fails on a bad answer (RuntimeError) or bad JSON (ValueError).
+SYNC_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, RuntimeError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A complete upstream answer to a control-plane call."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+def ssl_context(settings: UpstreamSettings) -> ssl.SSLContext | bool:
+    """TLS for https:// replicas: the system store, or the configured CA bundle."""
+    if not settings.tls_verify:
+        return False
+    if settings.ca_bundle is None:
+        return True
+    return ssl.create_default_context(cafile=str(settings.ca_bundle))
+
+
+class UpstreamClient:
+    """Owns the session; created and closed by the app's lifecycle."""
+
+    def __init__(self, settings: UpstreamSettings) -> None:
+        self.settings = settings
+        headers = {}
+        if settings.token is not None:
+            headers["Authorization"] = f"Bearer {settings.token.get_secret_value()}"
+        self.auth_headers: dict[str, str] = headers
+        self.timeout = aiohttp.ClientTimeout(
+            total=settings.request_timeout_s, connect=settings.connect_timeout_s
+        )
+        connector = aiohttp.TCPConnector(
+            limit=0, ssl=ssl_context(settings), keepalive_timeout=60, enable_cleanup_closed=True
+        )
+        # auto_decompress=False: bodies pass through as the replica sent them.
+        self.session = aiohttp.ClientSession(
+            connector=connector, timeout=self.timeout, auto_decompress=False, headers=headers
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def call(
+        self,
+        replica: Replica,
+        method: str,
+        path_qs: str,
+        *,
+        body: bytes | None = None,
+        timeout_s: float | None = None,
+    ) -> Reply:
+        """Send one request and read the whole answer. Raises TRANSPORT_ERRORS on failure."""
+        timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        async with self.session.request(
+            method, replica.url + path_qs, data=body, headers=headers, timeout=timeout
+        ) as resp:
+            data = await resp.read()
+            return Reply(resp.status, data, resp.headers.get("Content-Type", ""))

@@ -1,0 +1,219 @@
+"""Settings: one object, built once at the edge from flags, environment and a config file.
+
+Precedence, highest first: command-line flags, ``PROXY_*`` environment variables, the file named by
+``--config``/``PROXY_CONFIG`` (TOML or JSON), the defaults below. Every field is validated at start;
+a bad value stops start-up with a message naming the field, the value and what is allowed.
+Secrets are ``SecretStr``: their values never reach a repr, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class HealthSettings(BaseModel):
+    """Active health probing of each replica's ``/health``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interval_s: PositiveFloat = 1.0
+    timeout_s: PositiveFloat = 2.0
+    eject_after: Annotated[int, Field(ge=1)] = 3
+    readmit_after: Annotated[int, Field(ge=1)] = 2
+    info_refresh_s: PositiveFloat = 30.0
+
+
+class LimitSettings(BaseModel):
+    """In-flight caps and the bounded FIFO wait queue."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_inflight_per_replica: Annotated[int, Field(ge=1)] = 128
+    max_inflight: Annotated[int, Field(ge=1)] | None = None
+    queue_size: Annotated[int, Field(ge=0)] = 4096
+    queue_timeout_s: PositiveFloat = 60.0
+
+
+class UpstreamSettings(BaseModel):
+    """How the proxy talks to replicas."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token: SecretStr | None = None
+    connect_timeout_s: PositiveFloat = 5.0
+    request_timeout_s: PositiveFloat = 900.0
+    ca_bundle: Path | None = None
+    tls_verify: bool = True
+    max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
+
+
+# Flat field name -> (section, field in section). Flags and env vars are flat, as users type them.
+_SECTIONS: dict[str, tuple[str, str]] = {
+    "health_interval": ("health", "interval_s"),
+    "health_timeout": ("health", "timeout_s"),
+    "eject_after": ("health", "eject_after"),
+    "readmit_after": ("health", "readmit_after"),
+    "info_refresh": ("health", "info_refresh_s"),
+    "max_inflight_per_replica": ("limits", "max_inflight_per_replica"),
+    "max_inflight": ("limits", "max_inflight"),
+    "queue_size": ("limits", "queue_size"),
+    "queue_timeout": ("limits", "queue_timeout_s"),
+    "upstream_token": ("upstream", "token"),
+    "connect_timeout": ("upstream", "connect_timeout_s"),
+    "request_timeout": ("upstream", "request_timeout_s"),
+    "ca_bundle": ("upstream", "ca_bundle"),
+    "tls_verify": ("upstream", "tls_verify"),
+    "max_attempts": ("upstream", "max_attempts"),
+}
+
+
+class Settings(BaseSettings):
+    """Everything the proxy is configured with. Components receive their own section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PROXY_", extra="forbid", frozen=True, validate_default=True
+    )
+
+    replicas: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    api_key: SecretStr | None = None
+    admin_key: SecretStr | None = None
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
+    shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
+    policy: Literal["least_loaded"] = "least_loaded"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    config: Path | None = None
+    health: HealthSettings = HealthSettings()
+    limits: LimitSettings = LimitSettings()
+    upstream: UpstreamSettings = UpstreamSettings()
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _split_replicas(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("replicas")
+    @classmethod
+    def _check_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            check_replica_url(url)
+        return [url.rstrip("/") for url in urls]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_fields(cls, data: Any) -> Any:
+        """Accept flat names (``queue_timeout``) and place them into their sections."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for flat, (section, name) in _SECTIONS.items():
+            if flat in data:
+                value = data.pop(flat)
+                current = data.get(section)
+                merged = dict(current) if isinstance(current, dict) else {}
+                merged[name] = value
+                data[section] = merged
+        return data
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _FlatEnvSource(settings_cls)]
+        config_path = _config_path(init_settings)
+        if config_path is not None:
+            sources.append(_FileSource(settings_cls, read_config_file(config_path)))
+        return tuple(sources)
+
+
+def check_replica_url(url: str) -> str:
+    """Raise ValueError unless ``url`` is an absolute http(s) URL with a host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"replica URL {url!r} must look like http://HOST:PORT or https://HOST")
+    if parts.query or parts.fragment:
+        raise ValueError(f"replica URL {url!r} must not carry a query or fragment")
+    return url
+
+
+def env_name(field: str) -> str:
+    return "PROXY_" + field.upper()
+
+
+def flat_fields() -> list[str]:
+    """Every flat setting name a user can give, in declaration order."""
+    names = [name for name in Settings.model_fields if name not in ("health", "limits", "upstream")]
+    return names + list(_SECTIONS)
+
+
+def _config_path(init_settings: PydanticBaseSettingsSource) -> Path | None:
+    given = getattr(init_settings, "init_kwargs", {}).get("config") or os.environ.get(
+        env_name("config")
+    )
+    return Path(given) if given else None
+
+
+class _FlatEnvSource(PydanticBaseSettingsSource):
+    """Reads ``PROXY_<FLAT_NAME>`` variables; values stay strings for pydantic to validate."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        name = env_name(field_name)
+        return os.environ.get(name), name, False
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name in flat_fields():
+            value, _, _ = self.get_field_value(None, name)
+            if value is not None:
+                found[name] = value
+        return found
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """Values read from the config file (lowest precedence after the defaults)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Load a TOML or JSON config file of flat setting names. Raises ValueError with the reason."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config file {path} is not valid TOML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a table of settings")
+    unknown = sorted(set(data) - set(flat_fields()))
+    if unknown:
+        raise ValueError(f"config file {path}: unknown setting(s) {', '.join(unknown)}")
+    return data

@@ -1,0 +1,210 @@
+"""The only code that sends client traffic upstream.
+
+For one request: take a slot on a replica chosen by the routing policy, send the original body
+bytes, and copy the answer back.
+- A body with a Content-Length is read whole and sent to the client in one write; anything else
+  (server-sent events, chunked) is copied chunk by chunk as it arrives.
+- Failover: a transport failure before anything reached the client (connect refused, reset, a
+  connection dropped while a buffered body was still arriving) ejects the replica and retries on
+  another one, up to ``max_attempts`` replicas. After the first byte reached the client, the
+  client connection is closed without a clean end, so the client sees the answer is incomplete.
+- The slot is held until the response has been fully written or the client has gone. When the
+  client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
+  generation on the replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import aiohttp
+from aiohttp import web
+
+from proxy.client import TRANSPORT_ERRORS, UpstreamClient
+from proxy.errors import error_response
+from proxy.limiter import Limiter
+from proxy.metrics import Metrics
+from proxy.routing import Decision, Policy, RouteRequest
+from proxy.upstreams import Health, Replica, ReplicaPool
+
+log = logging.getLogger("proxy.forward")
+
+_USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
+_USAGE_CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
+_PASS_HEADERS = ("Content-Type", "Content-Encoding")
+REPLICA_HEADER = "X-Rollout-Replica"
+
+
+class _Failed(Exception):
+    """This attempt failed before the client saw a byte; another replica may be tried."""
+
+
+class Forwarder:
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        client: UpstreamClient,
+        limiter: Limiter,
+        policy: Policy,
+        metrics: Metrics,
+    ) -> None:
+        self._pool = pool
+        self._client = client
+        self._limiter = limiter
+        self._policy = policy
+        self._metrics = metrics
+        self._attempts = client.settings.max_attempts
+
+    def _picker(self, route: RouteRequest, tried: set[str]) -> Decision | None:
+        cap = self._limiter.per_replica
+        model = route.model
+        candidates = [
+            r
+            for r in self._pool.routable()
+            if r.inflight < cap
+            and r.id not in tried
+            and (model is None or r.base_model is None or r.serves(model))
+        ]
+        if not candidates:
+            return None
+        return self._policy.select(candidates, route)
+
+    def _eligible_left(self, route: RouteRequest, tried: set[str]) -> bool:
+        model = route.model
+        return any(
+            r.id not in tried and (model is None or r.base_model is None or r.serves(model))
+            for r in self._pool.routable()
+        )
+
+    async def forward(
+        self, request: web.Request, route_name: str, body: bytes, route: RouteRequest
+    ) -> web.StreamResponse:
+        started = time.perf_counter()
+        tried: set[str] = set()
+        errors: list[str] = []
+        path_qs = request.rel_url.raw_path_qs
+        content_type = request.headers.get("Content-Type", "application/json")
+        for _ in range(self._attempts):
+            if tried and not self._eligible_left(route, tried):
+                break
+
+            def pick() -> Replica | None:
+                decision = self._picker(route, tried)
+                return None if decision is None else self._pool.get(decision.replica_id)
+
+            replica = await self._limiter.acquire(pick)
+            try:
+                return await self._attempt(
+                    request, route_name, replica, path_qs, body, content_type, started
+                )
+            except _Failed as exc:
+                tried.add(replica.id)
+                errors.append(f"{replica.id}: {exc}")
+                self._metrics.record_failover()
+            finally:
+                self._limiter.release(replica)
+        self._metrics.record_rejection("upstream_failed")
+        return error_response(
+            502,
+            "no replica could answer: " + "; ".join(errors or ["no eligible replica"]),
+            headers={"Retry-After": "1"},
+        )
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        route_name: str,
+        replica: Replica,
+        path_qs: str,
+        body: bytes,
+        content_type: str,
+        started: float,
+    ) -> web.StreamResponse:
+        sent = time.perf_counter()
+        try:
+            async with self._client.session.request(
+                request.method,
+                replica.url + path_qs,
+                data=body,
+                headers={"Content-Type": content_type},
+            ) as upstream:
+                ttfb = time.perf_counter()
+                headers = _response_headers(upstream, replica)
+                if upstream.content_length is not None:
+                    data = await upstream.read()
+                    done = time.perf_counter()
+                    response: web.StreamResponse = web.Response(
+                        status=upstream.status, body=data, headers=headers
+                    )
+                    await response.prepare(request)
+                    await response.write_eof()
+                    self._usage(data)
+                else:
+                    response, done = await self._stream(request, upstream, headers, replica)
+        except aiohttp.ConnectionTimeoutError as exc:
+            self._eject(replica, "connect_timeout", exc)
+            raise _Failed("connect timed out") from None
+        except TimeoutError:
+            self._metrics.record_replica_error(replica.id, "timeout")
+            return error_response(
+                504,
+                f"replica {replica.id} did not answer within "
+                f"{self._client.settings.request_timeout_s:g} s",
+            )
+        except TRANSPORT_ERRORS as exc:
+            self._eject(replica, "transport", exc)
+            raise _Failed(type(exc).__name__) from None
+        finished = time.perf_counter()
+        overhead = (finished - started) - (done - sent)
+        self._metrics.record_upstream(route_name, replica.id, ttfb - sent, max(overhead, 0.0))
+        return response
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        headers: dict[str, str],
+        replica: Replica,
+    ) -> tuple[web.StreamResponse, float]:
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        await response.prepare(request)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+        except TRANSPORT_ERRORS as exc:
+            # The client already has part of the answer: no failover. Close the connection
+            # without the terminating chunk so the client knows the answer is incomplete.
+            self._eject(replica, "midstream", exc)
+            log.warning("replica %s failed mid-stream: %s", replica.id, type(exc).__name__)
+            if request.transport is not None:
+                request.transport.close()
+            return response, time.perf_counter()
+        done = time.perf_counter()
+        await response.write_eof()
+        return response, done
+
+    def _eject(self, replica: Replica, kind: str, exc: BaseException) -> None:
+        self._metrics.record_replica_error(replica.id, kind)
+        if replica.health is Health.HEALTHY:
+            log.warning("replica %s ejected: %s (%s)", replica.id, kind, type(exc).__name__)
+            self._metrics.record_ejection(kind)
+            self._pool.set_health(replica, Health.EJECTED, f"{kind}: {type(exc).__name__}")
+            replica.ok_streak = 0
+
+    def _usage(self, data: bytes) -> None:
+        tail = data[-600:]
+        prompt = _USAGE_PROMPT.search(tail)
+        if prompt is not None:
+            cached = _USAGE_CACHED.search(tail)
+            self._metrics.record_usage(int(prompt[1]), int(cached[1]) if cached else 0)
+
+
+def _response_headers(upstream: aiohttp.ClientResponse, replica: Replica) -> dict[str, str]:
+    headers = {REPLICA_HEADER: replica.id}
+    for name in _PASS_HEADERS:
+        value = upstream.headers.get(name)
+        if value is not None:
+            headers[name] = value
+    return headers

@@ -1,0 +1,126 @@
+"""In-flight slots per replica and overall, with a bounded FIFO wait queue.
+
+A request asks for a slot with a ``pick`` callable: given the current state, it names a replica
+that has a free slot (the routing policy over eligible replicas with spare capacity), or None.
+- Fast path: nobody is waiting, the overall cap has room and ``pick`` names a replica: the slot is
+  taken at once, with no allocation beyond the counter updates.
+- Otherwise the request joins the FIFO queue (or is refused at once when the queue is full).
+  Each ``release`` and each fleet change (``wake``) hands freed slots to waiters in arrival
+  order; a waiter whose pick finds nothing is skipped, so one request waiting for a busy adapter
+  does not block others. A waiter still queued after ``queue_timeout_s`` is refused.
+Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from proxy.clock import Clock
+from proxy.config import LimitSettings
+from proxy.upstreams import Replica, ReplicaPool
+
+Pick = Callable[[], Replica | None]
+
+# Waiters examined per wake-up before giving up; bounds the cost of one release.
+_SCAN_LIMIT = 64
+
+
+class Rejected(Exception):
+    """No slot can be given: answer 503 with Retry-After."""
+
+    def __init__(self, reason: str, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    pick: Pick
+    future: asyncio.Future[Replica] = field(default_factory=asyncio.Future)
+
+
+class Limiter:
+    def __init__(self, settings: LimitSettings, pool: ReplicaPool, clock: Clock) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._clock = clock
+        self._waiters: deque[_Waiter] = deque()
+        self.inflight = 0
+
+    @property
+    def per_replica(self) -> int:
+        return self._settings.max_inflight_per_replica
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    def overall_cap(self) -> int:
+        cap = self._settings.max_inflight
+        return cap if cap is not None else self.per_replica * max(len(self._pool), 1)
+
+    def try_acquire(self, pick: Pick) -> Replica | None:
+        if self.inflight >= self.overall_cap():
+            return None
+        replica = pick()
+        if replica is not None:
+            self.inflight += 1
+            replica.inflight += 1
+        return replica
+
+    async def acquire(self, pick: Pick) -> Replica:
+        """A replica with a slot held for the caller; raises Rejected when none can be had."""
+        if not self._waiters:
+            replica = self.try_acquire(pick)
+            if replica is not None:
+                return replica
+        if len(self._waiters) >= self._settings.queue_size:
+            raise Rejected("queue_full", "the proxy's wait queue is full; retry shortly")
+        waiter = _Waiter(pick)
+        self._waiters.append(waiter)
+        timer = self._clock.call_later(self._settings.queue_timeout_s, lambda: self._expire(waiter))
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            # The client left while queued; if a slot was granted in the same tick, give it back.
+            future = waiter.future
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self.release(future.result())
+            raise
+        finally:
+            timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def release(self, replica: Replica) -> None:
+        self.inflight -= 1
+        replica.inflight -= 1
+        if self._waiters:
+            self.wake()
+
+    def wake(self) -> None:
+        """Hand free slots to waiters in FIFO order (skipping those whose pick finds nothing)."""
+        examined = 0
+        for waiter in tuple(self._waiters):
+            if examined >= _SCAN_LIMIT or self.inflight >= self.overall_cap():
+                return
+            examined += 1
+            if waiter.future.done():
+                continue
+            replica = self.try_acquire(waiter.pick)
+            if replica is not None:
+                self._waiters.remove(waiter)
+                waiter.future.set_result(replica)
+
+    def _expire(self, waiter: _Waiter) -> None:
+        if not waiter.future.done():
+            waiter.future.set_exception(
+                Rejected(
+                    "queue_timeout",
+                    f"no replica slot became free within {self._settings.queue_timeout_s:g} s",
+                )
+            )

@@ -1,0 +1,198 @@
+"""Prometheus metrics: one registry per app, fixed label sets, a few operations per request.
+
+Gauges that describe state (in-flight, queue depth, replica health) are read at scrape time by a
+collector, so the request path pays nothing for them. Counters and histograms are bound to their
+label children once and cached, so a request costs a dictionary lookup and an ``inc``/``observe``
+per metric. Label values come from fixed sets (routes, reasons) or configuration (replica ids),
+never from request data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from proxy.upstreams import Health, ReplicaPool
+
+PREFIX = "rollout_proxy_"
+ROUTES = (
+    "completions",
+    "chat_completions",
+    "load_lora_adapter",
+    "unload_lora_adapter",
+    "pause",
+    "resume",
+    "reset_prefix_cache",
+    "health",
+    "server_info",
+    "models",
+    "passthrough",
+    "metrics",
+    "status",
+    "admin",
+)
+REJECTIONS = (
+    "queue_full",
+    "queue_timeout",
+    "too_large",
+    "bad_request",
+    "unauthorized",
+    "unknown_model",
+    "upstream_failed",
+)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+_OVERHEAD_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.5,
+)
+
+
+class _StateCollector(Collector):
+    """Reads pool and limiter state when Prometheus scrapes."""
+
+    def __init__(self, pool: ReplicaPool, inflight: Callable[[], int], queued: Callable[[], int]):
+        self._pool = pool
+        self._inflight = inflight
+        self._queued = queued
+
+    def collect(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", self._inflight())
+        yield GaugeMetricFamily(
+            PREFIX + "queue_depth", "Requests waiting for a slot", self._queued()
+        )
+        healthy = GaugeMetricFamily(
+            PREFIX + "replica_healthy", "1 if the replica takes new requests", labels=["replica"]
+        )
+        inflight = GaugeMetricFamily(
+            PREFIX + "replica_inflight", "Requests in flight on the replica", labels=["replica"]
+        )
+        for replica in self._pool:
+            healthy.add_metric([replica.id], 1.0 if replica.routable else 0.0)
+            inflight.add_metric([replica.id], replica.inflight)
+        yield healthy
+        yield inflight
+        up = GaugeMetricFamily(PREFIX + "replicas", "Replicas by health state", labels=["state"])
+        for state in Health:
+            up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))
+        yield up
+
+
+class Metrics:
+    """Every metric the proxy exports, with ``record_*`` methods for the edge to call."""
+
+    def __init__(self, pool: ReplicaPool, inflight: Callable[[], int], queued: Callable[[], int]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        self._requests = Counter(
+            PREFIX + "requests",
+            "Requests answered, by route and HTTP status",
+            ["route", "status"],
+            registry=reg,
+        )
+        self._duration = Histogram(
+            PREFIX + "request_duration_seconds",
+            "Time from request to last byte sent",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self._ttfb = Histogram(
+            PREFIX + "upstream_ttfb_seconds",
+            "Time from upstream send to response headers",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self._overhead = Histogram(
+            PREFIX + "overhead_seconds",
+            "Time spent in the proxy, excluding waiting on upstream",
+            ["route"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=reg,
+        )
+        self._rejections = Counter(
+            PREFIX + "rejections",
+            "Requests refused by the proxy, by reason",
+            ["reason"],
+            registry=reg,
+        )
+        self._replica_requests = Counter(
+            PREFIX + "replica_requests",
+            "Generation requests sent to each replica",
+            ["replica"],
+            registry=reg,
+        )
+        self._replica_errors = Counter(
+            PREFIX + "replica_errors",
+            "Upstream failures per replica, by kind",
+            ["replica", "kind"],
+            registry=reg,
+        )
+        self._failovers = Counter(
+            PREFIX + "failovers",
+            "Requests retried on another replica before the first byte",
+            registry=reg,
+        )
+        self._prompt_tokens = Counter(
+            PREFIX + "prompt_tokens", "Prompt tokens reported by replicas (usage)", registry=reg
+        )
+        self._cached_tokens = Counter(
+            PREFIX + "cached_prompt_tokens",
+            "Prompt tokens served from the replicas' prefix caches (usage.cached_tokens)",
+            registry=reg,
+        )
+        self._ejections = Counter(
+            PREFIX + "ejections", "Replicas ejected, by cause", ["cause"], registry=reg
+        )
+        reg.register(_StateCollector(pool, inflight, queued))
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def record_request(self, route: str, status: int, seconds: float) -> None:
+        self._child(self._requests, route, str(status)).inc()
+        self._child(self._duration, route).observe(seconds)
+
+    def record_upstream(self, route: str, replica: str, ttfb_s: float, overhead_s: float) -> None:
+        self._child(self._ttfb, route).observe(ttfb_s)
+        self._child(self._overhead, route).observe(overhead_s)
+        self._child(self._replica_requests, replica).inc()
+
+    def record_usage(self, prompt_tokens: int, cached_tokens: int) -> None:
+        self._prompt_tokens.inc(prompt_tokens)
+        if cached_tokens:
+            self._cached_tokens.inc(cached_tokens)
+
+    def record_rejection(self, reason: str) -> None:
+        self._child(self._rejections, reason).inc()
+
+    def record_replica_error(self, replica: str, kind: str) -> None:
+        self._child(self._replica_errors, replica, kind).inc()
+
+    def record_failover(self) -> None:
+        self._failovers.inc()
+
+    def record_ejection(self, cause: str) -> None:
+        self._child(self._ejections, cause).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
