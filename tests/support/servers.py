@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from aiohttp import web
 
@@ -18,16 +20,25 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def serve(app: web.Application, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Run ``app`` on an ephemeral loopback port; yield its base URL; clean up on exit."""
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2.0)
+async def serve(
+    app: web.Application,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ssl_context: ssl.SSLContext | None = None,
+    **runner_kwargs: Any,
+) -> AsyncIterator[str]:
+    """Run ``app`` on a loopback port (ephemeral by default); yield its base URL; clean up."""
+    runner_kwargs.setdefault("shutdown_timeout", 2.0)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, **runner_kwargs)
     await runner.setup()
-    site = web.TCPSite(runner, host, 0)
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     server = site._server
     assert server is not None
-    port = server.sockets[0].getsockname()[1]
+    port = server.sockets[0].getsockname()[1]  # the bound one, when 0 was asked
     try:
-        yield f"http://{host}:{port}"
+        scheme = "https" if ssl_context is not None else "http"
+        yield f"{scheme}://{host}:{port}"
     finally:
         await runner.cleanup()

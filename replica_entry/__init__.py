@@ -1,0 +1,1 @@
+"""Entry point for a generation replica: the simulated vLLM (``--backend sim``)."""

@@ -1,0 +1,68 @@
+"""The state object of one simulated replica, stored on its app under ``SIM_STATE``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from replica_entry.sim.adapters import AdapterRegistry
+from replica_entry.sim.engine import Engine
+from replica_entry.sim.generation import Simulator
+from replica_entry.sim.latency import LatencyModel
+from replica_entry.sim.metrics import EngineSnapshot, SimMetrics
+from replica_entry.sim.prefix_cache import PrefixCache
+from replica_entry.sim.records import RequestLog
+from replica_entry.sim.settings import Faults, SimSettings
+
+
+@dataclass
+class SimState:
+    """Everything one replica knows. ``faults`` is the only part replaced at run time."""
+
+    settings: SimSettings
+    clock: Callable[[], float] = time.time
+    faults: Faults = field(init=False)
+    adapters: AdapterRegistry = field(init=False)
+    engine: Engine = field(init=False)
+    cache: PrefixCache = field(init=False)
+    metrics: SimMetrics = field(init=False)
+    records: RequestLog = field(init=False)
+    simulator: Simulator = field(init=False)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.faults = s.faults
+        self.adapters = AdapterRegistry(s.max_lora_rank, self.clock)
+        self.engine = Engine()
+        self.cache = PrefixCache(s.block_size, s.cache_blocks)
+        self.metrics = SimMetrics(s.model)
+        self.records = RequestLog()
+        latency = LatencyModel(s.overhead_s, s.prompt_token_s, s.gen_token_s, s.batch_factor)
+        self.simulator = Simulator(self.engine, self.cache, latency, self.metrics, s.vocab_size)
+
+    def engine_snapshot(self) -> EngineSnapshot:
+        return EngineSnapshot(
+            running=self.engine.running,
+            waiting=self.engine.waiting,
+            running_loras=tuple(self.engine.running_by_lora),
+            max_loras=self.settings.max_loras,
+        )
+
+    def counters(self) -> dict[str, int]:
+        """Request counters plus the engine's live figures."""
+        engine = self.engine
+        return {
+            "total": self.records.total,
+            "cancelled": self.records.cancelled,
+            "dropped": self.records.dropped,
+            "in_flight": engine.in_flight,
+            "max_in_flight": engine.max_in_flight,
+            "waiting": engine.waiting,
+            "running": engine.running,
+        }
+
+
+SIM_STATE = web.AppKey("sim_state", SimState)

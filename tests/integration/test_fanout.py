@@ -1,0 +1,144 @@
+"""Fan-out routes and a TRL-shaped client session through the proxy to three replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.integration.test_generation import PROMPT, post
+from tests.support.adapters import write_adapter
+from tests.support.fleet import Stack, run_stack, wait_for
+
+
+async def listed(stack: Stack, index: int) -> list[str]:
+    async with stack.session.get(stack.sims[index].url + "/v1/models") as resp:
+        return [entry["id"] for entry in (await resp.json())["data"]]
+
+
+async def load(stack: Stack, body: dict[str, Any]) -> tuple[int, bytes, Any]:
+    return await post(stack, "/v1/load_lora_adapter", body)
+
+
+def load_body(name: str, path: Path) -> dict[str, Any]:
+    return {"lora_name": name, "lora_path": str(path), "load_inplace": False}
+
+
+async def test_trl_session_passes_through(tmp_path: Path) -> None:
+    sims = [{"max_loras": 6}, {"max_loras": 4}, {"max_loras": 8, "max_lora_rank": 16}]
+    async with run_stack(sims=sims) as stack:
+        s = stack.session
+        async with s.get(stack.proxy_url + "/health") as resp:
+            assert resp.status == 200
+        async with s.get(stack.proxy_url + "/server_info?config_format=json") as resp:
+            info = (await resp.json())["vllm_config"]
+        assert info["parallel_config"]["data_parallel_size"] == 1
+        assert info["lora_config"]["max_loras"] == 4
+        assert info["lora_config"]["max_lora_rank"] == 8
+        async with s.get(stack.proxy_url + "/v1/models") as resp:
+            models = (await resp.json())["data"]
+        assert models[0]["id"] == "sim-model" and models[0]["max_model_len"] > 0
+
+        status, body, _ = await post(stack, "/pause?mode=keep", b"")
+        assert (status, orjson.loads(body)) == (200, {"status": "paused"})
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        status, body, _ = await post(
+            stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", path)
+        )
+        assert status == 200, body
+        assert b"added successfully" in body
+        for i in range(3):
+            assert "trl-policy-v1" in await listed(stack, i)
+        status, body, _ = await post(stack, "/resume", b"")
+        assert (status, orjson.loads(body)) == (200, {"status": "resumed"})
+
+        request = {
+            "model": "trl-policy-v1",
+            "prompt": PROMPT,
+            "max_tokens": 8,
+            "temperature": 1.0,
+            "n": 1,
+            "return_token_ids": True,
+            "logprobs": 0,
+        }
+        for _ in range(6):
+            status, body, _ = await post(stack, "/v1/completions", request)
+            assert status == 200
+            choice = orjson.loads(body)["choices"][0]
+            assert len(choice["token_ids"]) == 8
+            assert len(choice["logprobs"]["token_logprobs"]) == 8
+        async with s.get(stack.proxy_url + "/v1/models") as resp:
+            ids = [entry["id"] for entry in (await resp.json())["data"]]
+        assert ids == ["sim-model", "trl-policy-v1"]
+
+        status, body, _ = await post(
+            stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"}
+        )
+        assert status == 200
+        for i in range(3):
+            assert "trl-policy-v1" not in await listed(stack, i)
+        status, _, _ = await post(stack, "/reset_prefix_cache", b"")
+        assert status == 200
+
+
+async def test_load_is_all_or_nothing(tmp_path: Path) -> None:
+    # The third replica's mount never catches up: it answers vLLM's 404 "No adapter found".
+    sims = [{}, {}, {"faults": {"mount_lag_s": 3600}}]
+    async with run_stack(sims=sims) as stack:
+        path = write_adapter(tmp_path, "trl-policy-v2")
+        status, body, _ = await post(
+            stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", path)
+        )
+        answer = orjson.loads(body)
+        assert status == 404
+        assert "failed on 1 of 3 replicas (rolled back on 2)" in answer["error"]["message"]
+        assert "No adapter found" in answer["error"]["message"]
+        assert {r["replica"]: r["status"] for r in answer["replicas"]} == {
+            stack.sims[0].id: 200,
+            stack.sims[1].id: 200,
+            stack.sims[2].id: 404,
+        }
+        for i in range(3):
+            assert "trl-policy-v2" not in await listed(stack, i)
+
+
+async def test_missing_path_and_bad_bodies(tmp_path: Path) -> None:
+    async with run_stack(2) as stack:
+        status, body, _ = await post(
+            stack, "/v1/load_lora_adapter", load_body("x", tmp_path / "nope")
+        )
+        assert status == 404
+        assert "No adapter found" in orjson.loads(body)["error"]["message"]
+        status, body, _ = await post(stack, "/v1/load_lora_adapter", b"{broken")
+        assert status == 400
+        status, body, _ = await post(stack, "/v1/load_lora_adapter", {"lora_name": 3})
+        assert status == 400 and b"lora_name" in body
+        status, body, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "nope"})
+        assert status == 404
+        assert "cannot be found" in orjson.loads(body)["error"]["message"]
+
+
+async def test_unreachable_replica_is_ejected_then_replayed(tmp_path: Path) -> None:
+    from tests.support.fleet import run_sim
+
+    async with run_stack(3) as stack:
+        gone = stack.sims[2]
+        port = gone.port
+        await gone.stop()
+        status, _, _ = await post(stack, "/pause?mode=keep", b"")
+        assert status == 200
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        status, body, _ = await post(
+            stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", path)
+        )
+        assert status == 200, body
+        assert gone.id not in {r.id for r in stack.pool.routable()}
+        # The replica comes back (same address, empty state): it must get the fleet's state
+        # (the adapter, and the pause) before it is routable again.
+        async with run_sim(port=port) as back:
+            await wait_for(lambda: len(stack.pool.routable()) == 3, what="readmission")
+            async with stack.session.get(back.url + "/v1/models") as resp:
+                ids = [e["id"] for e in (await resp.json())["data"]]
+            assert "trl-policy-v1" in ids
+            assert back.state.paused

@@ -1,0 +1,46 @@
+"""A hand-driven Clock for tests: time moves only when ``advance`` is called."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+
+
+class FakeTimer:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._timers: list[tuple[float, int, FakeTimer, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.call_later(seconds, lambda: done.done() or done.set_result(None))
+        await done
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> FakeTimer:
+        timer = FakeTimer()
+        heapq.heappush(self._timers, (self.now + seconds, next(self._seq), timer, callback))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward, firing due timers in order."""
+        target = self.now + seconds
+        while self._timers and self._timers[0][0] <= target:
+            when, _, timer, callback = heapq.heappop(self._timers)
+            self.now = when
+            if not timer.cancelled:
+                callback()
+        self.now = target

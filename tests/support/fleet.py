@@ -1,0 +1,118 @@
+"""Simulated replicas and a proxy in front of them, on loopback, for integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from proxy.app import POOL, build_app
+from proxy.config import Settings
+from proxy.upstreams import ReplicaPool
+from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
+from tests.support.servers import serve
+
+# Fast probing so ejection and readmission take tens of milliseconds in tests.
+FAST_HEALTH = {"health_interval": 0.05, "health_timeout": 0.5}
+
+
+@dataclass
+class Sim:
+    url: str
+    app: web.Application
+    exits: AsyncExitStack = field(repr=False, default_factory=AsyncExitStack)
+
+    @property
+    def state(self) -> Any:
+        return self.app[SIM_STATE]
+
+    @property
+    def id(self) -> str:
+        """The replica id the proxy gives this sim (host:port)."""
+        return self.url.split("//", 1)[1]
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    async def stop(self) -> None:
+        """Close the server: its port refuses connections from now on (a crashed replica)."""
+        await self.exits.aclose()
+
+
+@dataclass
+class Stack:
+    sims: list[Sim]
+    proxy_url: str
+    proxy_app: web.Application
+    session: aiohttp.ClientSession
+    exits: AsyncExitStack = field(repr=False, default_factory=AsyncExitStack)
+
+    @property
+    def pool(self) -> ReplicaPool:
+        return self.proxy_app[POOL]
+
+
+@asynccontextmanager
+async def run_sim(port: int = 0, **settings: Any) -> AsyncIterator[Sim]:
+    faults = settings.pop("faults", None)
+    sim_settings = SimSettings(**settings, faults=Faults(**(faults or {})))
+    app = build_sim_app(sim_settings)
+    exits = AsyncExitStack()
+    url = await exits.enter_async_context(serve(app, port=port))
+    try:
+        yield Sim(url, app, exits)
+    finally:
+        await exits.aclose()
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` (sync) every 10 ms until true; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 5.0, what: str = "condition"
+) -> None:
+    """Await ``check()`` every 10 ms until it is true; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def run_stack(
+    n: int = 3,
+    *,
+    sim: dict[str, Any] | None = None,
+    sims: list[dict[str, Any]] | None = None,
+    ready: bool = True,
+    **proxy_settings: Any,
+) -> AsyncIterator[Stack]:
+    """``n`` simulated replicas and a proxy in front of them; waits until all are routable."""
+    async with AsyncExitStack() as exits:
+        specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]
+        replicas = [await exits.enter_async_context(run_sim(**spec)) for spec in specs]
+        settings = Settings(replicas=[s.url for s in replicas], **{**FAST_HEALTH, **proxy_settings})
+        app = build_app(settings)
+        url = await exits.enter_async_context(serve(app, handler_cancellation=True))
+        session = await exits.enter_async_context(aiohttp.ClientSession())
+        stack = Stack(replicas, url, app, session, exits)
+        if ready:
+            await wait_for(
+                lambda: len(stack.pool.routable()) == len(replicas), what="all replicas routable"
+            )
+        yield stack

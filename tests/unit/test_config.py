@@ -1,0 +1,82 @@
+"""Settings from flags, environment and file; bad values stop start-up naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.cli import load_settings
+
+
+def test_defaults_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROXY_PORT", raising=False)
+    settings = load_settings(["--replicas", "http://a:1, https://b/", "--queue-timeout", "2.5"])
+    assert settings.replicas == ["http://a:1", "https://b"]
+    assert settings.limits.queue_timeout_s == 2.5
+    assert settings.limits.max_inflight_per_replica == 128
+    assert settings.upstream.request_timeout_s == 900
+    assert settings.upstream.connect_timeout_s == 5
+    assert settings.health.interval_s == 1 and settings.health.eject_after == 3
+
+
+def test_env_then_flag_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXY_PORT", "9000")
+    monkeypatch.setenv("PROXY_MAX_INFLIGHT_PER_REPLICA", "7")
+    monkeypatch.setenv("PROXY_UPSTREAM_TOKEN", "hf_secret")
+    settings = load_settings(["--port", "9001"])
+    assert settings.port == 9001
+    assert settings.limits.max_inflight_per_replica == 7
+    assert settings.upstream.token is not None
+    assert settings.upstream.token.get_secret_value() == "hf_secret"
+    assert "hf_secret" not in repr(settings)
+
+
+def test_config_file_is_lowest_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROXY_PORT", raising=False)
+    config = tmp_path / "proxy.toml"
+    config.write_text('port = 7000\nqueue_size = 5\nreplicas = ["http://x:1"]\n')
+    settings = load_settings(["--config", str(config), "--queue-size", "6"])
+    assert (settings.port, settings.limits.queue_size, settings.replicas) == (
+        7000,
+        6,
+        ["http://x:1"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["--port", "70000"], ["--port", "PROXY_PORT", "70000", "less than or equal to 65535"]),
+        (["--queue-timeout", "-1"], ["--queue-timeout", "-1", "greater than 0"]),
+        (["--replicas", "ftp://x"], ["--replicas", "http://HOST:PORT"]),
+        (["--max-inflight-per-replica", "lots"], ["--max-inflight-per-replica", "valid integer"]),
+        (["--policy", "random"], ["--policy", "least_loaded"]),
+    ],
+)
+def test_bad_values_exit_2_naming_the_field(
+    argv: list[str], fragments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        load_settings(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_secret_values_are_masked_in_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PROXY_UPSTREAM_TOKEN", "")
+    with pytest.raises(SystemExit):
+        load_settings(["--api-key", "sekrit-value", "--port", "-5"])
+    assert "sekrit-value" not in capsys.readouterr().err
+
+
+def test_unknown_config_file_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "proxy.toml"
+    config.write_text("prot = 1\n")
+    with pytest.raises(SystemExit):
+        load_settings(["--config", str(config)])
+    assert "unknown setting(s) prot" in capsys.readouterr().err
