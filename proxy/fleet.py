@@ -43,6 +43,8 @@ class Fleet:
     async def refresh_info(self, replica: Replica) -> None:
         """Read the replica's models and server info. Raises on transport or HTTP errors."""
         models = await self.client.call(replica, "GET", "/v1/models")
+        if models.status == 401:
+            raise RuntimeError("/v1/models answered HTTP 401: check --upstream-token")
         if models.status != 200:
             raise RuntimeError(f"/v1/models answered HTTP {models.status}")
         apply_models(replica, models.json())
@@ -59,8 +61,10 @@ class Fleet:
                 if epoch == self.epoch:
                     return True
         except SYNC_ERRORS as exc:
-            replica.last_error = f"sync failed: {exc}"
-            log.warning("replica %s not admitted: %s", replica.id, replica.last_error)
+            error = f"sync failed: {exc}"
+            if error != replica.last_error:  # say it once, not on every probe
+                log.warning("replica %s not admitted: %s", replica.id, error)
+            replica.last_error = error
             return False
         return False
 

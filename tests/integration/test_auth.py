@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.test_generation import completion, post, records
 from tests.support.adapters import write_adapter
-from tests.support.fleet import run_stack
+from tests.support.fleet import run_stack, wait_for
 
 UPSTREAM = "hf_upstream_TOKEN_1234567890"
 CLIENT_KEY = "client-KEY-abcdef"
@@ -28,13 +28,22 @@ async def test_upstream_token_is_added_and_client_authorization_is_not_forwarded
         assert seen and all(r["authorized"] is True for r in seen)
 
 
-async def test_without_upstream_token_the_replica_refuses() -> None:
-    # The client's own Authorization header must not leak upstream, even when it is the key.
-    async with run_stack(1, sim={"api_key": UPSTREAM}) as stack:
+async def test_without_upstream_token_the_replica_is_not_admitted() -> None:
+    async with run_stack(1, sim={"api_key": UPSTREAM}, ready=False, queue_timeout=0.1) as stack:
+        replica = next(iter(stack.pool))
+        await wait_for(lambda: "401" in replica.last_error, what="admission refused")
+        async with stack.session.get(stack.proxy_url + "/health") as resp:
+            assert resp.status == 503
+            body = await resp.json()
+        assert "--upstream-token" in body["down"][replica.id]["error"]
+        # The client's own Authorization header is never forwarded, even when it is the key.
         status, _, _ = await post(
-            stack, "/v1/completions", completion(), headers={"Authorization": f"Bearer {UPSTREAM}"}
+            stack,
+            "/v1/completions",
+            completion(),
+            headers={"Authorization": f"Bearer {UPSTREAM}"},
         )
-        assert status == 401
+        assert status == 503
 
 
 @pytest.mark.parametrize(

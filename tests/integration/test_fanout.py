@@ -141,4 +141,4 @@ async def test_unreachable_replica_is_ejected_then_replayed(tmp_path: Path) -> N
             async with stack.session.get(back.url + "/v1/models") as resp:
                 ids = [e["id"] for e in (await resp.json())["data"]]
             assert "trl-policy-v1" in ids
-            assert back.state.paused
+            assert back.state.engine.gate.paused

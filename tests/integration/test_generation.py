@@ -31,6 +31,7 @@ def completion(model: str = "sim-model", **extra: Any) -> dict[str, Any]:
 
 async def post(stack: Stack, path: str, payload: Any, **kw: Any) -> tuple[int, bytes, Any]:
     data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
+    kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
     async with stack.session.post(stack.proxy_url + path, data=data, **kw) as resp:
         return resp.status, await resp.read(), resp.headers
 
@@ -66,9 +67,7 @@ async def test_streaming_is_incremental() -> None:
     async with run_stack(1, sim={"gen_token_s": 0.05}) as stack:
         payload = completion(stream=True, max_tokens=20)
         started = time.monotonic()
-        async with stack.session.post(
-            stack.proxy_url + "/v1/completions", data=orjson.dumps(payload)
-        ) as resp:
+        async with stack.session.post(stack.proxy_url + "/v1/completions", json=payload) as resp:
             assert resp.status == 200
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             first = await resp.content.readline()
@@ -112,7 +111,7 @@ async def test_client_disconnect_cancels_the_upstream_request() -> None:
         with pytest.raises(asyncio.TimeoutError):
             async with stack.session.post(
                 stack.proxy_url + "/v1/completions",
-                data=orjson.dumps(completion()),
+                json=completion(),
                 timeout=aiohttp.ClientTimeout(total=0.3),
             ) as resp:
                 await resp.read()

@@ -86,7 +86,9 @@ async def test_admin_api_needs_the_admin_key() -> None:
 
 
 async def test_admin_api_is_off_without_an_admin_key() -> None:
-    async with run_stack(1) as stack:
-        async with stack.session.get(stack.proxy_url + "/admin/replicas") as resp:
-            assert resp.status == 403
-            assert "--admin-key" in orjson.loads(await resp.read())["error"]["message"]
+    async with (
+        run_stack(1) as stack,
+        stack.session.get(stack.proxy_url + "/admin/replicas") as resp,
+    ):
+        assert resp.status == 403
+        assert "--admin-key" in orjson.loads(await resp.read())["error"]["message"]

@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import aiohttp
-import orjson
 
 from tests.integration.test_generation import completion
-from tests.support.fleet import eventually, run_sim
+from tests.support.fleet import eventually, run_sim, wait_for
 from tests.support.servers import free_port
 
 
@@ -38,19 +37,9 @@ async def test_sigterm_lets_in_flight_requests_finish() -> None:
                     return resp.status == 200
 
             await eventually(healthy, timeout=10, what="proxy healthy")
-            request = asyncio.create_task(
-                session.post(url + "/v1/completions", data=orjson.dumps(completion()))
-            )
+            request = asyncio.create_task(session.post(url + "/v1/completions", json=completion()))
 
-            async def replica_busy() -> bool:
-                async with session.get(sim.url + "/sim/requests") as resp:
-                    data = await resp.json()
-                recs = data["records"] if isinstance(data, dict) else data
-                return sum(1 for r in recs if r["path"] == "/v1/completions") >= 0 and (
-                    sim.state.running > 0
-                )
-
-            await eventually(replica_busy, what="request in flight on the replica")
+            await wait_for(lambda: sim.state.engine.in_flight > 0, what="request on the replica")
             proc.send_signal(signal.SIGTERM)
             resp = await asyncio.wait_for(request, timeout=10)
             assert resp.status == 200

@@ -60,8 +60,10 @@ async def test_https_replica_with_ca_bundle(tmp_path: Path) -> None:
     server_ctx.load_cert_chain(cert, key)
     async with serve(build_sim_app(SimSettings()), ssl_context=server_ctx) as replica_url:
         assert replica_url.startswith("https://")
-        trusted = Settings(replicas=[replica_url], ca_bundle=str(cert), **FAST_HEALTH)
-        untrusted = Settings(replicas=[replica_url], **FAST_HEALTH)
+        trusted = Settings.model_validate(
+            {"replicas": [replica_url], "ca_bundle": str(cert), **FAST_HEALTH}
+        )
+        untrusted = Settings.model_validate({"replicas": [replica_url], **FAST_HEALTH})
         async with (
             serve(build_app(trusted)) as good_url,
             serve(build_app(untrusted)) as bad_url,

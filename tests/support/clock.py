@@ -26,8 +26,13 @@ class FakeClock:
         return self.now
 
     async def sleep(self, seconds: float) -> None:
-        done = asyncio.get_running_loop().create_future()
-        self.call_later(seconds, lambda: done.done() or done.set_result(None))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        self.call_later(seconds, wake)
         await done
 
     def call_later(self, seconds: float, callback: Callable[[], None]) -> FakeTimer:

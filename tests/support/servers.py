@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -35,7 +36,7 @@ async def serve(
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
     server = site._server
-    assert server is not None
+    assert isinstance(server, asyncio.Server)
     port = server.sockets[0].getsockname()[1]  # the bound one, when 0 was asked
     try:
         scheme = "https" if ssl_context is not None else "http"

@@ -19,7 +19,7 @@ def make(
     for replica in pool:
         pool.set_health(replica, Health.HEALTHY)
     clock = FakeClock()
-    settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)  # type: ignore[arg-type]
+    settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)
     limiter = Limiter(settings, pool, clock)
     pool.on_change = limiter.wake
     return limiter, pool, clock

@@ -1,0 +1,1 @@
+"""Load generation, GRPO-shaped traces, the demo and (later) the benchmark suites."""
