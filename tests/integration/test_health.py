@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
 from proxy.forward import REPLICA_HEADER
@@ -43,6 +45,11 @@ async def test_health_is_503_when_no_replica_can_serve() -> None:
 async def test_drain_finishes_in_flight_and_takes_no_new_work() -> None:
     async with run_stack(2, admin_key="admin-secret") as stack:
         target = stack.sims[0]
+        # Hold one request on the target (least-loaded ties go to the first replica).
+        async with stack.session.post(target.url + "/pause?mode=keep") as resp:
+            assert resp.status == 200
+        held = asyncio.create_task(post(stack, "/v1/completions", completion()))
+        await wait_for(lambda: target.state.engine.in_flight == 1, what="request on the target")
         url = f"{stack.proxy_url}/admin/replicas/{target.id}/drain"
         async with stack.session.post(url, headers=ADMIN) as resp:
             assert resp.status == 200
@@ -51,6 +58,10 @@ async def test_drain_finishes_in_flight_and_takes_no_new_work() -> None:
             status, _, headers = await post(stack, "/v1/completions", completion())
             assert status == 200
             assert headers[REPLICA_HEADER] != target.id
+        async with stack.session.post(target.url + "/resume") as resp:
+            assert resp.status == 200
+        status, _, headers = await held
+        assert (status, headers[REPLICA_HEADER]) == (200, target.id)
         undrain = f"{stack.proxy_url}/admin/replicas/{target.id}/undrain"
         async with stack.session.post(undrain, headers=ADMIN) as resp:
             assert resp.status == 200
