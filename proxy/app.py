@@ -47,9 +47,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     client = UpstreamClient(settings.upstream)
     limiter = Limiter(settings.limits, pool, clock)
     pool.on_change = limiter.wake
-    metrics = Metrics(pool, lambda: limiter.inflight, lambda: limiter.queued)
-    fleet = Fleet(pool, client)
     policy = build_policy(settings.policy)
+    metrics = Metrics(pool, lambda: limiter.inflight, lambda: limiter.queued, policy.stats)
+    fleet = Fleet(pool, client)
     forwarder = Forwarder(pool, client, limiter, policy, metrics)
     fanout = FanOut(pool, client, fleet, metrics, secret_values(settings))
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet)
@@ -62,7 +62,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         metrics=metrics,
         api_key=KeyCheck(settings.api_key, "API"),
         max_body_bytes=settings.max_body_bytes,
-        policy_name=policy.name,
+        policy=policy,
     )
 
     app = web.Application(client_max_size=settings.max_body_bytes)

@@ -18,7 +18,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from proxy.app import build_app
-from proxy.config import _SECTIONS, Settings, env_name, flat_fields
+from proxy.config import _NESTED, _SECTIONS, Settings, env_name, flat_fields
 from proxy.logs import configure_logging
 
 _SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
@@ -29,6 +29,9 @@ _HELP = {
     "admin_key": "key for the /admin API (disabled when unset)",
     "config": "TOML or JSON file of settings (flat names, as the flags without dashes)",
     "max_inflight": "overall in-flight cap (default: per-replica cap x replicas)",
+    "policy": "routing policy: prefix (default), least_loaded or round_robin",
+    "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
+    "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",
 }
 
 log = logging.getLogger("proxy")
@@ -61,11 +64,17 @@ def describe_error(error: ValidationError) -> str:
     for item in error.errors(include_url=False):
         loc = tuple(str(part) for part in item["loc"])
         flat = reverse.get((loc[0], loc[1]), loc[-1]) if len(loc) >= 2 else (loc[0] if loc else "?")
-        if flat in ("health", "limits", "upstream"):
+        if flat in _NESTED:
             flat = ".".join(loc)
-        shown = "***" if flat in _SECRET_FIELDS else repr(item.get("input"))
+        given = item.get("input")
+        if flat == "policy" and isinstance(given, dict):
+            given = given.get("kind")
+        shown = "***" if flat in _SECRET_FIELDS else repr(given)
+        message = item["msg"]
+        if loc[0] == "policy" and item["type"] == "extra_forbidden":
+            message = "this setting applies only to --policy prefix"
         flag = "--" + flat.replace("_", "-")
-        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {item['msg']}")
+        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {message}")
     return "\n".join(lines)
 
 

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.routing.base import PolicySettings, PrefixSettings
+
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
@@ -74,7 +76,17 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "ca_bundle": ("upstream", "ca_bundle"),
     "tls_verify": ("upstream", "tls_verify"),
     "max_attempts": ("upstream", "max_attempts"),
+    "policy": ("policy", "kind"),
+    "load_factor": ("policy", "load_factor"),
+    "load_slack": ("policy", "load_slack"),
+    "vnodes": ("policy", "vnodes"),
+    "sticky_size": ("policy", "sticky_size"),
+    "block_tokens": ("policy", "block_tokens"),
+    "chunk_bytes": ("policy", "chunk_bytes"),
+    "template_threshold": ("policy", "template_threshold"),
+    "max_tracked": ("policy", "max_tracked"),
 }
+_NESTED = ("health", "limits", "upstream", "policy")
 
 
 class Settings(BaseSettings):
@@ -91,7 +103,7 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = None
     max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
-    policy: Literal["least_loaded"] = "least_loaded"
+    policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None
     health: HealthSettings = HealthSettings()
@@ -126,6 +138,9 @@ class Settings(BaseSettings):
                 merged = dict(current) if isinstance(current, dict) else {}
                 merged[name] = value
                 data[section] = merged
+        policy = data.get("policy")
+        if isinstance(policy, dict) and "kind" not in policy:
+            data["policy"] = {"kind": "prefix", **policy}
         return data
 
     @classmethod
@@ -160,7 +175,7 @@ def env_name(field: str) -> str:
 
 def flat_fields() -> list[str]:
     """Every flat setting name a user can give, in declaration order."""
-    names = [name for name in Settings.model_fields if name not in ("health", "limits", "upstream")]
+    names = [name for name in Settings.model_fields if name not in _NESTED]
     return names + list(_SECTIONS)
 
 

@@ -26,7 +26,7 @@ from proxy.client import TRANSPORT_ERRORS, UpstreamClient
 from proxy.errors import error_response
 from proxy.limiter import Limiter
 from proxy.metrics import Metrics
-from proxy.routing import Decision, Policy, RouteRequest
+from proxy.routing import Decision, Policy, RouteRequest, Snapshot
 from proxy.upstreams import Health, Replica, ReplicaPool
 
 log = logging.getLogger("proxy.forward")
@@ -35,6 +35,7 @@ _USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
 _USAGE_CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
 _PASS_HEADERS = ("Content-Type", "Content-Encoding")
 REPLICA_HEADER = "X-Rollout-Replica"
+ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 
 
 class _Failed(Exception):
@@ -57,7 +58,7 @@ class Forwarder:
         self._metrics = metrics
         self._attempts = client.settings.max_attempts
 
-    def _picker(self, route: RouteRequest, tried: set[str]) -> Decision | None:
+    def _decide(self, route: RouteRequest, tried: set[str]) -> Decision | None:
         cap = self._limiter.per_replica
         model = route.model
         candidates = [
@@ -69,7 +70,7 @@ class Forwarder:
         ]
         if not candidates:
             return None
-        return self._policy.select(candidates, route)
+        return self._policy.select(Snapshot(candidates, self._pool.ids), route)
 
     def _eligible_left(self, route: RouteRequest, tried: set[str]) -> bool:
         model = route.model
@@ -86,18 +87,25 @@ class Forwarder:
         errors: list[str] = []
         path_qs = request.rel_url.raw_path_qs
         content_type = request.headers.get("Content-Type", "application/json")
+        chosen: list[Decision] = []
+
+        def pick() -> Replica | None:
+            decision = self._decide(route, tried)
+            if decision is None:
+                return None
+            chosen.append(decision)
+            return self._pool.get(decision.replica_id)
+
         for _ in range(self._attempts):
             if tried and not self._eligible_left(route, tried):
                 break
-
-            def pick() -> Replica | None:
-                decision = self._picker(route, tried)
-                return None if decision is None else self._pool.get(decision.replica_id)
-
             replica = await self._limiter.acquire(pick)
+            reason = chosen[-1].reason
+            chosen.clear()
+            self._metrics.record_decision(reason)
             try:
                 return await self._attempt(
-                    request, route_name, replica, path_qs, body, content_type, started
+                    request, route_name, replica, reason, path_qs, body, content_type, started
                 )
             except _Failed as exc:
                 tried.add(replica.id)
@@ -117,6 +125,7 @@ class Forwarder:
         request: web.Request,
         route_name: str,
         replica: Replica,
+        reason: str,
         path_qs: str,
         body: bytes,
         content_type: str,
@@ -131,7 +140,7 @@ class Forwarder:
                 headers={"Content-Type": content_type},
             ) as upstream:
                 ttfb = time.perf_counter()
-                headers = _response_headers(upstream, replica)
+                headers = _response_headers(upstream, replica, reason)
                 if upstream.content_length is not None:
                     data = await upstream.read()
                     done = time.perf_counter()
@@ -201,8 +210,10 @@ class Forwarder:
             self._metrics.record_usage(int(prompt[1]), int(cached[1]) if cached else 0)
 
 
-def _response_headers(upstream: aiohttp.ClientResponse, replica: Replica) -> dict[str, str]:
-    headers = {REPLICA_HEADER: replica.id}
+def _response_headers(
+    upstream: aiohttp.ClientResponse, replica: Replica, reason: str
+) -> dict[str, str]:
+    headers = {REPLICA_HEADER: replica.id, ROUTE_HEADER: reason}
     for name in _PASS_HEADERS:
         value = upstream.headers.get(name)
         if value is not None:

@@ -24,7 +24,7 @@ from proxy.forward import Forwarder
 from proxy.limiter import Limiter, Rejected
 from proxy.metrics import Metrics
 from proxy.peek import BadBody, peek_generation
-from proxy.routing import RouteRequest
+from proxy.routing import Policy, RouteRequest
 from proxy.upstreams import ReplicaPool
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -46,7 +46,7 @@ class Handlers:
     metrics: Metrics
     api_key: KeyCheck
     max_body_bytes: int
-    policy_name: str
+    policy: Policy
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the inbound key check and request metrics."""
@@ -91,7 +91,8 @@ class Handlers:
                 return model_not_found(model)
             headers = request.headers
             key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
-            return await self._forward(request, route, body, RouteRequest(model, key))
+            keys = () if key is not None else self.policy.route_keys(peek, model)
+            return await self._forward(request, route, body, RouteRequest(model, key, keys))
 
         return handle
 
@@ -153,7 +154,8 @@ class Handlers:
         return json_response(
             200,
             {
-                "policy": self.policy_name,
+                "policy": self.policy.name,
+                "routing": self.policy.stats(),
                 "inflight": self.limiter.inflight,
                 "queued": self.limiter.queued,
                 "max_inflight": self.limiter.overall_cap(),

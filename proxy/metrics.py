@@ -62,12 +62,19 @@ _OVERHEAD_BUCKETS = (
 
 
 class _StateCollector(Collector):
-    """Reads pool and limiter state when Prometheus scrapes."""
+    """Reads pool, limiter and routing state when Prometheus scrapes."""
 
-    def __init__(self, pool: ReplicaPool, inflight: Callable[[], int], queued: Callable[[], int]):
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        inflight: Callable[[], int],
+        queued: Callable[[], int],
+        routing: Callable[[], dict[str, int]],
+    ) -> None:
         self._pool = pool
         self._inflight = inflight
         self._queued = queued
+        self._routing = routing
 
     def collect(self) -> Iterable[Metric]:
         yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", self._inflight())
@@ -89,12 +96,26 @@ class _StateCollector(Collector):
         for state in Health:
             up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))
         yield up
+        tracked = GaugeMetricFamily(
+            PREFIX + "routing_state",
+            "Entries of the routing policy's bounded state",
+            labels=["kind"],
+        )
+        for kind, size in sorted(self._routing().items()):
+            tracked.add_metric([kind], size)
+        yield tracked
 
 
 class Metrics:
     """Every metric the proxy exports, with ``record_*`` methods for the edge to call."""
 
-    def __init__(self, pool: ReplicaPool, inflight: Callable[[], int], queued: Callable[[], int]):
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        inflight: Callable[[], int],
+        queued: Callable[[], int],
+        routing: Callable[[], dict[str, int]],
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
         self._requests = Counter(
@@ -158,7 +179,13 @@ class Metrics:
         self._ejections = Counter(
             PREFIX + "ejections", "Replicas ejected, by cause", ["cause"], registry=reg
         )
-        reg.register(_StateCollector(pool, inflight, queued))
+        self._decisions = Counter(
+            PREFIX + "routing_decisions",
+            "Routing decisions, by reason",
+            ["reason"],
+            registry=reg,
+        )
+        reg.register(_StateCollector(pool, inflight, queued, routing))
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -187,6 +214,9 @@ class Metrics:
 
     def record_replica_error(self, replica: str, kind: str) -> None:
         self._child(self._replica_errors, replica, kind).inc()
+
+    def record_decision(self, reason: str) -> None:
+        self._child(self._decisions, reason).inc()
 
     def record_failover(self) -> None:
         self._failovers.inc()

@@ -108,7 +108,7 @@ def _scan(body: bytes, prompt_key: bytes) -> _Found:
         if body[pos : pos + 1] != b":":
             raise _ScanError("expected ':'")
         pos = _ws(body, pos + 1)
-        end = _skip_value(body, pos)
+        end = skip_value(body, pos)
         if key == b"model":
             model = _read_model(body[pos:end])
         elif key == b"stream":
@@ -132,7 +132,7 @@ def _ws(body: bytes, pos: int) -> int:
     return match.end() if match is not None else pos
 
 
-def _skip_value(body: bytes, pos: int) -> int:
+def skip_value(body: bytes, pos: int) -> int:
     """Index just past the JSON value starting at ``pos``."""
     first = body[pos : pos + 1]
     if first == b'"':

@@ -61,6 +61,7 @@ class ReplicaPool:
     def __init__(self, urls: list[str] | None = None) -> None:
         self._replicas: dict[str, Replica] = {}
         self._routable: tuple[Replica, ...] = ()
+        self.ids: tuple[str, ...] = ()  # members in pool order; changes only on add/remove
         self.on_change: Callable[[], None] | None = None  # e.g. wake queued requests
         for url in urls or ():
             self.add(url)
@@ -95,6 +96,7 @@ class ReplicaPool:
     def refresh(self) -> None:
         """Recompute the routable set; call after any health or draining change."""
         self._routable = tuple(r for r in self._replicas.values() if r.routable)
+        self.ids = tuple(self._replicas)
         if self.on_change is not None:
             self.on_change()
 

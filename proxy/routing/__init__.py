@@ -6,6 +6,22 @@ facts, and returns a Decision carrying the chosen replica id and the reason; the
 the reason as a metric.
 """
 
-from proxy.routing.base import Candidate, Decision, Policy, RouteRequest, build_policy
+from proxy.routing.base import (
+    Candidate,
+    Decision,
+    Policy,
+    PolicySettings,
+    RouteRequest,
+    Snapshot,
+    build_policy,
+)
 
-__all__ = ["Candidate", "Decision", "Policy", "RouteRequest", "build_policy"]
+__all__ = [
+    "Candidate",
+    "Decision",
+    "Policy",
+    "PolicySettings",
+    "RouteRequest",
+    "Snapshot",
+    "build_policy",
+]

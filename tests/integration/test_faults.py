@@ -16,7 +16,8 @@ async def test_dropped_buffered_answer_fails_over() -> None:
     # A non-streamed answer is read whole before the client sees a byte, so a replica that
     # drops the connection half-way is retried elsewhere and ejected.
     sims = [{"faults": {"drop_mid_response": True}}, {}]
-    async with run_stack(sims=sims) as stack:
+    # Least-loaded sends the first request to the first (faulty) replica.
+    async with run_stack(sims=sims, policy="least_loaded") as stack:
         status, _, headers = await post(stack, "/v1/completions", completion())
         assert status == 200
         assert headers[REPLICA_HEADER] == stack.sims[1].id

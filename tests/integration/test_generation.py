@@ -81,8 +81,10 @@ async def test_streaming_is_incremental() -> None:
 
 async def test_failover_before_first_byte_and_passive_ejection() -> None:
     async with run_stack(3) as stack:
-        dead = stack.sims[0]
-        await dead.stop()  # least-loaded ties go to the first replica: every request tries it
+        # The prompt's owner on the hash ring dies: requests for it must fail over.
+        _, _, headers = await post(stack, "/v1/completions", completion())
+        dead = next(s for s in stack.sims if s.id == headers[REPLICA_HEADER])
+        await dead.stop()
         results = await asyncio.gather(
             *(post(stack, "/v1/completions", completion()) for _ in range(6))
         )

@@ -44,8 +44,9 @@ async def test_health_is_503_when_no_replica_can_serve() -> None:
 
 async def test_drain_finishes_in_flight_and_takes_no_new_work() -> None:
     async with run_stack(2, admin_key="admin-secret") as stack:
-        target = stack.sims[0]
-        # Hold one request on the target (least-loaded ties go to the first replica).
+        # Hold one request on the replica that owns this prompt.
+        _, _, first = await post(stack, "/v1/completions", completion())
+        target = next(s for s in stack.sims if s.id == first[REPLICA_HEADER])
         async with stack.session.post(target.url + "/pause?mode=keep") as resp:
             assert resp.status == 200
         held = asyncio.create_task(post(stack, "/v1/completions", completion()))

@@ -1,0 +1,226 @@
+"""Routing keys: which conversation a prompt belongs to, read from its raw bytes.
+
+A prompt is keyed by the hash of its shared part (chat template, system prompt, few-shot
+preamble) plus its first block after that part. All rollouts of a GRPO group and every later
+turn of a conversation share that prefix, so they share a key; different problems differ in that
+block, so they spread.
+
+Blocks. Token-id prompts are cut into whole blocks of ``block_tokens`` ids (16, vLLM's GPU block
+size); text prompts and chat messages into ``chunk_bytes`` chunks of the JSON text as the client
+sent it (a client encodes alike every time). Blocks are read from the request's bytes with
+``bytes.find``/compiled patterns: no JSON parse, no Python object per token. Hashes are xxh64,
+seeded with the adapter family (the model name without its ``-vN`` suffix), so a new policy
+version keeps its conversations where their KV lives.
+
+Template learning. A block-aligned prefix P is *shared* once more than ``threshold`` different
+next blocks have followed it (default 16: more than a group has rollouts, so the last block of a
+problem, followed by at most G different completions in multi-turn traffic, stays specific).
+Candidates for P come from the longest common prefix with a few recent prompts of the same family
+(a binary search of ``memcmp``s); their successors are counted in a bounded LRU table. Known
+templates are matched with one ``startswith`` per request.
+
+Cost per prompt, steady state: one ``startswith`` over the template, one block match, one xxh64:
+a few microseconds whatever the prompt's length. While no template matches (warm-up, or traffic
+with no shared part) add one longest-common-prefix search over ``recent`` prompts.
+Memory: at most ``max_tracked`` successor sets of at most ``threshold + 1`` ints, ``recent``
+prompt references and ``max_templates`` templates per family: bounded by configuration.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import xxhash
+
+from proxy.peek import Peek, skip_value
+
+_VERSION_SUFFIX = re.compile(r"-v[0-9]+$")
+_FAMILY_CACHE_LIMIT = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class KeySettings:
+    block_tokens: int = 16
+    chunk_bytes: int = 64
+    threshold: int = 16
+    max_tracked: int = 65_536
+    max_templates: int = 8
+    recent: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    data: bytes
+    hash: int
+
+
+@dataclass(slots=True)
+class _Family:
+    seed: int
+    templates: list[Template] = field(default_factory=list)
+    recent: deque[bytes] = field(default_factory=deque)
+
+
+class KeyBuilder:
+    """Computes routing keys and learns templates. Synchronous and I/O-free; not thread-safe."""
+
+    def __init__(self, settings: KeySettings | None = None) -> None:
+        self.settings = settings or KeySettings()
+        self._block = re.compile(rb"(?:[^,]*,){%d}" % self.settings.block_tokens)
+        self._families: dict[str, _Family] = {}  # by family name: all versions share one
+        self._by_model: dict[str | None, _Family] = {}
+        self._successors: OrderedDict[int, set[int]] = OrderedDict()
+
+    @property
+    def tracked(self) -> int:
+        """Prefixes whose successors are being counted (bounded by ``max_tracked``)."""
+        return len(self._successors)
+
+    @property
+    def templates(self) -> int:
+        return sum(len(f.templates) for f in self._families.values())
+
+    def keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
+        """The routing key of each prompt in the request (one, or one per batch element)."""
+        family = self._family(model)
+        buf, start, end = peek.buffer, peek.start, peek.end
+        kind = peek.kind
+        if kind == "tokens":
+            return (self.key(buf, start + 1, end - 1, family, tokens=True),)
+        if kind == "text":
+            return (self.key(buf, start + 1, end - 1, family, tokens=False),)
+        if kind == "messages":
+            return (self.key(buf, start, end, family, tokens=False),)
+        if kind in ("batch_tokens", "batch_text"):
+            return tuple(
+                self.key(buf, lo + 1, hi - 1, family, tokens=kind == "batch_tokens")
+                for lo, hi in _elements(buf, start, end)
+            )
+        return ()
+
+    def _family(self, model: str | None) -> _Family:
+        family = self._by_model.get(model)
+        if family is None:
+            if len(self._by_model) >= _FAMILY_CACHE_LIMIT:
+                self._by_model.clear()
+                self._families.clear()
+            name = _VERSION_SUFFIX.sub("", model) if model else ""
+            family = self._families.get(name)
+            if family is None:
+                family = self._families[name] = _Family(xxhash.xxh64_intdigest(name.encode()))
+            self._by_model[model] = family
+        return family
+
+    def key(self, buf: bytes, lo: int, hi: int, family: _Family, *, tokens: bool) -> int:
+        """Hash of the shared prefix plus the first block after it (or the partial tail)."""
+        for template in family.templates:
+            size = len(template.data)
+            if hi - lo > size and buf.startswith(template.data, lo):
+                block_end = self._block_end(buf, lo + size, hi, tokens)
+                key = xxhash.xxh64_intdigest(buf[lo + size : block_end], template.hash)
+                self._note(template.hash, key, family, buf, lo, lo + size)
+                return key
+        self._learn(buf, lo, hi, family, tokens)
+        block_end = self._block_end(buf, lo, hi, tokens)
+        return xxhash.xxh64_intdigest(buf[lo:block_end], family.seed)
+
+    def _block_end(self, buf: bytes, pos: int, hi: int, tokens: bool) -> int:
+        if tokens:
+            match = self._block.match(buf, pos, hi)
+            return match.end() if match is not None else hi
+        return min(pos + self.settings.chunk_bytes, hi)
+
+    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> None:
+        """Count the successor of the longest block-aligned prefix shared with recent prompts."""
+        prompt = buf[lo:hi]
+        best = 0
+        for other in family.recent:
+            if other == prompt:  # another rollout of the same prompt: nothing to learn
+                continue
+            common = _common_prefix(prompt, other)
+            if common < len(prompt) and common < len(other):  # they diverge: not one prompt
+                best = max(best, common)
+        if len(family.recent) >= self.settings.recent:
+            family.recent.popleft()
+        family.recent.append(prompt)
+        size = self._align(prompt, best, tokens)
+        if size <= 0:
+            return
+        prefix_hash = xxhash.xxh64_intdigest(prompt[:size], family.seed)
+        next_end = self._block_end(prompt, size, len(prompt), tokens)
+        successor = xxhash.xxh64_intdigest(prompt[size:next_end], prefix_hash)
+        self._note(prefix_hash, successor, family, prompt, 0, size)
+
+    def _align(self, prompt: bytes, size: int, tokens: bool) -> int:
+        """``size`` rounded down to a whole number of blocks."""
+        if not tokens:
+            return size - size % self.settings.chunk_bytes
+        whole = prompt.count(b",", 0, size)
+        blocks = whole // self.settings.block_tokens
+        if blocks == 0:
+            return 0
+        pattern = re.compile(rb"(?:[^,]*,){%d}" % (blocks * self.settings.block_tokens))
+        match = pattern.match(prompt)
+        return match.end() if match is not None else 0
+
+    def _note(
+        self, prefix: int, successor: int, family: _Family, buf: bytes, lo: int, hi: int
+    ) -> None:
+        successors = self._successors.get(prefix)
+        if successors is None:
+            successors = self._successors[prefix] = set()
+            if len(self._successors) > self.settings.max_tracked:
+                self._successors.popitem(last=False)
+        else:
+            self._successors.move_to_end(prefix)
+        limit = self.settings.threshold
+        if len(successors) > limit:
+            return
+        successors.add(successor)
+        if len(successors) > limit and not any(t.hash == prefix for t in family.templates):
+            self._promote(Template(buf[lo:hi], prefix), family)
+
+    def _promote(self, template: Template, family: _Family) -> None:
+        family.templates.append(template)
+        # Longest first, so a request matches the most specific shared prefix it has.
+        family.templates.sort(key=lambda t: len(t.data), reverse=True)
+        del family.templates[self.settings.max_templates :]
+
+
+def _common_prefix(a: bytes, b: bytes, first: int = 64) -> int:
+    """Length of the longest common prefix, found with C-level slice comparisons.
+
+    Galloping from ``first`` bytes, then a binary search: O(log n) comparisons copying about
+    twice the common length; a pair that differs within ``first`` bytes costs one comparison.
+    """
+    limit = min(len(a), len(b))
+    lo, probe = 0, min(first, limit)
+    while a[:probe] == b[:probe]:
+        lo = probe
+        if probe == limit:
+            return limit
+        probe = min(probe * 2, limit)
+    hi = probe - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _elements(buf: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """Spans of the elements of the JSON list at ``buf[start:end]``."""
+    spans: list[tuple[int, int]] = []
+    pos = start + 1
+    while True:
+        while buf[pos : pos + 1] in (b" ", b"\n", b"\t", b"\r", b","):
+            pos += 1
+        if pos >= end - 1 or buf[pos : pos + 1] == b"]":
+            return spans
+        value_end = skip_value(buf, pos)
+        spans.append((pos, value_end))
+        pos = value_end

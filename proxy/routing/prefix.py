@@ -1,0 +1,117 @@
+"""The default policy: content key -> hash ring -> bounded loads -> sticky memory of spills.
+
+For a request with key k (a content key, or the hash of its X-Routing-Key header):
+1. sticky: if k spilled before and the replica it went to can take it without being
+   overloaded, go there again: its KV cache holds the conversation (reason ``sticky``);
+2. otherwise walk k's ring preference order over the pool's members and take the first
+   candidate that is not overloaded: the owner itself (``affinity`` / ``explicit_key``) or a
+   later one (``spill``, remembered in the sticky LRU).
+Overloaded means above BOTH ``load_factor`` x the candidates' mean in-flight (this request
+included) AND ``load_slack`` requests over the least-loaded candidate: a group of G rollouts
+arriving together stays together on a quiet fleet; a busy fleet stays balanced.
+A request without a key goes to the least-loaded candidate (``no_key``). A batch with several
+prompts follows the key whose owner most of its prompts share.
+Cost: O(candidates) for the load figures plus O(log(points)) for the ring lookup.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+
+import xxhash
+
+from proxy.peek import Peek
+from proxy.routing.base import Candidate, Decision, PrefixSettings, RouteRequest, Snapshot
+from proxy.routing.hashring import HashRing
+from proxy.routing.keys import KeyBuilder, KeySettings
+from proxy.routing.least_loaded import least_loaded
+
+
+class PrefixPolicy:
+    name = "prefix"
+
+    def __init__(self, settings: PrefixSettings | None = None) -> None:
+        self.settings = settings or PrefixSettings()
+        s = self.settings
+        self.keys = KeyBuilder(
+            KeySettings(
+                block_tokens=s.block_tokens,
+                chunk_bytes=s.chunk_bytes,
+                threshold=s.template_threshold,
+                max_tracked=s.max_tracked,
+            )
+        )
+        self._ring = HashRing((), s.vnodes)
+        self._sticky: OrderedDict[int, str] = OrderedDict()
+
+    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
+        return self.keys.keys(peek, model)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "tracked_prefixes": self.keys.tracked,
+            "templates": self.keys.templates,
+            "sticky_keys": len(self._sticky),
+        }
+
+    def ring_for(self, members: tuple[str, ...]) -> HashRing:
+        """The ring over ``members``, rebuilt only when membership changes."""
+        if members != self._ring.ids:
+            self._ring = HashRing(members, self.settings.vnodes)
+        return self._ring
+
+    def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
+        candidates = snapshot.candidates
+        ring = self.ring_for(snapshot.members)
+        if request.routing_key is not None:
+            key, reason = xxhash.xxh64_intdigest(request.routing_key.encode()), "explicit_key"
+        elif request.keys:
+            key, reason = self._majority(ring, request.keys), "affinity"
+        else:
+            return Decision(least_loaded(candidates).id, "no_key")
+        return self._place(ring, candidates, key, reason)
+
+    def _majority(self, ring: HashRing, keys: tuple[int, ...]) -> int:
+        if len(keys) == 1:
+            return keys[0]
+        owners = Counter(ring.first(key) for key in keys)
+        winner = owners.most_common(1)[0][0]
+        return next(key for key in keys if ring.first(key) == winner)
+
+    def _place(
+        self, ring: HashRing, candidates: Sequence[Candidate], key: int, reason: str
+    ) -> Decision:
+        by_id = {c.id: c for c in candidates}
+        total = sum(c.inflight for c in candidates)
+        mean = (total + 1) / len(candidates)
+        least = min(c.inflight for c in candidates)
+        bound = max(self.settings.load_factor * mean, least + self.settings.load_slack)
+
+        sticky = self._sticky.get(key)
+        if sticky is not None:
+            replica = by_id.get(sticky)
+            if replica is not None and replica.inflight < bound:
+                self._sticky.move_to_end(key)
+                return Decision(sticky, "sticky")
+        owner = None
+        for rid in ring.preference(key):
+            if owner is None:
+                owner = rid
+            replica = by_id.get(rid)
+            if replica is None or replica.inflight >= bound:
+                continue
+            if rid == owner:
+                self._sticky.pop(key, None)
+                return Decision(rid, reason)
+            self._remember(key, rid)
+            return Decision(rid, "spill")
+        return Decision(least_loaded(candidates).id, "spill")
+
+    def _remember(self, key: int, rid: str) -> None:
+        if self.settings.sticky_size == 0:
+            return
+        self._sticky[key] = rid
+        self._sticky.move_to_end(key)
+        if len(self._sticky) > self.settings.sticky_size:
+            self._sticky.popitem(last=False)
