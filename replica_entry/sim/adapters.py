@@ -97,7 +97,9 @@ class AdapterRegistry:
     def _check_files(self, name: str, path_text: str, mount_lag_s: float) -> None:
         now = self._clock()
         path = Path(path_text)
-        if not (_visible(path, mount_lag_s, now) and _visible(path / CONFIG_FILE, mount_lag_s, now)):
+        if not (
+            _visible(path, mount_lag_s, now) and _visible(path / CONFIG_FILE, mount_lag_s, now)
+        ):
             raise ApiError(
                 f"Loading lora {name} failed: No adapter found for {path_text}",
                 status=404,

@@ -118,10 +118,11 @@ async def sleep(seconds: float, probe: Probe) -> None:
         await wait_event(asyncio.Event(), seconds, probe)
 
 
-async def wait_event(event: asyncio.Event, timeout: float | None, probe: Probe) -> None:
-    """Wait for ``event`` or ``timeout``, checking ``probe`` every ``POLL_S``."""
+async def wait_event(event: asyncio.Event, limit_s: float | None, probe: Probe) -> None:
+    """Wait for ``event`` or ``limit_s`` seconds (``None``: no limit), checking ``probe``
+    every ``POLL_S``."""
     loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
+    deadline = None if limit_s is None else loop.time() + limit_s
     while not event.is_set():
         if probe is not None and probe():
             raise ClientGone("client disconnected")

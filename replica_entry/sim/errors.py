@@ -20,7 +20,6 @@ _ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
     500: "InternalServerError",
-    501: "NotImplementedError",
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 
 from replica_entry.sim.engine import Engine, Probe, Ticket
 from replica_entry.sim.latency import LatencyModel
@@ -23,6 +24,7 @@ from replica_entry.sim.metrics import SimMetrics
 from replica_entry.sim.prefix_cache import PrefixCache
 from replica_entry.sim.protocol import GenerationJob
 from replica_entry.sim.sampler import Sampled, sample, sequence_seed
+from replica_entry.sim.tokenizer import piece
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,7 @@ class Generation:
         self.aborted = False
         self._simulator = simulator
         self._ticket = ticket
+        self._offsets: dict[int, list[int]] = {}
 
     @property
     def done(self) -> bool:
@@ -77,15 +80,22 @@ class Generation:
             self.step += min(steps, int(spent / step_s)) if step_s > 0 else 0
             self.aborted = True
 
+    def text_offsets(self, seq: Sequence) -> list[int]:
+        """Where each token of ``seq`` starts in its text; computed once per choice, so a
+        stream with log-probabilities stays linear in its length."""
+        offsets = self._offsets.get(seq.index)
+        if offsets is None:
+            lengths = (len(piece(token)) for token in seq.sampled.token_ids)
+            offsets = self._offsets[seq.index] = list(accumulate(lengths, initial=0))
+        return offsets
+
     def generated_tokens(self) -> int:
         return sum(self.emitted(seq) for seq in self.sequences)
 
 
 def _sample(job: GenerationJob, prompt_index: int, choice: int, simulator: Simulator) -> Sampled:
     name = job.lora or job.model
-    seed = sequence_seed(
-        job.seed, name, job.prompts[prompt_index], None if job.greedy else choice
-    )
+    seed = sequence_seed(job.seed, name, job.prompts[prompt_index], None if job.greedy else choice)
     budget = job.max_tokens[prompt_index]
     return sample(seed, budget, simulator.vocab_size, job.top_logprobs or 0)
 

@@ -38,6 +38,6 @@ class LatencyModel:
 
     def request_s(self, uncached_tokens: int, steps: int, other_running: int) -> float:
         """The whole request: prefill, then ``steps`` decode steps."""
-        return self.prefill_s(uncached_tokens, other_running) + max(
-            steps, 0
-        ) * self.decode_step_s(other_running)
+        return self.prefill_s(uncached_tokens, other_running) + max(steps, 0) * self.decode_step_s(
+            other_running
+        )

@@ -70,10 +70,11 @@ async def record_requests(request: web.Request, handler: Handler) -> web.StreamR
 @web.middleware
 async def check_api_key(request: web.Request, handler: Handler) -> web.StreamResponse:
     key = request.app[SIM_STATE].settings.api_key
-    if key is not None and request.path.startswith(GUARDED_PREFIX):
-        if not authorization_matches(request, key):
-            return json_response({"error": "Unauthorized"}, status=401)
-    return await handler(request)
+    if key is None or not request.path.startswith(GUARDED_PREFIX):
+        return await handler(request)
+    if authorization_matches(request, key):
+        return await handler(request)
+    return json_response({"error": "Unauthorized"}, status=401)
 
 
 @web.middleware

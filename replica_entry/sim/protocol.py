@@ -1,10 +1,11 @@
 """Request bodies of the generation routes, validated as vLLM validates them.
 
 The pydantic models mirror vLLM's ``CompletionRequest`` and ``ChatCompletionRequest`` (lax
-types, unknown fields accepted and ignored); ``to_job`` then applies vLLM's value checks and
-turns a request into a ``GenerationJob``: token ids per prompt, the token budget per prompt
-(``max_tokens`` clamped to what ``max_model_len`` leaves), and the sampling knobs the
-simulation honours. Every rejection is an ``ApiError`` with vLLM's status and wording.
+types, unknown fields accepted and ignored); ``completion_job`` and ``chat_job`` then apply
+vLLM's value checks and turn a request into a ``GenerationJob``: token ids per prompt, the
+token budget per prompt (an explicit ``max_tokens`` must fit in ``max_model_len`` with the
+prompt), and the sampling knobs the simulation honours. Every rejection is an ``ApiError``
+with vLLM's status and wording.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from replica_entry.sim.settings import SimSettings
 from replica_entry.sim.tokenizer import encode_text, render_chat
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
-CHAT_DEFAULT_MAX_TOKENS = 16  # the simulation never samples EOS, so chat needs a bound
+# The simulation never samples an end token, so a request without max_tokens needs a bound.
+DEFAULT_MAX_TOKENS = 16
 _MAX_TOKEN_ID = 2**31 - 1
 
 
@@ -144,20 +146,26 @@ def _check_token_ids(ids: list[int]) -> None:
             raise ApiError(f"Token id {token_id} is out of vocabulary", param="prompt")
 
 
-def token_budgets(prompts: list[list[int]], max_tokens: int, max_model_len: int) -> list[int]:
-    """vLLM's ``get_max_tokens``: the request's budget, clamped to what the context leaves."""
+def token_budgets(
+    prompts: list[list[int]], max_tokens: int | None, max_model_len: int, default: int
+) -> list[int]:
+    """Each prompt's token budget. As in vLLM, an explicit ``max_tokens`` must fit in the
+    context with the prompt (400 otherwise); without one the budget is what the context
+    leaves, bounded here by ``default`` because the simulation never samples an end token."""
     budgets = []
     for ids in prompts:
-        if len(ids) > max_model_len:
+        room = max_model_len - len(ids)
+        requested = 0 if max_tokens is None else max_tokens
+        if room < max(requested, 1):
             raise ApiError(
-                f"Input length ({len(ids)}) exceeds model's maximum context length "
-                f"({max_model_len}).",
-                param="prompt",
+                f"This model's maximum context length is {max_model_len} tokens. However, you "
+                f"requested {requested} output tokens and your prompt contains at least "
+                f"{len(ids)} input tokens, for a total of at least {len(ids) + requested} "
+                "tokens. Please reduce the length of the input prompt or the number of "
+                f"requested output tokens. (parameter=input_tokens, value={len(ids)})",
+                param="input_tokens",
             )
-        budget = min(max_tokens, max_model_len - len(ids))
-        if budget < 1:
-            raise ApiError(f"max_tokens must be at least 1, got {budget}.", param="max_tokens")
-        budgets.append(budget)
+        budgets.append(min(default, room) if max_tokens is None else max_tokens)
     return budgets
 
 
@@ -191,19 +199,25 @@ def completion_job(
     """A checked completion request as an engine job (``served``: the model name to echo)."""
     n = check_sampling(request, request.logprobs)
     prompts = completion_prompts(request, settings.vocab_size)
-    budgets = token_budgets(prompts, request.max_tokens or 16, settings.max_model_len)
-    return _job("completion", request, n, prompts, budgets, request.logprobs, served, lora, settings)
+    budgets = token_budgets(prompts, request.max_tokens, settings.max_model_len, DEFAULT_MAX_TOKENS)
+    return _job(
+        "completion", request, n, prompts, budgets, request.logprobs, served, lora, settings
+    )
 
 
 def chat_job(
     request: ChatRequest, *, served: str, lora: str | None, settings: SimSettings
 ) -> GenerationJob:
     """A checked chat request as an engine job; ``logprobs: true`` reports ``top_logprobs``."""
+    if request.top_logprobs is not None and not request.logprobs:
+        raise ApiError(
+            "when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs"
+        )
     top = (request.top_logprobs or 0) if request.logprobs else None
     n = check_sampling(request, top)
     prompts = [chat_prompt(request, settings.vocab_size)]
-    wanted = request.max_completion_tokens or request.max_tokens or CHAT_DEFAULT_MAX_TOKENS
-    budgets = token_budgets(prompts, wanted, settings.max_model_len)
+    wanted = request.max_completion_tokens or request.max_tokens
+    budgets = token_budgets(prompts, wanted, settings.max_model_len, DEFAULT_MAX_TOKENS)
     return _job("chat", request, n, prompts, budgets, top, served, lora, settings)
 
 

@@ -10,6 +10,7 @@ The Authorization header's value is never stored: only whether it matched.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +35,8 @@ class RequestRecord:
 
 @dataclass(slots=True)
 class RequestLog:
+    """The records, oldest first; iterate or index it like a list (``log[-1]`` is the latest)."""
+
     maxlen: int = DEFAULT_MAX_RECORDS
     records: deque[RequestRecord] = field(init=False)
     total: int = 0
@@ -42,6 +45,15 @@ class RequestLog:
 
     def __post_init__(self) -> None:
         self.records = deque(maxlen=self.maxlen)
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> RequestRecord:
+        return self.records[index]
 
     def open(
         self,

@@ -125,7 +125,11 @@ def token_chunks(gen: Generation, meta: Meta, start: int, end: int) -> list[Json
 
 def abort_chunks(gen: Generation, meta: Meta) -> list[Json]:
     """A closing chunk for each choice that an abort ended before its budget."""
-    return [_abort_chunk(gen, meta, seq) for seq in gen.sequences if gen.aborted and gen.emitted(seq) < seq.budget]
+    return [
+        _abort_chunk(gen, meta, seq)
+        for seq in gen.sequences
+        if gen.aborted and gen.emitted(seq) < seq.budget
+    ]
 
 
 def usage_chunk(gen: Generation, meta: Meta) -> Json:
@@ -180,16 +184,10 @@ def _completion_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -
     if k is None:
         return None
     sampled = seq.sampled
-    offset = len(decode(sampled.token_ids[:start]))
-    tokens = [piece(t) for t in sampled.token_ids[start:end]]
-    offsets = []
-    for token in tokens:
-        offsets.append(offset)
-        offset += len(token)
     return {
-        "text_offset": offsets,
+        "text_offset": gen.text_offsets(seq)[start:end],
         "token_logprobs": list(sampled.logprobs[start:end]),
-        "tokens": tokens,
+        "tokens": [piece(t) for t in sampled.token_ids[start:end]],
         "top_logprobs": [
             {piece(t): lp for t, lp in step[: k + 1]} for step in sampled.top[start:end]
         ],
@@ -203,7 +201,10 @@ def _chat_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json
     sampled = seq.sampled
     content = []
     for token, lp, step in zip(
-        sampled.token_ids[start:end], sampled.logprobs[start:end], sampled.top[start:end], strict=True
+        sampled.token_ids[start:end],
+        sampled.logprobs[start:end],
+        sampled.top[start:end],
+        strict=True,
     ):
         top = [_chat_entry(t, alt) for t, alt in step[:k]]
         content.append({**_chat_entry(token, lp), "top_logprobs": top})

@@ -66,7 +66,9 @@ def vllm_config(settings: SimSettings) -> dict[str, Any]:
 
 def _as_text(config: dict[str, Any]) -> str:
     return ", ".join(
-        f"{section}.{key}={value!r}" for section, fields in config.items() for key, value in fields.items()
+        f"{section}.{key}={value!r}"
+        for section, fields in config.items()
+        for key, value in fields.items()
     )
 
 
@@ -133,7 +135,9 @@ async def pause(request: web.Request) -> web.Response:
     raw = request.query.get("mode", "abort")
     mode = next((m for m in PAUSE_MODES if m == raw), None)
     if mode is None:
-        raise ApiError(f"mode: Input should be 'abort', 'wait' or 'keep', got {raw!r}", param="mode")
+        raise ApiError(
+            f"mode: Input should be 'abort', 'wait' or 'keep', got {raw!r}", param="mode"
+        )
     await state.engine.pause(mode)
     if mode != "keep" and request.query.get("clear_cache", "true").lower() in ("true", "1"):
         state.cache.clear()

@@ -149,4 +149,3 @@ def _cut(request: web.Request, response: web.StreamResponse) -> web.StreamRespon
     if request.transport is not None:
         request.transport.close()
     return response
-

@@ -70,7 +70,7 @@ class SimSettings(BaseModel):
     @classmethod
     def _known_rank(cls, value: int) -> int:
         if value not in LORA_RANKS:
-            raise ValueError(f"must be one of {', '.join(map(str, LORA_RANKS))}, got {value}")
+            raise ValueError(f"must be one of {', '.join(map(str, LORA_RANKS))}")
         return value
 
     @field_validator("max_cpu_loras")
@@ -78,7 +78,7 @@ class SimSettings(BaseModel):
     def _cpu_loras_cover_gpu(cls, value: int | None, info: ValidationInfo) -> int | None:
         max_loras = info.data.get("max_loras")
         if value is not None and max_loras is not None and value < max_loras:
-            raise ValueError(f"must be >= max_loras ({max_loras}), got {value}")
+            raise ValueError(f"must be >= max_loras ({max_loras})")
         return value
 
     @field_validator("api_key")

@@ -1,0 +1,110 @@
+"""``python -m replica_entry --backend sim ...``: run a replica until SIGTERM/SIGINT.
+
+Flags map one to one onto ``SimSettings`` fields (``--max-model-len`` -> ``max_model_len``,
+fault flags -> ``faults``); a value the settings reject exits 2 with a message naming the flag,
+as argparse does for a malformed one. Once listening, one line
+``replica ready on http://HOST:PORT (model NAME)`` goes to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from replica_entry.sim import Faults, SimSettings, build_sim_app
+
+_FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mount_lag_s")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="replica_entry", description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--backend", required=True, choices=["sim"], help="what serves requests")
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=8000, help="0 picks a free port")
+    add("--model", default="sim-model", help="served model name")
+    add("--max-model-len", type=int, default=4096)
+    add("--max-loras", type=int, default=6)
+    add("--max-lora-rank", type=int, default=8)
+    add("--max-cpu-loras", type=int, default=None)
+    add("--block-size", type=int, default=16)
+    add("--cache-blocks", type=int, default=4096, help="prefix cache capacity in blocks")
+    add("--api-key", default=os.environ.get("VLLM_API_KEY"), help="default: $VLLM_API_KEY")
+    add("--seed", type=int, default=0)
+    add("--prompt-token-s", type=float, default=0.0, help="seconds per uncached prompt token")
+    add("--gen-token-s", type=float, default=0.0, help="seconds per generated token")
+    add("--overhead-s", type=float, default=0.0, help="seconds per request")
+    add("--batch-factor", type=float, default=0.0, help="slowdown per other running request")
+    add("--vocab-size", type=int, default=1000)
+    faults = parser.add_argument_group("faults")
+    faults.add_argument("--unhealthy", action="store_true", help="/health answers 503")
+    faults.add_argument("--delay-s", type=float, default=0.0)
+    faults.add_argument("--fail-status", type=int, default=None)
+    faults.add_argument("--drop-mid-response", action="store_true")
+    faults.add_argument("--mount-lag-s", type=float, default=0.0)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> SimSettings:
+    """Build the settings; a rejected value exits 2 naming its flag."""
+    values: dict[str, Any] = dict(vars(args))
+    for name in ("backend", "host", "port"):
+        values.pop(name)
+    try:
+        faults = Faults(**{name: values.pop(name) for name in _FAULT_FLAGS})
+        return SimSettings(**values, faults=faults)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        flag = "--" + str(error["loc"][-1]).replace("_", "-")
+        parser.error(f"argument {flag}: {error['msg']} (got {error['input']!r})")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"argument --port: must be in 0..65535 (got {args.port})")
+    settings = settings_from_args(args, parser)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(build_sim_app(settings), args.host, args.port, settings.model))
+    return 0
+
+
+async def serve(app: web.Application, host: str, port: int, model: str) -> None:
+    """Serve ``app`` until SIGTERM or SIGINT, then stop cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        print(f"replica ready on http://{host}:{bound} (model {model})", flush=True)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when it is installed: the simulated fleet runs many replicas per core."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+if __name__ == "__main__":
+    sys.exit(main())
