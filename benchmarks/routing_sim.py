@@ -8,8 +8,9 @@ The model, event by event:
 - each replica has a vLLM-like prefix cache (LRU of chained 16-token block hashes, finite);
   a request's duration grows with its uncached prompt tokens, its generated tokens and the
   replica's batch; after it, the prompt and the generated tokens are cached on that replica.
-Reported: realized cache hit rate (tokens), the best possible for the trace (one infinite cache
-seeing every request), max/mean requests per replica, and the policy's reasons.
+Reported: realized cache hit rate (tokens), the best possible for the trace (one cache as large
+as the fleet's caches together, seeing every request: what perfect sharing would reach), max/mean
+requests per replica, and the policy's reasons.
 Membership changes (a replica leaving or joining at a given request count) are supported.
 """
 
@@ -86,7 +87,8 @@ class _Run:
     def __init__(self, policy: Policy, shape: TraceShape, config: SimConfig) -> None:
         self.policy, self.shape, self.config = policy, shape, config
         self.replicas = [self._new_replica(i) for i in range(config.replicas)]
-        self.best = PrefixCache(config.block_size, 1 << 40)
+        # The best possible: one cache as large as the whole fleet's, seeing every request.
+        self.best = PrefixCache(config.block_size, config.cache_blocks * config.replicas)
         self.result = RoutingResult(policy.name)
         self.rng = random.Random(shape.seed + 1)
         self.group_sets: dict[int, set[str]] = {}

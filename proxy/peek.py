@@ -1,25 +1,27 @@
 """Read what routing needs from a generation body without parsing the whole of it.
 
 The body is forwarded as the bytes it came in; the proxy only needs ``model``, ``stream`` and
-where the prompt (``prompt`` or ``messages``) lies. The scanner walks the top-level object with
-compiled regular expressions and ``bytes.find``, so its cost grows with the number of top-level
-keys, not with the prompt: a flat token-id list is skipped with three C-level scans.
+where the prompt (``prompt`` or ``messages``) lies. The prompt is what grows (thousands of token
+ids), so it is never turned into Python objects:
+1. a compiled pattern finds the ``"prompt":`` key and the value is skipped with ``bytes.find``
+   (a flat token-id list is three C-level scans);
+2. the body with that value replaced by ``0`` is a small document: ``orjson`` parses it, which
+   validates the rest of the JSON and yields ``model`` and ``stream``;
+3. the parse must show the placeholder under the top-level key; if it does not (the key was found
+   inside a nested object, duplicate keys, odd shapes), or anything above fails, the body is
+   parsed whole and re-serialised, and the spans refer to that canonical copy (``Peek.buffer``).
+So the cost does not grow with the prompt, and correctness never depends on the fast path.
 
-Contract:
-- a body that is not a JSON object, or whose ``model``/prompt has the wrong type, raises
-  ``BadBody`` with a message for the client (answered 400);
-- anything malformed beyond what routing reads (inside the prompt list, other fields) is left
-  for the replica to report, as vLLM would;
-- if the fast scanner meets JSON it cannot walk, the body is parsed with orjson and re-serialised,
-  and the spans refer to that canonical copy (``Peek.buffer``); correctness never depends on the
-  fast path.
+Contract: a body that is not a JSON object, or whose ``model``/prompt has the wrong type, raises
+``BadBody`` with a message for the client (answered 400); anything malformed inside the prompt
+value is left for the replica to report, as vLLM would.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -31,6 +33,9 @@ _SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|tru
 _STRUCT = re.compile(rb'["\[\]{}]')
 _CLOSER = {ord("["): ord("]"), ord("{"): ord("}")}
 _MAX_DEPTH = 512
+_KEYS = {
+    key: re.compile(rb'"' + key + rb'"[ \t\r\n]*:[ \t\r\n]*') for key in (b"prompt", b"messages")
+}
 
 
 class BadBody(ValueError):
@@ -42,7 +47,7 @@ class BadBody(ValueError):
 
 
 class _ScanError(Exception):
-    """The fast scanner could not walk the body (malformed, or a shape it does not handle)."""
+    """The fast path could not read the body (malformed, or a shape it does not handle)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +63,36 @@ class Peek:
 
 
 def peek_generation(body: bytes, prompt_key: bytes) -> Peek:
-    """Scan ``body`` for ``model``, ``stream`` and the span of ``prompt_key``'s value."""
-    try:
-        found = _scan(body, prompt_key)
-        buffer = body
-    except _ScanError:
-        buffer = _canonical(body)
-        try:
-            found = _scan(buffer, prompt_key)
-        except _ScanError as exc:  # pragma: no cover - orjson output always scans
-            raise BadBody(f"request body could not be read: {exc}") from None
-    model, stream, span = found
-    name = prompt_key.decode()
-    if span is None:
+    """``model``, ``stream`` and the span of ``prompt_key``'s value (``prompt``/``messages``)."""
+    found = _fast(body, prompt_key)
+    if found is not None:
+        return found
+    canonical = _canonical(body)
+    found = _fast(canonical, prompt_key)
+    if found is None:
+        name = prompt_key.decode()
         raise BadBody(f"'{name}' is required", param=name)
-    kind = _classify(buffer, span[0], prompt_key)
-    return Peek(model, stream, kind, buffer, span[0], span[1])
+    return found
+
+
+def _fast(body: bytes, prompt_key: bytes) -> Peek | None:
+    match = _KEYS[prompt_key].search(body)
+    if match is None:
+        return None
+    start = match.end()
+    try:
+        end = skip_value(body, start)
+        rest = orjson.loads(body[:start] + b"0" + body[end:])
+    except (_ScanError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(rest, dict):
+        return None
+    placeholder = rest.get(prompt_key.decode())
+    if type(placeholder) is not int or placeholder != 0:
+        return None
+    model = _model(rest.get("model"))
+    stream = _stream(rest.get("stream"))
+    return Peek(model, stream, _classify(body, start, prompt_key), body, start, end)
 
 
 def _canonical(body: bytes) -> bytes:
@@ -86,45 +105,18 @@ def _canonical(body: bytes) -> bytes:
     return orjson.dumps(value)
 
 
-_Found = tuple[str | None, bool, tuple[int, int] | None]
+def _model(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise BadBody("'model' must be a string", param="model")
 
 
-def _scan(body: bytes, prompt_key: bytes) -> _Found:
-    model: str | None = None
-    stream = False
-    span: tuple[int, int] | None = None
-    pos = _ws(body, 0)
-    if body[pos : pos + 1] != b"{":
-        raise _ScanError("not an object")
-    pos = _ws(body, pos + 1)
-    if body[pos : pos + 1] == b"}":
-        return model, stream, span
-    while True:
-        key_match = _STRING.match(body, pos)
-        if key_match is None:
-            raise _ScanError("expected a key")
-        key = body[key_match.start() + 1 : key_match.end() - 1]
-        pos = _ws(body, key_match.end())
-        if body[pos : pos + 1] != b":":
-            raise _ScanError("expected ':'")
-        pos = _ws(body, pos + 1)
-        end = skip_value(body, pos)
-        if key == b"model":
-            model = _read_model(body[pos:end])
-        elif key == b"stream":
-            stream = _read_stream(body[pos:end])
-        elif key == prompt_key:
-            span = (pos, end)
-        pos = _ws(body, end)
-        sep = body[pos : pos + 1]
-        if sep == b"}":
-            break
-        if sep != b",":
-            raise _ScanError("expected ',' or '}'")
-        pos = _ws(body, pos + 1)
-    if _ws(body, pos + 1) != len(body):
-        raise _ScanError("trailing data")
-    return model, stream, span
+def _stream(value: Any) -> bool:
+    if value is None or value is False:
+        return False
+    if value is True:
+        return True
+    raise BadBody("'stream' must be a boolean", param="stream")
 
 
 def _ws(body: bytes, pos: int) -> int:
@@ -176,27 +168,6 @@ def _skip_container(body: bytes, pos: int) -> int:
             raise _ScanError("mismatched bracket")
         if not stack:
             return index
-
-
-def _read_model(raw: bytes) -> str | None:
-    if raw == b"null":
-        return None
-    if raw[:1] != b'"':
-        raise BadBody("'model' must be a string", param="model")
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadBody(f"'model' is not a valid JSON string: {exc}", param="model") from None
-    assert isinstance(value, str)
-    return value
-
-
-def _read_stream(raw: bytes) -> bool:
-    if raw == b"true":
-        return True
-    if raw in (b"false", b"null"):
-        return False
-    raise BadBody("'stream' must be a boolean", param="stream")
 
 
 def _classify(body: bytes, start: int, prompt_key: bytes) -> PromptKind:

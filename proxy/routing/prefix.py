@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from operator import attrgetter
 
 import xxhash
 
@@ -82,30 +83,27 @@ class PrefixPolicy:
     def _place(
         self, ring: HashRing, candidates: Sequence[Candidate], key: int, reason: str
     ) -> Decision:
-        by_id = {c.id: c for c in candidates}
-        total = sum(c.inflight for c in candidates)
-        mean = (total + 1) / len(candidates)
-        least = min(c.inflight for c in candidates)
-        bound = max(self.settings.load_factor * mean, least + self.settings.load_slack)
+        loads = list(map(_inflight, candidates))
+        mean = (sum(loads) + 1) / len(loads)
+        bound = max(self.settings.load_factor * mean, min(loads) + self.settings.load_slack)
 
         sticky = self._sticky.get(key)
         if sticky is not None:
-            replica = by_id.get(sticky)
-            if replica is not None and replica.inflight < bound:
+            load = _load_of(candidates, loads, sticky)
+            if load is not None and load < bound:
                 self._sticky.move_to_end(key)
                 return Decision(sticky, "sticky")
-        owner = None
+        owner = ring.first(key)
+        load = _load_of(candidates, loads, owner)
+        if owner is not None and load is not None and load < bound:
+            if sticky is not None:
+                del self._sticky[key]
+            return Decision(owner, reason)
         for rid in ring.preference(key):
-            if owner is None:
-                owner = rid
-            replica = by_id.get(rid)
-            if replica is None or replica.inflight >= bound:
-                continue
-            if rid == owner:
-                self._sticky.pop(key, None)
-                return Decision(rid, reason)
-            self._remember(key, rid)
-            return Decision(rid, "spill")
+            load = _load_of(candidates, loads, rid)
+            if rid != owner and load is not None and load < bound:
+                self._remember(key, rid)
+                return Decision(rid, "spill")
         return Decision(least_loaded(candidates).id, "spill")
 
     def _remember(self, key: int, rid: str) -> None:
@@ -115,3 +113,14 @@ class PrefixPolicy:
         self._sticky.move_to_end(key)
         if len(self._sticky) > self.settings.sticky_size:
             self._sticky.popitem(last=False)
+
+
+_inflight = attrgetter("inflight")
+
+
+def _load_of(candidates: Sequence[Candidate], loads: list[int], rid: str | None) -> int | None:
+    """The in-flight count of candidate ``rid``, or None when it is not a candidate."""
+    for candidate, load in zip(candidates, loads, strict=True):
+        if candidate.id == rid:
+            return load
+    return None

@@ -1,0 +1,113 @@
+"""The prefix policy: affinity, even spread, minimal movement, bounded loads, sticky spills."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+from proxy.routing.base import PrefixSettings, RouteRequest, Snapshot
+from proxy.routing.prefix import PrefixPolicy
+
+
+@dataclass
+class Fake:
+    id: str
+    inflight: int = 0
+
+
+def fleet(n: int) -> list[Fake]:
+    return [Fake(f"10.0.0.{i}:8000") for i in range(n)]
+
+
+def place(policy: PrefixPolicy, replicas: list[Fake], key: int, *, hold: bool = False) -> str:
+    snapshot = Snapshot(replicas, tuple(r.id for r in replicas))
+    decision = policy.select(snapshot, RouteRequest("m", None, (key,)))
+    if hold:
+        next(r for r in replicas if r.id == decision.replica_id).inflight += 1
+    return decision.replica_id
+
+
+def test_same_key_same_replica_on_a_quiet_fleet() -> None:
+    policy, replicas = PrefixPolicy(), fleet(4)
+    assert len({place(policy, replicas, 12345) for _ in range(20)}) == 1
+
+
+def test_a_group_arriving_together_stays_together() -> None:
+    policy, replicas = PrefixPolicy(), fleet(4)
+    homes = {place(policy, replicas, 777, hold=True) for _ in range(8)}
+    assert len(homes) == 1
+
+
+def test_different_keys_spread_evenly() -> None:
+    policy, replicas = PrefixPolicy(), fleet(8)
+    rng = random.Random(1)
+    counts = Counter(place(policy, replicas, rng.getrandbits(64)) for _ in range(40_000))
+    expected = 40_000 / 8
+    chi2 = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert max(counts.values()) / expected < 1.15
+    assert chi2 < 2000  # far from uniform would be in the tens of thousands
+
+
+def test_removing_a_replica_moves_only_its_keys() -> None:
+    policy, replicas = PrefixPolicy(), fleet(5)
+    rng = random.Random(2)
+    keys = [rng.getrandbits(64) for _ in range(5000)]
+    before = {k: place(policy, replicas, k) for k in keys}
+    gone = replicas.pop(2)
+    after = {k: place(policy, replicas, k) for k in keys}
+    moved = [k for k in keys if before[k] != after[k]]
+    assert moved
+    assert all(before[k] == gone.id for k in moved)
+
+
+def test_bounded_loads_hold_under_a_burst() -> None:
+    settings = PrefixSettings(load_factor=1.25, load_slack=8)
+    policy, replicas = PrefixPolicy(settings), fleet(4)
+    # 400 requests of ONE key arrive at once: the owner takes what the bound allows, the rest
+    # spill, and no replica ends above both bounds.
+    for _ in range(400):
+        place(policy, replicas, 4242, hold=True)
+        loads = [r.inflight for r in replicas]
+        mean = sum(loads) / len(loads)
+        assert max(loads) <= max(1.25 * mean, min(loads) + 8) + 1
+
+
+def test_sticky_memory_sends_continuations_where_the_group_spilled() -> None:
+    policy, replicas = PrefixPolicy(PrefixSettings(load_slack=2, load_factor=1.0)), fleet(3)
+    key = 99
+    owner = place(policy, replicas, key)
+    by_id = {r.id: r for r in replicas}
+    by_id[owner].inflight = 10  # the owner is busy: the group spills
+    spilled = place(policy, replicas, key)
+    assert spilled != owner
+    assert (
+        policy.select(Snapshot(replicas, tuple(by_id)), RouteRequest("m", None, (key,))).reason
+        == "sticky"
+    )
+    by_id[owner].inflight = 0  # the owner is free again, the continuation follows its KV
+    assert place(policy, replicas, key) == spilled
+
+
+def test_explicit_key_and_no_key() -> None:
+    policy, replicas = PrefixPolicy(), fleet(3)
+    snapshot = Snapshot(replicas, tuple(r.id for r in replicas))
+    a = policy.select(snapshot, RouteRequest("m", "session-1"))
+    b = policy.select(snapshot, RouteRequest("m", "session-1", (1, 2)))
+    assert a.reason == "explicit_key"
+    assert a.replica_id == b.replica_id
+    replicas[0].inflight = 5
+    assert policy.select(snapshot, RouteRequest("m")).reason == "no_key"
+    assert policy.select(snapshot, RouteRequest("m")).replica_id != replicas[0].id
+
+
+def test_only_candidates_are_chosen() -> None:
+    policy, replicas = PrefixPolicy(), fleet(4)
+    members = tuple(r.id for r in replicas)
+    rng = random.Random(3)
+    for _ in range(500):
+        candidates = rng.sample(replicas, rng.randint(1, 4))
+        decision = policy.select(
+            Snapshot(candidates, members), RouteRequest("m", None, (rng.getrandbits(64),))
+        )
+        assert decision.replica_id in {c.id for c in candidates}
