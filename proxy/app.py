@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.registry import Registry
+from proxy.adapters.service import AdapterService
+from proxy.adapters.watcher import BucketSource, DirectorySource, Source, Watcher
 from proxy.admin import Admin
 from proxy.auth import KeyCheck
 from proxy.client import UpstreamClient
 from proxy.clock import Clock, RealClock
-from proxy.config import Settings
+from proxy.config import AdapterSettings, Settings
 from proxy.fanout import FanOut
 from proxy.fleet import Fleet
 from proxy.forward import Forwarder
@@ -29,12 +34,16 @@ from proxy.metrics import Metrics
 from proxy.routing import build_policy
 from proxy.upstreams import ReplicaPool
 
+log = logging.getLogger("proxy")
+
 POOL = web.AppKey("pool", ReplicaPool)
 FLEET = web.AppKey("fleet", Fleet)
 LIMITER = web.AppKey("limiter", Limiter)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", HealthMonitor)
 CLIENT = web.AppKey("client", UpstreamClient)
+ADAPTERS = web.AppKey("adapters", AdapterService)
+WATCHER = web.AppKey("watcher", Watcher)
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
@@ -48,9 +57,25 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     limiter = Limiter(settings.limits, pool, clock)
     pool.on_change = limiter.wake
     policy = build_policy(settings.policy)
-    metrics = Metrics(pool, lambda: limiter.inflight, lambda: limiter.queued, policy.stats)
-    fleet = Fleet(pool, client)
-    forwarder = Forwarder(pool, client, limiter, policy, metrics)
+    registry = Registry(window_override=settings.adapters.window)
+    adapter_cfg = settings.adapters
+    retry = RetryPolicy(
+        adapter_cfg.load_deadline_s, adapter_cfg.retry_min_s, adapter_cfg.retry_max_s
+    )
+    broadcaster = Broadcaster(pool, client, registry, clock, retry)
+    source = build_source(adapter_cfg)
+    metrics = Metrics(
+        pool,
+        lambda: limiter.inflight,
+        lambda: limiter.queued,
+        policy.stats,
+        lambda: adapters.stats(),
+    )
+    adapters = AdapterService(
+        broadcaster, metrics, secret_values(settings), has_source=source is not None
+    )
+    fleet = Fleet(pool, client, adapters)
+    forwarder = Forwarder(pool, client, limiter, policy, metrics, adapters)
     fanout = FanOut(pool, client, fleet, metrics, secret_values(settings))
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet)
     handlers = Handlers(
@@ -59,6 +84,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         limiter=limiter,
         forwarder=forwarder,
         fanout=fanout,
+        adapters=adapters,
         metrics=metrics,
         api_key=KeyCheck(settings.api_key, "API"),
         max_body_bytes=settings.max_body_bytes,
@@ -72,9 +98,13 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     app[METRICS] = metrics
     app[HEALTH] = monitor
     app[CLIENT] = client
+    app[ADAPTERS] = adapters
+    if source is not None:
+        app[WATCHER] = Watcher(source, clock, adapters.source_changed)
     _add_routes(app, handlers)
     app.add_routes(Admin(pool, KeyCheck(settings.admin_key, "admin")).routes())
     app.cleanup_ctx.append(_client_ctx)
+    app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
     return app
 
@@ -105,6 +135,34 @@ def _add_routes(app: web.Application, h: Handlers) -> None:
 async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     await app[CLIENT].close()
+
+
+async def _adapters_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The watcher (if a source is configured); pending adapter work is cancelled at exit."""
+    watcher = app.get(WATCHER)
+    task = None
+    if watcher is not None:
+        log.info("watching %s for adapter versions", watcher.source.describe())
+        task = asyncio.create_task(watcher.run(), name="adapter-watcher")
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    await app[ADAPTERS].close()
+
+
+def build_source(settings: AdapterSettings) -> Source | None:
+    if settings.dir is not None:
+        return DirectorySource(settings.dir, settings.watch_interval_s or 0.5)
+    if settings.bucket is not None:
+        return BucketSource(
+            settings.bucket,
+            settings.mount_path,
+            settings.watch_interval_s or 2.0,
+            settings.hub_endpoint,
+        )
+    return None
 
 
 async def _health_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -59,6 +59,30 @@ class UpstreamSettings(BaseModel):
     max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
 
 
+class AdapterSettings(BaseModel):
+    """Where adapter versions come from and how loads are carried out."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dir: Path | None = None
+    bucket: str | None = None
+    mount_path: str = "/lora"
+    watch_interval_s: PositiveFloat | None = None  # default 0.5 s (dir) or 2 s (bucket)
+    window: Annotated[int, Field(ge=1)] | None = None  # default: smallest max_loras - 1
+    load_deadline_s: PositiveFloat = 60.0
+    retry_min_s: PositiveFloat = 0.05
+    retry_max_s: PositiveFloat = 0.25
+    hub_endpoint: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AdapterSettings:
+        if self.dir is not None and self.bucket is not None:
+            raise ValueError("give --adapters-dir or --adapters-bucket, not both")
+        if self.bucket is not None and len(self.bucket.strip("/").split("/")) < 2:
+            raise ValueError("--adapters-bucket must look like NAMESPACE/BUCKET[/PREFIX]")
+        return self
+
+
 # Flat field name -> (section, field in section). Flags and env vars are flat, as users type them.
 _SECTIONS: dict[str, tuple[str, str]] = {
     "health_interval": ("health", "interval_s"),
@@ -76,6 +100,13 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "ca_bundle": ("upstream", "ca_bundle"),
     "tls_verify": ("upstream", "tls_verify"),
     "max_attempts": ("upstream", "max_attempts"),
+    "adapters_dir": ("adapters", "dir"),
+    "adapters_bucket": ("adapters", "bucket"),
+    "adapters_mount": ("adapters", "mount_path"),
+    "watch_interval": ("adapters", "watch_interval_s"),
+    "adapter_window": ("adapters", "window"),
+    "adapter_load_deadline": ("adapters", "load_deadline_s"),
+    "hub_endpoint": ("adapters", "hub_endpoint"),
     "policy": ("policy", "kind"),
     "load_factor": ("policy", "load_factor"),
     "load_slack": ("policy", "load_slack"),
@@ -86,7 +117,7 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "template_threshold": ("policy", "template_threshold"),
     "max_tracked": ("policy", "max_tracked"),
 }
-_NESTED = ("health", "limits", "upstream", "policy")
+_NESTED = ("health", "limits", "upstream", "policy", "adapters")
 
 
 class Settings(BaseSettings):
@@ -109,6 +140,7 @@ class Settings(BaseSettings):
     health: HealthSettings = HealthSettings()
     limits: LimitSettings = LimitSettings()
     upstream: UpstreamSettings = UpstreamSettings()
+    adapters: AdapterSettings = AdapterSettings()
 
     @field_validator("replicas", mode="before")
     @classmethod

@@ -1,18 +1,17 @@
 """The fleet's desired state, and bringing one replica in step with it.
 
-The proxy is the only writer of state changes TRL makes (adapters loaded, paused or not), so it
-remembers them here and replays them into a replica that joins or comes back from ejection before
+The proxy is the only writer of the state changes TRL makes (adapters, paused or not), so it
+remembers them and replays them into a replica that joins or comes back from ejection before
 that replica takes traffic. ``epoch`` counts changes so a sync that raced a change runs again.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-import orjson
-
+from proxy.adapters.service import AdapterService
 from proxy.client import SYNC_ERRORS, UpstreamClient
+from proxy.replica_info import max_loras, refresh_info
 from proxy.upstreams import Replica, ReplicaPool
 
 log = logging.getLogger("proxy.fleet")
@@ -21,10 +20,10 @@ _SYNC_ROUNDS = 3
 
 
 class Fleet:
-    def __init__(self, pool: ReplicaPool, client: UpstreamClient) -> None:
+    def __init__(self, pool: ReplicaPool, client: UpstreamClient, adapters: AdapterService):
         self.pool = pool
         self.client = client
-        self.adapters: dict[str, str] = {}  # loaded through the proxy: lora name -> path
+        self.adapters = adapters
         self.pause_query: str | None = None  # the query string of the last /pause, while paused
         self.epoch = 0
 
@@ -32,8 +31,8 @@ class Fleet:
         self.epoch += 1
 
     def knows(self, model: str) -> bool:
-        """True if any replica serves ``model`` or the fleet loaded it."""
-        if model in self.adapters:
+        """True if any replica serves ``model`` or the fleet has (or is loading) it."""
+        if self.adapters.knows(model):
             return True
         return any(replica.serves(model) for replica in self.pool)
 
@@ -41,15 +40,12 @@ class Fleet:
         return any(replica.base_model is not None for replica in self.pool)
 
     async def refresh_info(self, replica: Replica) -> None:
-        """Read the replica's models and server info. Raises on transport or HTTP errors."""
-        models = await self.client.call(replica, "GET", "/v1/models")
-        if models.status == 401:
-            raise RuntimeError("/v1/models answered HTTP 401: check --upstream-token")
-        if models.status != 200:
-            raise RuntimeError(f"/v1/models answered HTTP {models.status}")
-        apply_models(replica, models.json())
-        info = await self.client.call(replica, "GET", "/server_info?config_format=json")
-        replica.server_info = info.json() if info.status == 200 else None
+        await refresh_info(self.client, replica)
+        self._update_limits()
+
+    def _update_limits(self) -> None:
+        limits = [m for m in map(max_loras, self.pool) if m is not None]
+        self.adapters.registry.max_loras = min(limits) if limits else None
 
     async def admit(self, replica: Replica) -> bool:
         """Bring ``replica`` in step (models, adapters, paused); True when it may take traffic."""
@@ -57,7 +53,9 @@ class Fleet:
             for _ in range(_SYNC_ROUNDS):
                 epoch = self.epoch
                 await self.refresh_info(replica)
-                await self._replay(replica)
+                if not await self.adapters.admit(replica):
+                    raise RuntimeError(replica.last_error or "adapter window not loaded")
+                await self._replay_pause(replica)
                 if epoch == self.epoch:
                     return True
         except SYNC_ERRORS as exc:
@@ -68,40 +66,8 @@ class Fleet:
             return False
         return False
 
-    async def _replay(self, replica: Replica) -> None:
-        for name, path in list(self.adapters.items()):
-            if replica.adapters.get(name) == path:
-                continue
-            body = orjson.dumps({"lora_name": name, "lora_path": path, "load_inplace": False})
-            reply = await self.client.call(replica, "POST", "/v1/load_lora_adapter", body=body)
-            if reply.status != 200:
-                raise RuntimeError(f"replaying adapter {name} answered HTTP {reply.status}")
-            replica.adapters[name] = path
-            log.info("replica %s: replayed adapter %s", replica.id, name)
+    async def _replay_pause(self, replica: Replica) -> None:
         if self.pause_query is not None:
             reply = await self.client.call(replica, "POST", "/pause" + self.pause_query)
             if reply.status != 200:
                 raise RuntimeError(f"replaying pause answered HTTP {reply.status}")
-
-
-def apply_models(replica: Replica, listing: Any) -> None:
-    """Update the replica's base model and adapters from a vLLM ``/v1/models`` answer."""
-    data = listing.get("data") if isinstance(listing, dict) else None
-    if not isinstance(data, list):
-        raise RuntimeError("/v1/models answer has no 'data' list")
-    adapters: dict[str, str] = {}
-    base: dict[str, Any] | None = None
-    for entry in data:
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            continue
-        if entry.get("parent") is not None:
-            adapters[entry["id"]] = str(entry.get("root") or "")
-        elif base is None:
-            base = entry
-    if base is None:
-        raise RuntimeError("/v1/models lists no base model")
-    length = base.get("max_model_len")
-    replica.base_model = base["id"]
-    replica.max_model_len = length if isinstance(length, int) else None
-    replica.adapters = adapters
-    replica.model_entries = [e for e in data if isinstance(e, dict)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from typing import Protocol
 
 import aiohttp
 from aiohttp import web
@@ -38,6 +39,10 @@ REPLICA_HEADER = "X-Rollout-Replica"
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 
 
+class OutOfStep(Protocol):
+    def out_of_step(self, replica: Replica, name: str) -> None: ...
+
+
 class _Failed(Exception):
     """This attempt failed before the client saw a byte; another replica may be tried."""
 
@@ -50,7 +55,9 @@ class Forwarder:
         limiter: Limiter,
         policy: Policy,
         metrics: Metrics,
+        adapters: OutOfStep,
     ) -> None:
+        self._adapters = adapters
         self._pool = pool
         self._client = client
         self._limiter = limiter
@@ -105,7 +112,15 @@ class Forwarder:
             self._metrics.record_decision(reason)
             try:
                 return await self._attempt(
-                    request, route_name, replica, reason, path_qs, body, content_type, started
+                    request,
+                    route_name,
+                    replica,
+                    reason,
+                    route.model,
+                    path_qs,
+                    body,
+                    content_type,
+                    started,
                 )
             except _Failed as exc:
                 tried.add(replica.id)
@@ -126,6 +141,7 @@ class Forwarder:
         route_name: str,
         replica: Replica,
         reason: str,
+        model: str | None,
         path_qs: str,
         body: bytes,
         content_type: str,
@@ -144,6 +160,8 @@ class Forwarder:
                 if upstream.content_length is not None:
                     data = await upstream.read()
                     done = time.perf_counter()
+                    if upstream.status == 404 and self._lost_adapter(replica, model, data):
+                        raise _Failed(f"replica no longer has {model}")
                     response: web.StreamResponse = web.Response(
                         status=upstream.status, body=data, headers=headers
                     )
@@ -193,6 +211,15 @@ class Forwarder:
         done = time.perf_counter()
         await response.write_eof()
         return response, done
+
+    def _lost_adapter(self, replica: Replica, model: str | None, data: bytes) -> bool:
+        """vLLM's "model does not exist" for an adapter the replica was believed to hold: it
+        restarted unseen. Mark it out of step (reconciled in the background) and fail over."""
+        if model is None or model not in replica.adapters or b"does not exist" not in data:
+            return False
+        self._metrics.record_replica_error(replica.id, "lost_adapter")
+        self._adapters.out_of_step(replica, model)
+        return True
 
     def _eject(self, replica: Replica, kind: str, exc: BaseException) -> None:
         self._metrics.record_replica_error(replica.id, kind)

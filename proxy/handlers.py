@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from proxy import aggregate
+from proxy.adapters.service import AdapterService
 from proxy.auth import KeyCheck
 from proxy.errors import error_response, model_not_found
 from proxy.fanout import FanOut
@@ -43,6 +44,7 @@ class Handlers:
     limiter: Limiter
     forwarder: Forwarder
     fanout: FanOut
+    adapters: AdapterService
     metrics: Metrics
     api_key: KeyCheck
     max_body_bytes: int
@@ -113,11 +115,11 @@ class Handlers:
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
-        return body if isinstance(body, web.Response) else await self.fanout.load(body)
+        return body if isinstance(body, web.Response) else await self.adapters.load(body)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
-        return body if isinstance(body, web.Response) else await self.fanout.unload(body)
+        return body if isinstance(body, web.Response) else await self.adapters.unload(body)
 
     async def control(self, request: web.Request) -> web.StreamResponse:
         return await self.fanout.control(request.path, request.query_string)
@@ -161,7 +163,7 @@ class Handlers:
                 "max_inflight": self.limiter.overall_cap(),
                 "max_inflight_per_replica": self.limiter.per_replica,
                 "paused": self.fleet.pause_query is not None,
-                "adapters": sorted(self.fleet.adapters),
+                "adapters": self.adapters.status(),
                 "replicas": [aggregate.replica_status(r) for r in self.pool],
             },
         )

@@ -70,17 +70,25 @@ class _StateCollector(Collector):
         inflight: Callable[[], int],
         queued: Callable[[], int],
         routing: Callable[[], dict[str, int]],
+        adapters: Callable[[], dict[str, int]],
     ) -> None:
         self._pool = pool
         self._inflight = inflight
         self._queued = queued
         self._routing = routing
+        self._adapters = adapters
 
     def collect(self) -> Iterable[Metric]:
         yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", self._inflight())
         yield GaugeMetricFamily(
             PREFIX + "queue_depth", "Requests waiting for a slot", self._queued()
         )
+        loaded = GaugeMetricFamily(
+            PREFIX + "replica_adapters", "Adapters loaded on the replica", labels=["replica"]
+        )
+        for replica in self._pool:
+            loaded.add_metric([replica.id], len(replica.adapters))
+        yield loaded
         healthy = GaugeMetricFamily(
             PREFIX + "replica_healthy", "1 if the replica takes new requests", labels=["replica"]
         )
@@ -104,6 +112,14 @@ class _StateCollector(Collector):
         for kind, size in sorted(self._routing().items()):
             tracked.add_metric([kind], size)
         yield tracked
+        versions = GaugeMetricFamily(
+            PREFIX + "adapter_versions",
+            "Adapter versions: wanted on the fleet, loading, and the newest version number",
+            labels=["kind"],
+        )
+        for kind, value in sorted(self._adapters().items()):
+            versions.add_metric([kind], value)
+        yield versions
 
 
 class Metrics:
@@ -115,8 +131,9 @@ class Metrics:
         inflight: Callable[[], int],
         queued: Callable[[], int],
         routing: Callable[[], dict[str, int]],
+        adapters: Callable[[], dict[str, int]],
     ) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
         self._requests = Counter(
             PREFIX + "requests",
@@ -179,13 +196,37 @@ class Metrics:
         self._ejections = Counter(
             PREFIX + "ejections", "Replicas ejected, by cause", ["cause"], registry=reg
         )
+        self._adapter_loads = Counter(
+            PREFIX + "adapter_loads",
+            "Adapter loads per replica, by outcome",
+            ["replica", "outcome"],
+            registry=reg,
+        )
+        self._adapter_attempts = Histogram(
+            PREFIX + "adapter_load_attempts",
+            "Attempts per adapter load (mount lag retries)",
+            buckets=(1, 2, 3, 5, 10, 20, 50, 100, 500),
+            registry=reg,
+        )
+        self._fleet_load = Histogram(
+            PREFIX + "adapter_fleet_load_seconds",
+            "From a load request to the version loaded on every routable replica",
+            ["outcome"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=reg,
+        )
+        self._reconciles = Counter(
+            PREFIX + "reconciliations",
+            "Replicas brought in step with the adapter window",
+            registry=reg,
+        )
         self._decisions = Counter(
             PREFIX + "routing_decisions",
             "Routing decisions, by reason",
             ["reason"],
             registry=reg,
         )
-        reg.register(_StateCollector(pool, inflight, queued, routing))
+        reg.register(_StateCollector(pool, inflight, queued, routing, adapters))
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -214,6 +255,16 @@ class Metrics:
 
     def record_replica_error(self, replica: str, kind: str) -> None:
         self._child(self._replica_errors, replica, kind).inc()
+
+    def record_adapter_load(self, replica: str, outcome: str, attempts: int) -> None:
+        self._child(self._adapter_loads, replica, outcome).inc()
+        self._adapter_attempts.observe(attempts)
+
+    def record_fleet_load(self, seconds: float, outcome: str) -> None:
+        self._child(self._fleet_load, outcome).observe(seconds)
+
+    def record_reconcile(self) -> None:
+        self._reconciles.inc()
 
     def record_decision(self, reason: str) -> None:
         self._child(self._decisions, reason).inc()

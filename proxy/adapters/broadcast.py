@@ -1,0 +1,167 @@
+"""Carrying out adapter commands on replicas: retries for lagging mounts, rollback, replay.
+
+Per replica, a load that fails with vLLM's ``No adapter found`` (the replica's bucket mount has
+not caught up yet; vLLM answers 404) is retried at short intervals, from ``retry_min_s`` growing
+by half each time to at most ``retry_max_s``, until the deadline; every other error is final.
+A replica that cannot be reached is ejected (the health loop reconciles it when it comes back)
+instead of failing the fleet.
+
+A client's load answers only when every routable replica has the version: 200, or an error after
+rolling back the replicas that took it; a mount that never caught up answers 504 (never 404:
+TRL reads 404 as "runtime LoRA updating is off"). Loads of one name are coalesced: a load the
+watcher already started (or finished) is what the client's request waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from proxy.adapters.registry import Load, Registry, Unload, Version
+from proxy.client import TRANSPORT_ERRORS, Reply, UpstreamClient
+from proxy.clock import Clock
+from proxy.upstreams import Health, Replica, ReplicaPool
+
+log = logging.getLogger("proxy.adapters")
+
+Status = Literal["ok", "lagging", "failed", "unreachable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    replica: Replica
+    status: Status
+    reply: Reply | None = None
+    attempts: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    deadline_s: float = 60.0
+    min_s: float = 0.05
+    max_s: float = 0.25
+
+
+class Broadcaster:
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        client: UpstreamClient,
+        registry: Registry,
+        clock: Clock,
+        retry: RetryPolicy,
+    ) -> None:
+        self.pool = pool
+        self.client = client
+        self.registry = registry
+        self.clock = clock
+        self.retry = retry
+
+    async def load_on(self, replica: Replica, version: Version, deadline: float) -> Outcome:
+        """Load ``version`` on one replica, retrying while its mount lags."""
+        body = orjson.dumps(
+            {"lora_name": version.name, "lora_path": version.path, "load_inplace": False}
+        )
+        delay, attempts = self.retry.min_s, 0
+        while True:
+            attempts += 1
+            try:
+                reply = await self.client.call(replica, "POST", "/v1/load_lora_adapter", body=body)
+            except TRANSPORT_ERRORS as exc:
+                self.eject(replica, f"unreachable during adapter load ({type(exc).__name__})")
+                return Outcome(replica, "unreachable", None, attempts)
+            if reply.status == 200:
+                self.confirm(replica, version)
+                return Outcome(replica, "ok", reply, attempts)
+            if reply.status == 400 and b"already been loaded" in reply.body:
+                # The replica has this name from before: replace it with this version.
+                if await self.unload_on(replica, version.name) and attempts < 3:
+                    continue
+                return Outcome(replica, "failed", reply, attempts)
+            if reply.status != 404 or b"No adapter found" not in reply.body:
+                return Outcome(replica, "failed", reply, attempts)
+            if self.clock.monotonic() + delay > deadline:
+                return Outcome(replica, "lagging", reply, attempts)
+            await self.clock.sleep(delay)
+            delay = min(delay * 1.5, self.retry.max_s)
+
+    async def unload_on(self, replica: Replica, name: str) -> bool:
+        """Unload ``name``; True when the replica no longer has it (404 counts)."""
+        body = orjson.dumps({"lora_name": name})
+        try:
+            reply = await self.client.call(replica, "POST", "/v1/unload_lora_adapter", body=body)
+        except TRANSPORT_ERRORS as exc:
+            self.eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
+            return False
+        if reply.status in (200, 404):
+            self.registry.mark_unloaded(replica.id, name)
+            replica.adapters.pop(name, None)
+            return True
+        log.warning("replica %s: unload of %s answered HTTP %d", replica.id, name, reply.status)
+        return False
+
+    def confirm(self, replica: Replica, version: Version) -> None:
+        self.registry.mark_loaded(replica.id, version)
+        replica.adapters[version.name] = version.path
+        self.pool.refresh()  # requests waiting for this version may go now
+
+    def eject(self, replica: Replica, error: str) -> None:
+        if replica.health is Health.HEALTHY:
+            log.warning("replica %s ejected: %s", replica.id, error)
+        self.pool.set_health(replica, Health.EJECTED, error)
+        replica.ok_streak = 0
+
+    def deadline(self) -> float:
+        return self.clock.monotonic() + self.retry.deadline_s
+
+    async def bring_in_step(self, replica: Replica, *, manage_unknown: bool) -> bool:
+        """Run the registry's plan on ``replica``; True when it holds the whole window."""
+        deadline = self.deadline()
+        for command in self.registry.plan(replica.id, manage_unknown=manage_unknown):
+            if isinstance(command, Unload):
+                if not await self.unload_on(replica, command.name):
+                    return False
+            elif isinstance(command, Load):
+                outcome = await self.load_on(replica, command.version, deadline)
+                if outcome.status != "ok":
+                    replica.last_error = _describe(outcome, command.version.name)
+                    return False
+        return True
+
+    async def load_fleet(self, version: Version) -> list[Outcome]:
+        """Load ``version`` on every routable replica at once; roll back if any fails."""
+        deadline = self.deadline()
+        targets = self.pool.routable()
+        outcomes = list(
+            await asyncio.gather(*(self._ensure(r, version, deadline) for r in targets))
+        )
+        if any(o.status in ("failed", "lagging") for o in outcomes):
+            took = [o.replica for o in outcomes if o.status == "ok"]
+            await asyncio.gather(*(self.unload_on(r, version.name) for r in took))
+        return outcomes
+
+    async def _ensure(self, replica: Replica, version: Version, deadline: float) -> Outcome:
+        held = self.registry.loaded.get(replica.id, {}).get(version.name)
+        if held is not None and held.source != "replica" and held.same_files(version):
+            return Outcome(replica, "ok", None, 0)
+        if held is not None and not await self.unload_on(replica, version.name):
+            return Outcome(replica, "failed", None, 0)
+        return await self.load_on(replica, version, deadline)
+
+    async def unload_fleet(self, name: str) -> list[tuple[Replica, bool]]:
+        targets = [r for r in self.pool if r.routable or self.registry.holds(r.id, name)]
+        done = await asyncio.gather(*(self.unload_on(r, name) for r in targets))
+        return list(zip(targets, done, strict=True))
+
+
+def _describe(outcome: Outcome, name: str) -> str:
+    if outcome.status == "lagging":
+        return f"adapter {name} not visible to the replica before the deadline (mount lag)"
+    if outcome.status == "unreachable":
+        return "unreachable"
+    status = outcome.reply.status if outcome.reply is not None else "?"
+    return f"loading adapter {name} answered HTTP {status}"

@@ -1,0 +1,154 @@
+"""Adapter-version registry: pure state, no I/O, no clock.
+
+It knows
+- the versions wanted on the fleet (name, path, version number, source, files fingerprint), kept
+  to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``
+  minus one, so loading the next version never needs more than ``max_loras`` slots);
+- what each replica has loaded, and from which version record.
+and turns "what is" into commands for one replica: unloads first (versions dropped, stale copies
+of a name: another path, other files, or loaded before this proxy knew it), then loads.
+Invariants: a dropped or removed version is never planned again; a replica is never planned
+more than ``max_loras`` adapters (unloads run before loads).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+_NUMBER = re.compile(r"-v([0-9]+)$")
+DEFAULT_WINDOW = 4
+
+Fingerprint = tuple[tuple[str, int, int], ...]  # (file name, size, mtime_ns), sorted
+
+
+def version_number(name: str) -> int | None:
+    match = _NUMBER.search(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    name: str
+    path: str
+    source: Literal["bucket", "client", "replica"]
+    fingerprint: Fingerprint | None = None
+
+    @property
+    def number(self) -> int | None:
+        return version_number(self.name)
+
+    def same_files(self, other: Version) -> bool:
+        """Same path and, where both are known, the same files."""
+        if self.path != other.path:
+            return False
+        if self.fingerprint is None or other.fingerprint is None:
+            return True
+        return self.fingerprint == other.fingerprint
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    name: str
+
+
+Command = Load | Unload
+
+
+@dataclass(slots=True)
+class Registry:
+    window_override: int | None = None
+    max_loras: int | None = None
+    versions: dict[str, Version] = field(default_factory=dict)  # wanted, in arrival order
+    loaded: dict[str, dict[str, Version]] = field(default_factory=dict)  # replica -> name -> v
+    _arrival: int = 0
+    _order: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def window(self) -> int:
+        if self.window_override is not None:
+            return self.window_override
+        if self.max_loras is not None:
+            return max(self.max_loras - 1, 1)
+        return DEFAULT_WINDOW
+
+    def newest(self) -> int | None:
+        numbers = [v.number for v in self.versions.values() if v.number is not None]
+        return max(numbers) if numbers else None
+
+    def add(self, version: Version) -> list[str]:
+        """Want ``version``; returns the names dropped to keep the window."""
+        self._arrival += 1
+        self._order[version.name] = self._arrival
+        self.versions[version.name] = version
+        ranked = sorted(self.versions.values(), key=self._rank)
+        dropped = [v.name for v in ranked[: max(len(ranked) - self.window, 0)]]
+        for name in dropped:
+            self.remove(name)
+        return dropped
+
+    def _rank(self, version: Version) -> tuple[int, int]:
+        number = version.number
+        return (number if number is not None else -1, self._order.get(version.name, 0))
+
+    def remove(self, name: str) -> None:
+        """No longer wanted (TRL unloaded it, its directory went away, the window moved on)."""
+        self.versions.pop(name, None)
+        self._order.pop(name, None)
+
+    def wanted(self, name: str) -> Version | None:
+        return self.versions.get(name)
+
+    def holds(self, replica: str, name: str) -> bool:
+        return name in self.loaded.get(replica, {})
+
+    def mark_loaded(self, replica: str, version: Version) -> None:
+        self.loaded.setdefault(replica, {})[version.name] = version
+
+    def mark_unloaded(self, replica: str, name: str) -> None:
+        self.loaded.get(replica, {}).pop(name, None)
+
+    def forget(self, replica: str) -> None:
+        self.loaded.pop(replica, None)
+
+    def observe(self, replica: str, listed: dict[str, str]) -> None:
+        """Align with a replica's own listing (name -> path): it is the truth of what it has.
+
+        Names the registry loaded keep their record; names it did not load are recorded as
+        ``replica``-sourced (unknown files), so a wanted version under that name gets reloaded.
+        """
+        mine = self.loaded.get(replica, {})
+        self.loaded[replica] = {
+            name: mine[name] if name in mine and mine[name].path == path
+            else Version(name, path, "replica")
+            for name, path in listed.items()
+        }  # fmt: skip
+
+    def plan(self, replica: str, *, manage_unknown: bool) -> list[Command]:
+        """Commands that bring ``replica`` to the wanted window.
+
+        ``manage_unknown``: also unload adapters the registry never wanted (a source is
+        configured, so anything else on the replica is a leftover from an earlier run).
+        """
+        have = self.loaded.get(replica, {})
+        unloads: list[Command] = []
+        loads: list[Command] = []
+        for name, held in have.items():
+            wanted = self.versions.get(name)
+            if wanted is None:
+                if manage_unknown or held.source != "replica":
+                    unloads.append(Unload(name))
+            elif held.source == "replica" or not held.same_files(wanted):
+                unloads.append(Unload(name))
+                loads.append(Load(wanted))
+        for name, wanted in self.versions.items():
+            if name not in have:
+                loads.append(Load(wanted))
+        loads.sort(key=lambda c: self._rank(c.version) if isinstance(c, Load) else (0, 0))
+        return unloads + loads

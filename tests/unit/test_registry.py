@@ -1,0 +1,81 @@
+"""The adapter-version registry: window, plans, stale copies, leftovers."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.adapters.registry import Load, Registry, Unload, Version
+
+
+def v(
+    n: int, path: str | None = None, files: tuple[tuple[str, int, int], ...] | None = None
+) -> Version:
+    return Version(f"trl-policy-v{n}", path or f"/lora/run/.vllm_lora/trl-policy-v{n}", "client",
+                   files)  # fmt: skip
+
+
+def test_window_follows_max_loras_and_drops_the_oldest() -> None:
+    registry = Registry(max_loras=4)
+    assert registry.window == 3
+    dropped = [name for n in range(1, 6) for name in registry.add(v(n))]
+    assert dropped == ["trl-policy-v1", "trl-policy-v2"]
+    assert list(registry.versions) == ["trl-policy-v3", "trl-policy-v4", "trl-policy-v5"]
+    assert registry.newest() == 5
+
+
+def test_plan_loads_the_window_in_version_order() -> None:
+    registry = Registry(window_override=3)
+    for n in (3, 1, 2):
+        registry.add(v(n))
+    plan = registry.plan("r1", manage_unknown=False)
+    assert plan == [Load(v(1)), Load(v(2)), Load(v(3))]
+    for command in plan:
+        assert isinstance(command, Load)
+        registry.mark_loaded("r1", command.version)
+    assert registry.plan("r1", manage_unknown=False) == []
+
+
+def test_dropped_versions_are_unloaded_and_never_planned_again() -> None:
+    registry = Registry(window_override=2)
+    for n in (1, 2):
+        registry.add(v(n))
+        registry.mark_loaded("r1", v(n))
+    registry.add(v(3))
+    assert registry.plan("r1", manage_unknown=False) == [Unload("trl-policy-v1"), Load(v(3))]
+
+
+def test_stale_copy_under_the_same_name_is_replaced() -> None:
+    registry = Registry()
+    old = v(1, files=(("adapter_model.safetensors", 10, 1),))
+    new = v(1, files=(("adapter_model.safetensors", 10, 2),))
+    registry.mark_loaded("r1", old)
+    registry.add(new)
+    assert registry.plan("r1", manage_unknown=False) == [Unload("trl-policy-v1"), Load(new)]
+
+
+def test_adapters_loaded_before_the_proxy_knew_them() -> None:
+    registry = Registry()
+    registry.observe("r1", {"trl-policy-v1": "/lora/x", "leftover": "/old/run"})
+    registry.add(v(1, path="/lora/x"))
+    # The wanted name is reloaded (its files cannot be vouched for); leftovers stay unless a
+    # source is configured.
+    assert registry.plan("r1", manage_unknown=False) == [
+        Unload("trl-policy-v1"),
+        Load(v(1, "/lora/x")),
+    ]
+    assert Unload("leftover") in registry.plan("r1", manage_unknown=True)
+
+
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 8))
+def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -> None:
+    registry = Registry(max_loras=max_loras)
+    for n in numbers:
+        registry.add(v(n))
+        for command in registry.plan("r1", manage_unknown=False):
+            if isinstance(command, Load):
+                registry.mark_loaded("r1", command.version)
+            else:
+                registry.mark_unloaded("r1", command.name)
+        assert len(registry.loaded["r1"]) <= max(max_loras - 1, 1)
+    assert max(numbers) == registry.newest()
