@@ -16,7 +16,8 @@ from collections import Counter
 import aiohttp
 
 from benchmarks.loadgen import LoadGenerator, LoadResult
-from benchmarks.procs import Child, children, free_port, start_child, stop_child
+from benchmarks.loopback import free_port
+from benchmarks.procs import Child, children, start_child, stop_child
 from benchmarks.trace import TraceShape
 
 # Simulated replica speed: 0.05 ms per uncached prompt token, 4 ms per generated token, with a

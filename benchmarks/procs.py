@@ -5,17 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -1,10 +1,10 @@
 """Prometheus metrics: one registry per app, fixed label sets, a few operations per request.
 
 Gauges that describe state (in-flight, queue depth, replica health) are read at scrape time by a
-collector, so the request path pays nothing for them. Counters and histograms are bound to their
-label children once and cached, so a request costs a dictionary lookup and an ``inc``/``observe``
-per metric. Label values come from fixed sets (routes, reasons) or configuration (replica ids),
-never from request data.
+collector, so the request path pays nothing for them. The request path's counters and histograms
+are lock-free tallies (``proxy.tally``), a dict update each; the rarer ones (rejections, errors,
+adapter loads) are prometheus_client metrics bound to their label children once. Label values
+come from fixed sets (routes, reasons) or configuration (replica ids), never from request data.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from proxy.tally import Spread, Tally, TallyCollector
 from proxy.upstreams import Health, ReplicaPool
 
 PREFIX = "rollout_proxy_"
@@ -135,43 +136,43 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
-        self._requests = Counter(
-            PREFIX + "requests",
-            "Requests answered, by route and HTTP status",
-            ["route", "status"],
-            registry=reg,
+        # The request path's metrics: lock-free, rendered at scrape time (see proxy.tally).
+        self._requests = Tally(
+            PREFIX + "requests", "Requests answered, by route and HTTP status", ["route", "status"]
         )
-        self._duration = Histogram(
+        self._duration = Spread(
             PREFIX + "request_duration_seconds",
             "Time from request to last byte sent",
             ["route"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
+            _LATENCY_BUCKETS,
         )
-        self._ttfb = Histogram(
+        self._ttfb = Spread(
             PREFIX + "upstream_ttfb_seconds",
             "Time from upstream send to response headers",
             ["route"],
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
+            _LATENCY_BUCKETS,
         )
-        self._overhead = Histogram(
+        self._overhead = Spread(
             PREFIX + "overhead_seconds",
             "Time spent in the proxy, excluding waiting on upstream",
             ["route"],
-            buckets=_OVERHEAD_BUCKETS,
-            registry=reg,
+            _OVERHEAD_BUCKETS,
+        )
+        self._replica_requests = Tally(
+            PREFIX + "replica_requests", "Generation requests sent to each replica", ["replica"]
+        )
+        self._tokens = Tally(
+            PREFIX + "tokens",
+            "Prompt tokens reported by replicas (usage), and those served from their prefix caches",
+            ["kind"],
+        )
+        self._decisions = Tally(
+            PREFIX + "routing_decisions", "Routing decisions, by reason", ["reason"]
         )
         self._rejections = Counter(
             PREFIX + "rejections",
             "Requests refused by the proxy, by reason",
             ["reason"],
-            registry=reg,
-        )
-        self._replica_requests = Counter(
-            PREFIX + "replica_requests",
-            "Generation requests sent to each replica",
-            ["replica"],
             registry=reg,
         )
         self._replica_errors = Counter(
@@ -183,14 +184,6 @@ class Metrics:
         self._failovers = Counter(
             PREFIX + "failovers",
             "Requests retried on another replica before the first byte",
-            registry=reg,
-        )
-        self._prompt_tokens = Counter(
-            PREFIX + "prompt_tokens", "Prompt tokens reported by replicas (usage)", registry=reg
-        )
-        self._cached_tokens = Counter(
-            PREFIX + "cached_prompt_tokens",
-            "Prompt tokens served from the replicas' prefix caches (usage.cached_tokens)",
             registry=reg,
         )
         self._ejections = Counter(
@@ -208,6 +201,13 @@ class Metrics:
             buckets=(1, 2, 3, 5, 10, 20, 50, 100, 500),
             registry=reg,
         )
+        self._replica_load = Histogram(
+            PREFIX + "adapter_load_seconds",
+            "Adapter load time per replica, retries included",
+            ["replica"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=reg,
+        )
         self._fleet_load = Histogram(
             PREFIX + "adapter_fleet_load_seconds",
             "From a load request to the version loaded on every routable replica",
@@ -220,13 +220,20 @@ class Metrics:
             "Replicas brought in step with the adapter window",
             registry=reg,
         )
-        self._decisions = Counter(
-            PREFIX + "routing_decisions",
-            "Routing decisions, by reason",
-            ["reason"],
-            registry=reg,
-        )
         reg.register(_StateCollector(pool, inflight, queued, routing, adapters))
+        reg.register(
+            TallyCollector(
+                [
+                    self._requests,
+                    self._duration,
+                    self._ttfb,
+                    self._overhead,
+                    self._replica_requests,
+                    self._tokens,
+                    self._decisions,
+                ]
+            )
+        )
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -237,18 +244,18 @@ class Metrics:
         return child
 
     def record_request(self, route: str, status: int, seconds: float) -> None:
-        self._child(self._requests, route, str(status)).inc()
-        self._child(self._duration, route).observe(seconds)
+        self._requests.add((route, str(status)))
+        self._duration.observe((route,), seconds)
 
     def record_upstream(self, route: str, replica: str, ttfb_s: float, overhead_s: float) -> None:
-        self._child(self._ttfb, route).observe(ttfb_s)
-        self._child(self._overhead, route).observe(overhead_s)
-        self._child(self._replica_requests, replica).inc()
+        key = (route,)
+        self._ttfb.observe(key, ttfb_s)
+        self._overhead.observe(key, overhead_s)
+        self._replica_requests.add((replica,))
 
     def record_usage(self, prompt_tokens: int, cached_tokens: int) -> None:
-        self._prompt_tokens.inc(prompt_tokens)
-        if cached_tokens:
-            self._cached_tokens.inc(cached_tokens)
+        self._tokens.add(("prompt",), prompt_tokens)
+        self._tokens.add(("cached",), cached_tokens)
 
     def record_rejection(self, reason: str) -> None:
         self._child(self._rejections, reason).inc()
@@ -256,9 +263,13 @@ class Metrics:
     def record_replica_error(self, replica: str, kind: str) -> None:
         self._child(self._replica_errors, replica, kind).inc()
 
-    def record_adapter_load(self, replica: str, outcome: str, attempts: int) -> None:
+    def record_adapter_load(
+        self, replica: str, outcome: str, attempts: int, seconds: float
+    ) -> None:
         self._child(self._adapter_loads, replica, outcome).inc()
         self._adapter_attempts.observe(attempts)
+        if outcome == "ok":
+            self._child(self._replica_load, replica).observe(seconds)
 
     def record_fleet_load(self, seconds: float, outcome: str) -> None:
         self._child(self._fleet_load, outcome).observe(seconds)
@@ -267,7 +278,7 @@ class Metrics:
         self._reconciles.inc()
 
     def record_decision(self, reason: str) -> None:
-        self._child(self._decisions, reason).inc()
+        self._decisions.add((reason,))
 
     def record_failover(self) -> None:
         self._failovers.inc()

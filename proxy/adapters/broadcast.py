@@ -37,6 +37,7 @@ class Outcome:
     status: Status
     reply: Reply | None = None
     attempts: int = 1
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class Broadcaster:
         body = orjson.dumps(
             {"lora_name": version.name, "lora_path": version.path, "load_inplace": False}
         )
-        delay, attempts = self.retry.min_s, 0
+        delay, attempts, started = self.retry.min_s, 0, self.clock.monotonic()
         while True:
             attempts += 1
             try:
@@ -76,7 +77,7 @@ class Broadcaster:
                 return Outcome(replica, "unreachable", None, attempts)
             if reply.status == 200:
                 self.confirm(replica, version)
-                return Outcome(replica, "ok", reply, attempts)
+                return Outcome(replica, "ok", reply, attempts, self.clock.monotonic() - started)
             if reply.status == 400 and b"already been loaded" in reply.body:
                 # The replica has this name from before: replace it with this version.
                 if await self.unload_on(replica, version.name) and attempts < 3:
@@ -85,7 +86,8 @@ class Broadcaster:
             if reply.status != 404 or b"No adapter found" not in reply.body:
                 return Outcome(replica, "failed", reply, attempts)
             if self.clock.monotonic() + delay > deadline:
-                return Outcome(replica, "lagging", reply, attempts)
+                elapsed = self.clock.monotonic() - started
+                return Outcome(replica, "lagging", reply, attempts, elapsed)
             await self.clock.sleep(delay)
             delay = min(delay * 1.5, self.retry.max_s)
 

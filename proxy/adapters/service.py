@@ -105,7 +105,7 @@ class AdapterService:
         for outcome in outcomes:
             if outcome.attempts:
                 self.metrics.record_adapter_load(
-                    outcome.replica.id, outcome.status, outcome.attempts
+                    outcome.replica.id, outcome.status, outcome.attempts, outcome.seconds
                 )
         return outcomes
 

@@ -122,7 +122,9 @@ class KeyBuilder:
                 key = xxhash.xxh64_intdigest(buf[lo + size : block_end], template.hash)
                 self._note(template.hash, key, family, buf, lo, lo + size)
                 return key
-        self._learn(buf, lo, hi, family, tokens)
+        tentative = self._learn(buf, lo, hi, family, tokens)
+        if tentative is not None:
+            return tentative
         block_end = self._block_end(buf, lo, hi, tokens)
         return xxhash.xxh64_intdigest(buf[lo:block_end], family.seed)
 
@@ -132,26 +134,34 @@ class KeyBuilder:
             return match.end() if match is not None else hi
         return min(pos + self.settings.chunk_bytes, hi)
 
-    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> None:
-        """Count the successor of the longest block-aligned prefix shared with recent prompts."""
+    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> int | None:
+        """Count the successor of the block-aligned prefix this prompt shares with recent ones.
+
+        The candidate is the shortest common prefix with a recent prompt it diverges from (the
+        most general: another group's prompt shares only the template). Returns the key this
+        prompt will have once that prefix is confirmed as template, so keys do not move when it
+        is; None when there is no candidate.
+        """
         prompt = buf[lo:hi]
-        best = 0
-        for other in family.recent:
-            if other == prompt:  # another rollout of the same prompt: nothing to learn
-                continue
-            common = _common_prefix(prompt, other)
-            if common < len(prompt) and common < len(other):  # they diverge: not one prompt
-                best = max(best, common)
-        if len(family.recent) >= self.settings.recent:
-            family.recent.popleft()
-        family.recent.append(prompt)
-        size = self._align(prompt, best, tokens)
+        shared = [
+            common
+            for other in family.recent
+            if other != prompt  # another rollout of the same prompt: nothing to learn
+            for common in (_common_prefix(prompt, other),)
+            if 0 < common < min(len(prompt), len(other))  # they diverge: not one conversation
+        ]
+        if prompt not in family.recent:
+            if len(family.recent) >= self.settings.recent:
+                family.recent.popleft()
+            family.recent.append(prompt)
+        size = self._align(prompt, min(shared), tokens) if shared else 0
         if size <= 0:
-            return
+            return None
         prefix_hash = xxhash.xxh64_intdigest(prompt[:size], family.seed)
         next_end = self._block_end(prompt, size, len(prompt), tokens)
         successor = xxhash.xxh64_intdigest(prompt[size:next_end], prefix_hash)
         self._note(prefix_hash, successor, family, prompt, 0, size)
+        return successor
 
     def _align(self, prompt: bytes, size: int, tokens: bool) -> int:
         """``size`` rounded down to a whole number of blocks."""

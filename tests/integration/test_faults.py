@@ -59,8 +59,8 @@ async def test_metrics_describe_the_traffic() -> None:
         ok = 'rollout_proxy_requests_total{route="completions",status="200"}'
         assert metric_value(text, ok) == 10
         assert metric_value(text, 'rollout_proxy_rejections_total{reason="bad_request"}') == 1
-        assert metric_value(text, "rollout_proxy_prompt_tokens_total") == 10 * 64
-        assert metric_value(text, "rollout_proxy_cached_prompt_tokens_total") > 0
+        assert metric_value(text, 'rollout_proxy_tokens_total{kind="prompt"}') == 10 * 64
+        assert metric_value(text, 'rollout_proxy_tokens_total{kind="cached"}') > 0
         for sim in stack.sims:
             assert f'rollout_proxy_replica_healthy{{replica="{sim.id}"}} 1.0' in text
         assert metric_value(text, 'rollout_proxy_replicas{state="healthy"}') == 2

@@ -36,13 +36,15 @@ async def test_groups_and_their_turns_share_a_replica_and_problems_spread() -> N
         problems = [TEMPLATE + [rng.randrange(1000) for _ in range(48)] for _ in range(40)]
         homes: list[str] = []
         splits = 0
-        for prompt in problems:
+        for index, prompt in enumerate(problems):
             answers = await group(stack, prompt)
             replicas = {replica for replica, _ in answers}
             # Once, while the template is being learned, a group's key changes mid-group.
             splits += len(replicas) > 1
             assert splits <= 1
             homes.append(answers[-1][0])
+            if index < 2:
+                continue  # the very first prompts are keyed before any template is known
             # Turn 2 of every rollout: the conversation goes back to its replica.
             for replica, answer in answers[-3:]:
                 follow = prompt + answer + [rng.randrange(1000) for _ in range(8)]

@@ -1,45 +1,5 @@
-"""Start real aiohttp applications on loopback for tests: a bound socket, a URL, a clean stop."""
+"""Real aiohttp applications on loopback for tests (shared with the benchmarks)."""
 
-from __future__ import annotations
+from benchmarks.loopback import free_port, serve
 
-import asyncio
-import socket
-import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
-from aiohttp import web
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for subprocess servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@asynccontextmanager
-async def serve(
-    app: web.Application,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    ssl_context: ssl.SSLContext | None = None,
-    **runner_kwargs: Any,
-) -> AsyncIterator[str]:
-    """Run ``app`` on a loopback port (ephemeral by default); yield its base URL; clean up."""
-    runner_kwargs.setdefault("shutdown_timeout", 2.0)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, **runner_kwargs)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    port = server.sockets[0].getsockname()[1]  # the bound one, when 0 was asked
-    try:
-        scheme = "https" if ssl_context is not None else "http"
-        yield f"{scheme}://{host}:{port}"
-    finally:
-        await runner.cleanup()
+__all__ = ["free_port", "serve"]

@@ -105,6 +105,7 @@ def test_text_and_chat_prompts_are_keyed() -> None:
 
 def test_batched_prompts_get_one_key_each() -> None:
     builder = KeyBuilder()
+    warm(builder, TEMPLATE)
     rng = random.Random(2)
     batch = [TEMPLATE + problem(rng) for _ in range(3)]
     keys = key_of(builder, batch)

@@ -1,0 +1,221 @@
+"""``python -m benchmarks SUITE [--json OUT] [--plot DIR] [--quick]`` (also ``make bench``).
+
+Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
+balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``policy`` (the
+routing policy alone). Everything runs on loopback against simulated replicas.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+
+
+def progress(message: str) -> None:
+    sys.stderr.write(f"  .. {message}\n")
+    sys.stderr.flush()
+
+
+def suite_overhead(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.overhead import Case, run_case
+
+    if args.quick:
+        grid = [(64, 0.0, 600), (64, 0.0, 3000), (64, 0.02, 600)]
+        requests, repeats = 3000, 2
+    else:
+        grid = [(c, d, t) for c in (64, 256, 1024) for d in (0.0, 0.02) for t in (600, 3000)]
+        requests, repeats = 6000, 3
+    rows = []
+    for i, (concurrency, delay, tokens) in enumerate(grid, 1):
+        progress(
+            f"case {i}/{len(grid)}: concurrency {concurrency}, delay {delay * 1000:.0f} ms, "
+            f"{tokens} tokens"
+        )
+        case = Case(concurrency, delay, tokens)
+        rows.append(asyncio.run(run_case(case, requests, repeats, 2, progress)))
+    lines = []
+    for row in rows:
+        t = row["targets"]
+        lines.append(
+            [
+                row["concurrency"],
+                row["delay_ms"],
+                row["tokens"],
+                t["direct"]["rps"],
+                t["passthrough"]["rps"],
+                t["proxy"]["rps"],
+                t["passthrough"]["cpu_us"],
+                t["proxy"]["cpu_us"],
+                row["proxy_cpu_ratio"],
+                row["added_p50_ms"],
+                row["added_p99_ms"],
+                row["proxy_ceiling_rps"],
+            ]
+        )
+    text = report.table(
+        [
+            "conc",
+            "delay_ms",
+            "tokens",
+            "direct_rps",
+            "pass_rps",
+            "proxy_rps",
+            "pass_us",
+            "proxy_us",
+            "ratio",
+            "+p50_ms",
+            "+p99_ms",
+            "ceiling_rps",
+        ],
+        lines,
+    )
+    if args.plot:
+        labels = [f"c{r['concurrency']}/d{r['delay_ms']:.0f}/t{r['tokens']}" for r in rows]
+        report.bar_chart(
+            args.plot / "overhead_cpu.png",
+            "CPU per request (µs)",
+            labels,
+            {
+                "passthrough": [r["targets"]["passthrough"]["cpu_us"] for r in rows],
+                "proxy": [r["targets"]["proxy"]["cpu_us"] for r in rows],
+            },
+            "µs",
+        )
+    return rows, text
+
+
+def suite_routing(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.routing_suite import run
+
+    sizes = (2, 3, 8) if args.quick else (2, 3, 8, 16)
+    rows = run(sizes, 20 if args.quick else 60, progress)
+    text = report.table(
+        ["replicas", "membership", "policy", "hit_rate", "best", "of_best", "max/mean", "spill"],
+        [
+            [
+                r["replicas"],
+                r["membership"],
+                r["policy"],
+                r["hit_rate"],
+                r["best_rate"],
+                r["of_best"],
+                r["max_mean"],
+                r["spill_rate"],
+            ]
+            for r in rows
+        ],
+    )
+    if args.plot:
+        cases = sorted({(r["replicas"], r["membership"]) for r in rows})
+        labels = [f"{n} {m}" for n, m in cases]
+        series = {
+            p: [
+                next(
+                    r["hit_rate"]
+                    for r in rows
+                    if (r["replicas"], r["membership"]) == c and r["policy"] == p
+                )
+                for c in cases
+            ]
+            for p in dict.fromkeys(r["policy"] for r in rows)
+        }
+        report.bar_chart(
+            args.plot / "routing_hit_rate.png",
+            "Prefix-cache hit rate (tokens)",
+            labels,
+            series,
+            "hit rate",
+        )
+    return rows, text
+
+
+def suite_sync(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.sync import run_point
+
+    lags = (0.0, 2.5) if args.quick else (0.0, 1.0, 2.5, 10.0)
+    sizes = (3,) if args.quick else (2, 3, 8, 16)
+    repeats = 3 if args.quick else 5
+    rows = []
+    for lag in lags:
+        for replicas in sizes:
+            progress(f"mount lag {lag} s, {replicas} replicas")
+            rows.append(asyncio.run(run_point(lag, replicas, repeats, seed=replicas)))
+    text = report.table(
+        ["lag_s", "replicas", "slowest_lag_s", "p50_over_lag_s", "max_over_lag_s"],
+        [
+            [
+                r["lag_s"],
+                r["replicas"],
+                r["slowest_lag_s"],
+                r["p50_over_lag_s"],
+                r["max_over_lag_s"],
+            ]
+            for r in rows
+        ],
+    )
+    return rows, text
+
+
+def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.policy_bench import measure, state_memory
+
+    rows: list[dict[str, Any]] = [
+        measure(t, 8, 5000 if args.quick else 20000) for t in (1000, 4000)
+    ]
+    memory = state_memory(100_000 if args.quick else 1_000_000)
+    text = report.table(
+        ["tokens", "us/decision", "peek_us", "keys_us", "select_us", "decisions/s"],
+        [
+            [
+                r["tokens"],
+                r["us_per_decision"],
+                r["us_peek"],
+                r["us_keys"],
+                r["us_select"],
+                r["decisions_per_s"],
+            ]
+            for r in rows
+        ],
+    )
+    text += (
+        f"\nstate after {memory['prompts']} distinct prompts: {memory['bytes'] / 1e6:.1f} MB"
+        f" ({memory['tracked_prefixes']} tracked prefixes, {memory['sticky_keys']} sticky)"
+    )
+    return [*rows, {"memory": memory}], text
+
+
+SUITES = {
+    "overhead": suite_overhead,
+    "routing": suite_routing,
+    "sync": suite_sync,
+    "policy": suite_policy,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--json", type=Path, help="write results (with the environment) here")
+    parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
+    parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")
+    results, text = SUITES[args.suite](args)
+    print(text)
+    print(f"({time.monotonic() - started:.0f} s)")
+    if args.json:
+        env = report.environment({"suite": args.suite, "quick": args.quick})
+        report.write_json(args.json, args.suite, env, results)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

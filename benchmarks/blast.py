@@ -1,0 +1,110 @@
+"""Closed-loop HTTP load for the overhead suite, run as its own process(es).
+
+``concurrency`` workers each send TRL-shaped completion requests back to back until ``requests``
+have been sent; prints one JSON line: count, errors, wall time, latency samples summary and the
+process's own CPU time, so the suite can check the generator is not the bottleneck.
+
+    python -m benchmarks.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import resource
+import sys
+import time
+
+import aiohttp
+import orjson
+
+
+def bodies(tokens: int, count: int = 64, seed: int = 0) -> list[bytes]:
+    """``count`` GRPO-like prompts: a shared template, then a distinct problem each."""
+    rng = random.Random(seed)
+    template = [rng.randrange(150_000) for _ in range(min(tokens // 3, 512))]
+    out = []
+    for _ in range(count):
+        prompt = template + [rng.randrange(150_000) for _ in range(tokens - len(template))]
+        out.append(
+            orjson.dumps(
+                {
+                    "model": "bench-model",
+                    "prompt": prompt,
+                    "max_tokens": 16,
+                    "temperature": 1.0,
+                    "n": 1,
+                    "return_token_ids": True,
+                    "logprobs": 0,
+                }
+            )
+        )
+    return out
+
+
+async def run(
+    url: str, concurrency: int, requests: int, tokens: int, seed: int
+) -> dict[str, object]:
+    payloads = bodies(tokens, seed=seed)
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def worker(index: int) -> None:
+            nonlocal sent, errors
+            while sent < requests:
+                body = payloads[(sent + index) % len(payloads)]
+                sent += 1
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=body, headers=headers) as resp:
+                        await resp.read()
+                        ok = resp.status == 200
+                except (aiohttp.ClientError, TimeoutError):
+                    ok = False
+                latencies.append(time.perf_counter() - started)
+                errors += not ok
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        wall = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "count": len(latencies),
+        "errors": errors,
+        "wall_s": wall,
+        "latencies": latencies,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.blast")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--tokens", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    import uvloop
+
+    result = uvloop.run(
+        run(
+            args.url.rstrip("/") + "/v1/completions",
+            args.concurrency,
+            args.requests,
+            args.tokens,
+            args.seed,
+        )
+    )
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

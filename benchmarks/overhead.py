@@ -1,0 +1,174 @@
+"""Suite ``overhead``: what the proxy costs over the transport floor, per request.
+
+Three targets, the same load, alternated (A B C A B C) so machine drift cancels out:
+- ``direct``: the load generator talks to a fast replica itself;
+- ``passthrough``: through a bare aiohttp + uvloop pass-through (the transport floor);
+- ``proxy``: through rollout-proxy in front of three fast replicas.
+For each: requests/s, latency p50/p99, and each process's CPU microseconds per request, read
+from its own CPU time (``/proc/PID/stat``), so a busy machine does not distort the figure.
+The replicas are ``benchmarks.fast_replica`` (a raw asyncio protocol), cheaper than the proxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from benchmarks.loopback import free_port
+from benchmarks.procs import Child, children, start_child
+
+TARGETS = ("direct", "passthrough", "proxy")
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+@dataclass(frozen=True)
+class Case:
+    concurrency: int
+    delay_s: float
+    tokens: int
+
+
+async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> dict[str, Any]:
+    """Run ``procs`` load-generator processes against ``url``; merge their results."""
+    per = max(case.concurrency // procs, 1)
+    commands = [
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.blast",
+            "--url",
+            url,
+            "--concurrency",
+            str(per),
+            "--requests",
+            str(requests // procs),
+            "--tokens",
+            str(case.tokens),
+            "--seed",
+            str(seed + i),
+        ]
+        for i in range(procs)
+    ]
+    runs = await asyncio.gather(*(_run(command) for command in commands))
+    latencies = sorted(x for r in runs for x in r["latencies"])
+    count = sum(r["count"] for r in runs)
+    return {
+        "count": count,
+        "errors": sum(r["errors"] for r in runs),
+        "wall_s": max(r["wall_s"] for r in runs),
+        "p50_ms": 1000 * latencies[len(latencies) // 2],
+        "p99_ms": 1000 * latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
+        "loadgen_cpu_us": 1e6 * sum(r["cpu_s"] for r in runs) / max(count, 1),
+    }
+
+
+async def _run(command: list[str]) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
+    out, _ = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"load generator failed: {' '.join(command)}")
+    result: dict[str, Any] = orjson.loads(out.splitlines()[-1])
+    return result
+
+
+async def run_case(
+    case: Case, requests: int, repeats: int, procs: int, progress: Any
+) -> dict[str, Any]:
+    async with children() as stack:
+        replicas = []
+        for i in range(3):
+            port = free_port()
+            args = ["--port", str(port), "--delay-s", str(case.delay_s)]
+            replicas.append(
+                await start_child(f"replica {i}", "benchmarks.fast_replica", args, port)
+            )
+            stack.append(replicas[-1])
+        port = free_port()
+        passthrough = await start_child(
+            "passthrough",
+            "benchmarks.passthrough",
+            ["--port", str(port), "--upstream", replicas[0].url],
+            port,
+        )
+        stack.append(passthrough)
+        port = free_port()
+        proxy = await start_child(
+            "proxy",
+            "proxy",
+            [
+                "--port",
+                str(port),
+                "--replicas",
+                ",".join(r.url for r in replicas),
+                "--log-level",
+                "warning",
+                "--max-inflight-per-replica",
+                str(max(case.concurrency, 128)),
+            ],
+            port,
+        )
+        stack.append(proxy)
+        await asyncio.sleep(0.5)  # first health round
+        targets: dict[str, tuple[str, Child | None]] = {
+            "direct": (replicas[0].url, None),
+            "passthrough": (passthrough.url, passthrough),
+            "proxy": (proxy.url, proxy),
+        }
+        for name, (url, _) in targets.items():  # warm-up: connections, caches, templates
+            warm = await blast(
+                url, Case(min(case.concurrency, 64), case.delay_s, case.tokens), 400, 1, 99
+            )
+            if warm["errors"]:
+                raise RuntimeError(f"{name} answered {warm['errors']} errors during warm-up")
+        samples: dict[str, list[dict[str, Any]]] = {name: [] for name in TARGETS}
+        for repeat in range(repeats):
+            for name in TARGETS:
+                url, child = targets[name]
+                watched = child.process.pid if child else replicas[0].process.pid
+                before = cpu_seconds(watched)
+                result = await blast(url, case, requests, procs, seed=repeat)
+                result["server_cpu_us"] = 1e6 * (cpu_seconds(watched) - before) / result["count"]
+                samples[name].append(result)
+                progress(f"{name} {result['count'] / result['wall_s']:.0f} req/s")
+    return summarize(case, samples)
+
+
+def summarize(case: Case, samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def median(name: str, key: str) -> float:
+        return float(statistics.median(s[key] for s in samples[name]))
+
+    row: dict[str, Any] = {
+        "concurrency": case.concurrency,
+        "delay_ms": case.delay_s * 1000,
+        "tokens": case.tokens,
+        "targets": {},
+    }
+    for name in TARGETS:
+        row["targets"][name] = {
+            "rps": statistics.median(s["count"] / s["wall_s"] for s in samples[name]),
+            "p50_ms": median(name, "p50_ms"),
+            "p99_ms": median(name, "p99_ms"),
+            "cpu_us": median(name, "server_cpu_us"),
+            "loadgen_cpu_us": median(name, "loadgen_cpu_us"),
+            "errors": sum(s["errors"] for s in samples[name]),
+            "runs": samples[name],
+        }
+    proxy, floor, direct = (row["targets"][n] for n in ("proxy", "passthrough", "direct"))
+    row["proxy_cpu_ratio"] = proxy["cpu_us"] / floor["cpu_us"]
+    row["added_p50_ms"] = proxy["p50_ms"] - direct["p50_ms"]
+    row["added_p99_ms"] = proxy["p99_ms"] - direct["p99_ms"]
+    row["proxy_ceiling_rps"] = 1e6 / proxy["cpu_us"]
+    return row

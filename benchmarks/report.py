@@ -1,0 +1,71 @@
+"""Benchmark reports: the environment, a printed table, JSON, and PNG charts."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def environment(settings: dict[str, Any]) -> dict[str, Any]:
+    versions: dict[str, str | None] = {}
+    for name in ("aiohttp", "uvloop", "orjson", "xxhash", "prometheus-client", "rollout-proxy"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+        "settings": settings,
+    }
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[_fmt(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def write_json(path: Path, suite: str, env: dict[str, Any], results: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"suite": suite, "environment": env, "results": results}, indent=1))
+
+
+def bar_chart(
+    path: Path, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, len(labels) * 1.2), 4))
+    width = 0.8 / max(len(series), 1)
+    for index, (name, values) in enumerate(series.items()):
+        ax.bar([i + index * width for i in range(len(labels))], values, width, label=name)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
