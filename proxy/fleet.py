@@ -25,22 +25,27 @@ class Fleet:
         self.client = client
         self.adapters = adapters
         self.pause_query: str | None = None  # the query string of the last /pause, while paused
+        self._bases: set[str] = set()  # base models replicas have listed
         self.epoch = 0
 
     def changed(self) -> None:
         self.epoch += 1
 
-    def knows(self, model: str) -> bool:
-        """True if any replica serves ``model`` or the fleet has (or is loading) it."""
-        if self.adapters.knows(model):
-            return True
-        return any(replica.serves(model) for replica in self.pool)
+    def unknown(self, model: str) -> bool:
+        """True only when the fleet has listed its models and none serves or loads ``model``.
 
-    def has_model_info(self) -> bool:
-        return any(replica.base_model is not None for replica in self.pool)
+        O(1) for the common cases (an adapter the registry knows, a base model seen before).
+        """
+        if model in self._bases or self.adapters.knows(model):
+            return False
+        if not self._bases:
+            return False  # no replica has listed its models yet: let a replica answer
+        return not any(replica.serves(model) for replica in self.pool)
 
     async def refresh_info(self, replica: Replica) -> None:
         await refresh_info(self.client, replica)
+        if replica.base_model is not None:
+            self._bases.add(replica.base_model)
         self._update_limits()
 
     def _update_limits(self) -> None:

@@ -78,6 +78,8 @@ class Handlers:
             )
 
     def generation(self, route: str, prompt_key: bytes) -> Handler:
+        forward = self.forwarder.forward
+
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await self._read(request)
             if isinstance(body, web.Response):
@@ -88,30 +90,31 @@ class Handlers:
                 self.metrics.record_rejection("bad_request")
                 return error_response(400, str(exc), param=exc.param)
             model = peek.model
-            if model is not None and self.fleet.has_model_info() and not self.fleet.knows(model):
+            if model is not None and self.fleet.unknown(model):
                 self.metrics.record_rejection("unknown_model")
                 return model_not_found(model)
             headers = request.headers
             key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
             keys = () if key is not None else self.policy.route_keys(peek, model)
-            return await self._forward(request, route, body, RouteRequest(model, key, keys))
+            try:
+                return await forward(request, route, body, RouteRequest(model, key, keys))
+            except Rejected as exc:
+                return self._rejected(exc)
 
         return handle
 
-    async def _forward(
-        self, request: web.Request, route: str, body: bytes, facts: RouteRequest
-    ) -> web.StreamResponse:
-        try:
-            return await self.forwarder.forward(request, route, body, facts)
-        except Rejected as exc:
-            self.metrics.record_rejection(exc.reason)
-            return error_response(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+    def _rejected(self, exc: Rejected) -> web.Response:
+        self.metrics.record_rejection(exc.reason)
+        return error_response(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
         if isinstance(body, web.Response):
             return body
-        return await self._forward(request, "passthrough", body, RouteRequest(None))
+        try:
+            return await self.forwarder.forward(request, "passthrough", body, RouteRequest(None))
+        except Rejected as exc:
+            return self._rejected(exc)
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)

@@ -50,6 +50,7 @@ class Limiter:
         self._clock = clock
         self._waiters: deque[_Waiter] = deque()
         self.inflight = 0
+        self._cap = self.overall_cap()
 
     @property
     def per_replica(self) -> int:
@@ -64,7 +65,7 @@ class Limiter:
         return cap if cap is not None else self.per_replica * max(len(self._pool), 1)
 
     def try_acquire(self, pick: Pick) -> Replica | None:
-        if self.inflight >= self.overall_cap():
+        if self.inflight >= self._cap:
             return None
         replica = pick()
         if replica is not None:
@@ -103,10 +104,13 @@ class Limiter:
             self.wake()
 
     def wake(self) -> None:
-        """Hand free slots to waiters in FIFO order (skipping those whose pick finds nothing)."""
+        """Hand free slots to waiters in FIFO order (skipping those whose pick finds nothing).
+
+        Also called on every fleet change, so the overall cap follows the pool's size."""
+        self._cap = self.overall_cap()
         examined = 0
         for waiter in tuple(self._waiters):
-            if examined >= _SCAN_LIMIT or self.inflight >= self.overall_cap():
+            if examined >= _SCAN_LIMIT or self.inflight >= self._cap:
                 return
             examined += 1
             if waiter.future.done():
