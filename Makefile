@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv test unit lint demo clean
+.PHONY: venv test unit lint demo bench clean
 
 venv: $(STAMP)
 
@@ -29,6 +29,12 @@ unit: venv
 
 demo: venv
 	$(PY) -m benchmarks.demo
+
+# Every suite, quick grid; JSON and PNG charts into bench-out/. `python -m benchmarks --help`.
+bench: venv
+	for suite in policy routing sync overhead; do \
+		$(PY) -m benchmarks $$suite --quick --json bench-out/$$suite.json --plot bench-out || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

@@ -18,8 +18,10 @@ from replica_entry.sim.pause import PAUSE_MODES
 from replica_entry.sim.protocol import parse_request
 from replica_entry.sim.settings import SimSettings
 from replica_entry.sim.state import SIM_STATE
+from replica_entry.sim.tokenizer import decode, encode_text
 
 routes = web.RouteTableDef()
+SIM_VERSION = "0.32.0+sim"
 
 
 @routes.get("/health")
@@ -168,3 +170,38 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(
         body=state.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
+
+
+@routes.get("/version")
+async def version(request: web.Request) -> web.Response:
+    return json_response({"version": SIM_VERSION})
+
+
+@routes.route("*", "/ping")
+async def ping(request: web.Request) -> web.Response:
+    if request.method not in ("GET", "POST"):
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
+    return web.Response(status=503 if request.app[SIM_STATE].faults.unhealthy else 200)
+
+
+@routes.post("/tokenize")
+async def tokenize(request: web.Request) -> web.Response:
+    """vLLM's ``/tokenize`` for a text ``prompt``: the simulated tokenizer's ids."""
+    body = parse_json(await request.read())
+    prompt = body.get("prompt") if isinstance(body, dict) else None
+    if not isinstance(prompt, str):
+        raise ApiError("prompt: Input should be a valid string", param="prompt")
+    settings = request.app[SIM_STATE].settings
+    tokens = encode_text(prompt, settings.vocab_size)
+    return json_response(
+        {"count": len(tokens), "max_model_len": settings.max_model_len, "tokens": tokens}
+    )
+
+
+@routes.post("/detokenize")
+async def detokenize(request: web.Request) -> web.Response:
+    body = parse_json(await request.read())
+    tokens = body.get("tokens") if isinstance(body, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise ApiError("tokens: Input should be a valid list of integers", param="tokens")
+    return json_response({"prompt": decode(tokens)})

@@ -83,3 +83,16 @@ async def test_metrics_count_prompt_tokens_and_prefix_cache_hits(replica: Replic
     assert delta("vllm:prefix_cache_queries_total") >= 2 * len(prompt)
     assert delta("vllm:prefix_cache_hits_total") >= cached > 0
     assert delta("vllm:generation_tokens_total") >= 4
+
+
+async def test_version_and_tokenize_round_trip(replica: Replica) -> None:
+    status, raw = await replica.get("/version")
+    assert status == 200
+    assert isinstance(json.loads(raw)["version"], str)
+    status, answer = await replica.post_json("/tokenize", {"prompt": "Hello there"})
+    assert status == 200
+    assert answer["count"] == len(answer["tokens"]) > 0
+    assert answer["max_model_len"] > 0
+    status, back = await replica.post_json("/detokenize", {"tokens": answer["tokens"]})
+    assert status == 200
+    assert isinstance(back["prompt"], str)

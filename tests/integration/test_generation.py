@@ -195,3 +195,18 @@ async def test_routes_outside_the_allowlist_are_404(method: str, path: str) -> N
         async with stack.session.request(method, stack.proxy_url + path, data=b"{}") as resp:
             assert resp.status == 404
         assert not [r for r in await records(stack, 0) if r["path"].startswith(("/sim", "/c"))]
+
+
+async def test_public_routes_are_forwarded_to_one_replica() -> None:
+    async with run_stack(2) as stack:
+        async with stack.session.get(stack.proxy_url + "/version") as resp:
+            assert resp.status == 200
+            assert "version" in await resp.json()
+        status, body, headers = await post(stack, "/tokenize", {"prompt": "hi there"})
+        assert status == 200
+        assert orjson.loads(body)["count"] == 8
+        assert headers[REPLICA_HEADER] in {s.id for s in stack.sims}
+        status, body, _ = await post(stack, "/detokenize", {"tokens": [5, 6]})
+        assert (status, orjson.loads(body)) == (200, {"prompt": " t5 t6"})
+        async with stack.session.get(stack.proxy_url + "/ping") as resp:
+            assert resp.status == 200
