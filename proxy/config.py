@@ -57,6 +57,8 @@ class UpstreamSettings(BaseModel):
     ca_bundle: Path | None = None
     tls_verify: bool = True
     max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
+    breaker_failures: Annotated[int, Field(ge=1)] = 5
+    breaker_cooldown_s: PositiveFloat = 10.0
 
 
 class AdapterSettings(BaseModel):
@@ -100,6 +102,8 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "ca_bundle": ("upstream", "ca_bundle"),
     "tls_verify": ("upstream", "tls_verify"),
     "max_attempts": ("upstream", "max_attempts"),
+    "breaker_failures": ("upstream", "breaker_failures"),
+    "breaker_cooldown": ("upstream", "breaker_cooldown_s"),
     "adapters_dir": ("adapters", "dir"),
     "adapters_bucket": ("adapters", "bucket"),
     "adapters_mount": ("adapters", "mount_path"),

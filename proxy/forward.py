@@ -44,7 +44,14 @@ class OutOfStep(Protocol):
 
 
 class _Failed(Exception):
-    """This attempt failed before the client saw a byte; another replica may be tried."""
+    """This attempt failed before the client saw a byte; another replica may be tried.
+
+    ``answer`` is the replica's own (5xx) answer, given to the client if no replica does better.
+    """
+
+    def __init__(self, reason: str, answer: web.Response | None = None) -> None:
+        super().__init__(reason)
+        self.answer = answer
 
 
 class Forwarder:
@@ -103,6 +110,7 @@ class Forwarder:
             chosen.append(decision)
             return self._pool.get(decision.replica_id)
 
+        last_answer: web.Response | None = None
         for _ in range(self._attempts):
             if tried and not self._eligible_left(route, tried):
                 break
@@ -125,9 +133,14 @@ class Forwarder:
             except _Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
+                last_answer = exc.answer or last_answer
                 self._metrics.record_failover()
             finally:
                 self._limiter.release(replica)
+        if last_answer is not None:
+            await last_answer.prepare(request)
+            await last_answer.write_eof()
+            return last_answer
         self._metrics.record_rejection("upstream_failed")
         return error_response(
             502,
@@ -162,9 +175,12 @@ class Forwarder:
                     done = time.perf_counter()
                     if upstream.status == 404 and self._lost_adapter(replica, model, data):
                         raise _Failed(f"replica no longer has {model}")
-                    response: web.StreamResponse = web.Response(
-                        status=upstream.status, body=data, headers=headers
-                    )
+                    answer = web.Response(status=upstream.status, body=data, headers=headers)
+                    if upstream.status >= 500:
+                        self._server_error(replica, upstream.status)
+                        raise _Failed(f"answered HTTP {upstream.status}", answer)
+                    replica.error_streak = 0
+                    response: web.StreamResponse = answer
                     await response.prepare(request)
                     await response.write_eof()
                     self._usage(data)
@@ -211,6 +227,25 @@ class Forwarder:
         done = time.perf_counter()
         await response.write_eof()
         return response, done
+
+    def _server_error(self, replica: Replica, status: int) -> None:
+        """Count a 5xx; ``breaker_failures`` in a row open the circuit (eject, cool down)."""
+        self._metrics.record_replica_error(replica.id, "5xx")
+        replica.error_streak += 1
+        settings = self._client.settings
+        if replica.error_streak >= settings.breaker_failures and replica.health is Health.HEALTHY:
+            log.warning(
+                "replica %s: %d server errors in a row (last HTTP %d): circuit open for %g s",
+                replica.id,
+                replica.error_streak,
+                status,
+                settings.breaker_cooldown_s,
+            )
+            replica.cooldown_until = time.monotonic() + settings.breaker_cooldown_s
+            replica.error_streak = 0
+            self._metrics.record_ejection("circuit")
+            self._pool.set_health(replica, Health.EJECTED, f"circuit open after HTTP {status}s")
+            replica.ok_streak = 0
 
     def _lost_adapter(self, replica: Replica, model: str | None, data: bytes) -> bool:
         """vLLM's "model does not exist" for an adapter the replica was believed to hold: it

@@ -105,7 +105,8 @@ class HealthMonitor:
             )
             self._pool.set_health(replica, Health.EJECTED, error)
         elif transition is Transition.ADMIT and replica.id not in self._admitting:
-            await self._admit(replica)
+            if self._clock.monotonic() >= replica.cooldown_until:
+                await self._admit(replica)
         elif not ok and error:
             replica.last_error = error
         elif ok and replica.routable:

@@ -31,6 +31,8 @@ class Replica:
     inflight: int = 0
     ok_streak: int = 0
     fail_streak: int = 0
+    error_streak: int = 0  # consecutive 5xx answers to generation requests (circuit breaker)
+    cooldown_until: float = float("-inf")  # an opened circuit: not readmitted before this
     last_error: str = ""
     base_model: str | None = None
     max_model_len: int | None = None

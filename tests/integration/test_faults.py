@@ -42,7 +42,7 @@ async def test_stream_dropped_after_first_byte_ends_incomplete() -> None:
         assert (await post(stack, "/v1/completions", completion()))[0] == 200
 
 
-async def test_replica_5xx_passes_through_without_failover() -> None:
+async def test_a_lone_replicas_5xx_reaches_the_client() -> None:
     async with run_stack(1, sim={"faults": {"fail_status": 500}}) as stack:
         status, body, _ = await post(stack, "/v1/completions", completion())
         assert status == 500
