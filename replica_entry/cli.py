@@ -1,4 +1,7 @@
-"""``python -m replica_entry --backend sim ...``: run a replica until SIGTERM/SIGINT.
+"""``python -m replica_entry --backend {sim,vllm} ...``: run a replica until SIGTERM/SIGINT.
+
+``--backend vllm`` hands the whole command line to ``replica_entry.vllm_backend`` (its own flags,
+see ``--backend vllm --help``). The rest of this module is the simulated replica's command line.
 
 Flags map one to one onto ``SimSettings`` fields (``--max-model-len`` -> ``max_model_len``,
 fault flags -> ``faults``); a value the settings reject exits 2 with a message naming the flag,
@@ -27,7 +30,13 @@ _FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mou
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="replica_entry", description=__doc__.splitlines()[0])
     add = parser.add_argument
-    add("--backend", required=True, choices=["sim"], help="what serves requests")
+    # `--backend vllm` never reaches this parser (see main), so only sim is a choice here.
+    add(
+        "--backend",
+        required=True,
+        choices=["sim"],
+        help="sim; `--backend vllm` has its own flags (see `--backend vllm --help`)",
+    )
     add("--host", default="127.0.0.1")
     add("--port", type=int, default=8000, help="0 picks a free port")
     add("--model", default="sim-model", help="served model name")
@@ -68,6 +77,11 @@ def settings_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _backend(argv) == "vllm":
+        from replica_entry import vllm_backend
+
+        return vllm_backend.main(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -76,6 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve(build_sim_app(settings), args.host, args.port, settings.model))
     return 0
+
+
+def _backend(argv: Sequence[str]) -> str | None:
+    """The ``--backend`` value, whatever else the command line holds (before any ``--``)."""
+    peek = argparse.ArgumentParser(add_help=False)
+    peek.add_argument("--backend")
+    known, _ = peek.parse_known_args(list(argv)[: list(argv).index("--")] if "--" in argv else argv)
+    backend: str | None = known.backend
+    return backend
 
 
 async def serve(app: web.Application, host: str, port: int, model: str) -> None:

@@ -15,6 +15,7 @@ from proxy.app import POOL, build_app
 from proxy.config import Settings
 from proxy.upstreams import ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
+from tests.support.freeze import Relay, relay
 from tests.support.servers import serve
 
 # Fast probing so ejection and readmission take tens of milliseconds in tests.
@@ -52,6 +53,7 @@ class Stack:
     proxy_app: web.Application
     session: aiohttp.ClientSession
     exits: AsyncExitStack = field(repr=False, default_factory=AsyncExitStack)
+    relays: list[Relay] = field(default_factory=list)
 
     @property
     def pool(self) -> ReplicaPool:
@@ -100,17 +102,23 @@ async def run_stack(
     sim: dict[str, Any] | None = None,
     sims: list[dict[str, Any]] | None = None,
     ready: bool = True,
+    relays: bool = False,
     **proxy_settings: Any,
 ) -> AsyncIterator[Stack]:
-    """``n`` simulated replicas and a proxy in front of them; waits until all are routable."""
+    """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
+
+    ``relays``: the proxy reaches each replica through a freezable relay (``stack.relays``).
+    """
     async with AsyncExitStack() as exits:
         specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]
         replicas = [await exits.enter_async_context(run_sim(**spec)) for spec in specs]
-        settings = Settings(replicas=[s.url for s in replicas], **{**FAST_HEALTH, **proxy_settings})
+        links = [await exits.enter_async_context(relay(s.url)) for s in replicas] if relays else []
+        urls = [link.url for link in links] if relays else [s.url for s in replicas]
+        settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
         app = build_app(settings)
         url = await exits.enter_async_context(serve(app, handler_cancellation=True))
         session = await exits.enter_async_context(aiohttp.ClientSession())
-        stack = Stack(replicas, url, app, session, exits)
+        stack = Stack(replicas, url, app, session, exits, links)
         if ready:
             await wait_for(
                 lambda: len(stack.pool.routable()) == len(replicas), what="all replicas routable"

