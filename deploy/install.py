@@ -1,0 +1,89 @@
+"""How a job gets this project's code on top of a stock image.
+
+Three sources, chosen with ``--code``:
+
+- ``wheel``: ``deploy up`` builds the wheel from the source tree and uploads it into the run's
+  folder of the bucket; every job mounts the bucket, so it installs ``/lora/<run>/code/<wheel>``.
+- ``pypi``: the jobs install the released ``rollout-proxy==<version>`` from PyPI.
+- ``image``: the image already holds the project (see ``deploy/Dockerfile``): nothing to install.
+
+The job command becomes ``sh -c "python3 -m pip install ... && exec <entry point>"`` so the entry
+point replaces the shell and receives the job's SIGTERM on cancel.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+from deploy.errors import DeployError
+
+CodeSource = Literal["wheel", "pypi", "image"]
+DISTRIBUTION = "rollout-proxy"
+PIP_INSTALL = ("python3", "-m", "pip", "install", "--no-cache-dir", "--quiet")
+
+
+@dataclass(frozen=True)
+class Install:
+    """A pip requirement to install before the entry point, or ``None`` (baked into the image)."""
+
+    requirement: str | None
+
+    def wrap(self, argv: Sequence[str], extra: str | None = None) -> tuple[str, ...]:
+        """The job command running ``argv`` after the install (with ``extra``, e.g. ``trainer``)."""
+        if self.requirement is None:
+            return tuple(argv)
+        requirement = f"{self.requirement}[{extra}]" if extra else self.requirement
+        script = f"{shlex.join([*PIP_INSTALL, requirement])} && exec {shlex.join(argv)}"
+        return ("sh", "-c", script)
+
+
+def source_root() -> Path | None:
+    """The source checkout this package runs from, if any (``pyproject.toml`` names us)."""
+    root = Path(__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    with pyproject.open("rb") as handle:
+        name = tomllib.load(handle).get("project", {}).get("name")
+    return root if name == DISTRIBUTION else None
+
+
+def default_source() -> CodeSource:
+    """``wheel`` from a source checkout, else ``pypi`` (the installed release)."""
+    return "wheel" if source_root() is not None else "pypi"
+
+
+def project_version(source: CodeSource) -> str:
+    """The version the jobs will install: the checkout's for ``wheel``, the installed one else."""
+    root = source_root()
+    if source == "wheel":
+        if root is None:
+            raise DeployError(
+                "--code wheel needs a source checkout of rollout-proxy (none found next to "
+                f"{Path(__file__).parent}); use --code pypi to install the release instead"
+            )
+        with (root / "pyproject.toml").open("rb") as handle:
+            version: str = tomllib.load(handle)["project"]["version"]
+        return version
+    return metadata.version(DISTRIBUTION)
+
+
+def wheel_filename(version: str) -> str:
+    """The file name ``pip wheel`` gives a pure-Python build of this project."""
+    return f"{DISTRIBUTION.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
+def install_for(source: CodeSource, code_dir: str) -> Install:
+    """The ``Install`` for ``source``; ``code_dir`` is where the wheel sits inside every job."""
+    if source == "image":
+        return Install(None)
+    version = project_version(source)
+    if source == "pypi":
+        return Install(f"{DISTRIBUTION}=={version}")
+    return Install(f"{code_dir}/{wheel_filename(version)}")

@@ -1,0 +1,92 @@
+"""What one job of a run is: image, command, hardware, mounts, ports and labels.
+
+A ``JobSpec`` holds secret *names* only. Their values (the HF token) are joined in at launch time
+by ``run_job_kwargs`` and never stored in a spec, so printing or logging a spec cannot leak them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from huggingface_hub import Volume
+
+Role = Literal["replica", "proxy", "trainer"]
+ROLES: tuple[Role, ...] = ("replica", "proxy", "trainer")
+
+RUN_LABEL = "rollout-run"
+ROLE_LABEL = "rollout-role"
+INDEX_LABEL = "rollout-index"
+MASK = "***"
+
+
+@dataclass(frozen=True)
+class BucketMount:
+    """A Storage Bucket mounted into a job's container."""
+
+    source: str
+    mount_path: str
+    read_only: bool
+
+    def volume(self) -> Volume:
+        return Volume(
+            type="bucket", source=self.source, mount_path=self.mount_path, read_only=self.read_only
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "bucket",
+            "source": self.source,
+            "mount_path": self.mount_path,
+            "read_only": self.read_only,
+        }
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as ``HfApi.run_job`` will receive it (minus secret values)."""
+
+    name: str
+    role: Role
+    image: str
+    command: tuple[str, ...]
+    flavor: str
+    timeout: str
+    volumes: tuple[BucketMount, ...]
+    labels: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)
+    secret_names: tuple[str, ...] = ()
+    expose: tuple[int, ...] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """The ``--dry-run`` view: every field, secret values masked."""
+        return {
+            "name": self.name,
+            "role": self.role,
+            "image": self.image,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "secrets": {name: MASK for name in self.secret_names},
+            "flavor": self.flavor,
+            "timeout": self.timeout,
+            "volumes": [mount.describe() for mount in self.volumes],
+            "expose": list(self.expose),
+            "labels": dict(self.labels),
+        }
+
+    def run_job_kwargs(self, secret_value: str, namespace: str) -> dict[str, Any]:
+        """Keyword arguments for ``HfApi.run_job``; every secret name gets ``secret_value``."""
+        return {
+            "image": self.image,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "secrets": {name: secret_value for name in self.secret_names},
+            "flavor": self.flavor,
+            "timeout": self.timeout,
+            "name": self.name,
+            "labels": dict(self.labels),
+            "volumes": [mount.volume() for mount in self.volumes],
+            "expose": list(self.expose) or None,
+            "namespace": namespace,
+        }
