@@ -33,7 +33,17 @@ def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
 def build_command(root: Path, out_dir: Path) -> list[str]:
     """``pip wheel`` when pip is importable, else ``python -m build`` (one of them must be)."""
     if importlib.util.find_spec("pip") is not None:
-        return [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out_dir), str(root)]
+        return [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(out_dir),
+            str(root),
+        ]
     if importlib.util.find_spec("build") is not None:
         return [sys.executable, "-m", "build", "--wheel", "--outdir", str(out_dir), str(root)]
     raise DeployError(
@@ -73,7 +83,7 @@ def publish_wheel(
     destination_dir: str,
     build: Builder = build_wheel,
 ) -> str:
-    """Build the wheel and upload it to ``destination_dir`` in ``bucket``; return its bucket path."""
+    """Build the wheel, upload it to ``destination_dir`` in ``bucket``; return its bucket path."""
     with tempfile.TemporaryDirectory(prefix="rollout-wheel-") as tmp:
         wheel = build(root, Path(tmp), version)
         destination = f"{destination_dir}/{wheel.name}"

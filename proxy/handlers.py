@@ -8,6 +8,7 @@ allowlist are not registered, so aiohttp answers 404 for them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -168,5 +169,6 @@ class Handlers:
                 "paused": self.fleet.pause_query is not None,
                 "adapters": self.adapters.status(),
                 "replicas": [aggregate.replica_status(r) for r in self.pool],
+                "tasks": len(asyncio.all_tasks()),
             },
         )

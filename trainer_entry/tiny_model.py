@@ -10,7 +10,8 @@ a fast tokenizer that TRL's AsyncGRPOTrainer and vLLM's CPU build both accept:
 - Model: ``LlamaConfig`` with hidden size 64, 2 layers, 2 heads of head size 32 (vLLM's CPU
   attention needs head size >= 32), float32, weights drawn from ``torch.manual_seed(seed)``.
 
-Same seed, same bytes: the corpus comes from ``random.Random(seed)`` and BPE training is
+``--adapter DIR`` also writes a real PEFT LoRA adapter of that model (for tests that need vLLM to
+load one). Same seed, same bytes: the corpus comes from ``random.Random(seed)`` and BPE training is
 deterministic for a fixed corpus. Takes a few seconds on one core.
 """
 
@@ -103,13 +104,36 @@ def build(out_dir: Path, seed: int = 0, vocab_size: int = 1024) -> Path:
     return out_dir
 
 
+def build_adapter(model_dir: Path, out_dir: Path, rank: int = 8, seed: int = 0) -> Path:
+    """A real PEFT LoRA adapter of the model in ``model_dir`` (attention projections, random B so
+    it changes the outputs), as ``save_pretrained`` writes it; returns ``out_dir``."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=2 * rank,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        init_lora_weights=False,
+    )
+    get_peft_model(model, config).save_pretrained(out_dir)
+    return out_dir
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer_entry.tiny_model", description=__doc__)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=1024)
+    parser.add_argument("--adapter", type=Path, default=None, help="also write a LoRA adapter here")
+    parser.add_argument("--adapter-rank", type=int, default=8)
     args = parser.parse_args(argv)
     print(build(args.out_dir, args.seed, args.vocab_size))
+    if args.adapter is not None:
+        print(build_adapter(args.out_dir, args.adapter, args.adapter_rank, args.seed))
     return 0
 
 

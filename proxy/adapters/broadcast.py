@@ -62,10 +62,17 @@ class Broadcaster:
         self.clock = clock
         self.retry = retry
 
-    async def load_on(self, replica: Replica, version: Version, deadline: float) -> Outcome:
-        """Load ``version`` on one replica, retrying while its mount lags."""
+    async def load_on(
+        self, replica: Replica, version: Version, deadline: float, *, replace: bool = False
+    ) -> Outcome:
+        """Load ``version`` on one replica, retrying while its mount lags.
+
+        ``replace``: the name is already loaded there with other or unknown files; load in place
+        (it stays served throughout), then reset the replica's prefix cache, which vLLM keys by
+        adapter name and would otherwise serve KV computed with the old weights.
+        """
         body = orjson.dumps(
-            {"lora_name": version.name, "lora_path": version.path, "load_inplace": False}
+            {"lora_name": version.name, "lora_path": version.path, "load_inplace": replace}
         )
         delay, attempts, started = self.retry.min_s, 0, self.clock.monotonic()
         while True:
@@ -76,13 +83,17 @@ class Broadcaster:
                 self.eject(replica, f"unreachable during adapter load ({type(exc).__name__})")
                 return Outcome(replica, "unreachable", None, attempts)
             if reply.status == 200:
+                if replace:
+                    await self._reset_cache(replica)
                 self.confirm(replica, version)
                 return Outcome(replica, "ok", reply, attempts, self.clock.monotonic() - started)
-            if reply.status == 400 and b"already been loaded" in reply.body:
-                # The replica has this name from before: replace it with this version.
-                if await self.unload_on(replica, version.name) and attempts < 3:
-                    continue
-                return Outcome(replica, "failed", reply, attempts)
+            if reply.status == 400 and b"already been loaded" in reply.body and not replace:
+                # The replica has this name from before this proxy knew: replace it in place.
+                replace = True
+                body = orjson.dumps(
+                    {"lora_name": version.name, "lora_path": version.path, "load_inplace": True}
+                )
+                continue
             if reply.status != 404 or b"No adapter found" not in reply.body:
                 return Outcome(replica, "failed", reply, attempts)
             if self.clock.monotonic() + delay > deadline:
@@ -90,6 +101,12 @@ class Broadcaster:
                 return Outcome(replica, "lagging", reply, attempts, elapsed)
             await self.clock.sleep(delay)
             delay = min(delay * 1.5, self.retry.max_s)
+
+    async def _reset_cache(self, replica: Replica) -> None:
+        try:
+            await self.client.call(replica, "POST", "/reset_prefix_cache")
+        except TRANSPORT_ERRORS:
+            log.warning("replica %s: prefix cache reset after an in-place load failed", replica.id)
 
     async def unload_on(self, replica: Replica, name: str) -> bool:
         """Unload ``name``; True when the replica no longer has it (404 counts)."""
@@ -128,7 +145,9 @@ class Broadcaster:
                 if not await self.unload_on(replica, command.name):
                     return False
             elif isinstance(command, Load):
-                outcome = await self.load_on(replica, command.version, deadline)
+                outcome = await self.load_on(
+                    replica, command.version, deadline, replace=command.replace
+                )
                 if outcome.status != "ok":
                     replica.last_error = _describe(outcome, command.version.name)
                     return False
@@ -150,9 +169,7 @@ class Broadcaster:
         held = self.registry.loaded.get(replica.id, {}).get(version.name)
         if held is not None and held.source != "replica" and held.same_files(version):
             return Outcome(replica, "ok", None, 0)
-        if held is not None and not await self.unload_on(replica, version.name):
-            return Outcome(replica, "failed", None, 0)
-        return await self.load_on(replica, version, deadline)
+        return await self.load_on(replica, version, deadline, replace=held is not None)
 
     async def unload_fleet(self, name: str) -> list[tuple[Replica, bool]]:
         targets = [r for r in self.pool if r.routable or self.registry.holds(r.id, name)]

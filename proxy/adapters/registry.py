@@ -5,8 +5,9 @@ It knows
   to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``
   minus one, so loading the next version never needs more than ``max_loras`` slots);
 - what each replica has loaded, and from which version record.
-and turns "what is" into commands for one replica: unloads first (versions dropped, stale copies
-of a name: another path, other files, or loaded before this proxy knew it), then loads.
+and turns "what is" into commands for one replica: unloads first (versions dropped), then loads;
+a name held with other files, or loaded before this proxy knew it, is replaced in place (vLLM's
+``load_inplace``), so it never disappears from a replica that is serving it.
 Invariants: a dropped or removed version is never planned again; a replica is never planned
 more than ``max_loras`` adapters (unloads run before loads).
 """
@@ -51,6 +52,7 @@ class Version:
 @dataclass(frozen=True, slots=True)
 class Load:
     version: Version
+    replace: bool = False  # the name is loaded with other (or unknown) files: load in place
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +147,7 @@ class Registry:
                 if manage_unknown or held.source != "replica":
                     unloads.append(Unload(name))
             elif held.source == "replica" or not held.same_files(wanted):
-                unloads.append(Unload(name))
-                loads.append(Load(wanted))
+                loads.append(Load(wanted, replace=True))
         for name, wanted in self.versions.items():
             if name not in have:
                 loads.append(Load(wanted))

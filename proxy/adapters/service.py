@@ -11,10 +11,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
 from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -52,6 +54,8 @@ class AdapterService:
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
         self._reconciling: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.source_seen = False  # the source's first scan has been applied
 
     # -- what routing asks -------------------------------------------------------------
 
@@ -90,7 +94,22 @@ class AdapterService:
         if self._pending.get(name, (None, None))[1] is task:
             del self._pending[name]
 
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, name: str) -> AsyncIterator[None]:
+        """One load or unload of a given name at a time, in arrival order (asyncio.Lock is FIFO)."""
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if not lock.locked() and self._locks.get(name) is lock:
+                del self._locks[name]
+
     async def _load(self, version: Version) -> list[Outcome]:
+        async with self._exclusive(version.name):
+            return await self._load_now(version)
+
+    async def _load_now(self, version: Version) -> list[Outcome]:
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
             version = wanted  # keep the record (and source) the watcher made
@@ -98,9 +117,10 @@ class AdapterService:
             self._spawn(self._unload_everywhere(name))
         started = time.perf_counter()
         outcomes = await self.broadcaster.load_fleet(version)
-        ok = bool(outcomes) and all(o.status in ("ok", "unreachable") for o in outcomes)
-        if not ok or not any(o.status == "ok" for o in outcomes):
-            self.registry.remove(version.name)
+        ok = all(o.status in ("ok", "unreachable") for o in outcomes)
+        if not ok:
+            self.registry.remove(version.name)  # refused or never visible: rolled back
+        # With no replica reachable yet the version stays wanted: replicas get it on admission.
         self.metrics.record_fleet_load(time.perf_counter() - started, "ok" if ok else "failed")
         for outcome in outcomes:
             if outcome.attempts:
@@ -164,14 +184,17 @@ class AdapterService:
         known = name in self.registry.versions or any(
             name in r.adapters for r in self.broadcaster.pool
         )
-        self.registry.remove(name)
-        await self._unload_everywhere(name)
+        async with self._exclusive(name):
+            self.registry.remove(name)
+            await self.broadcaster.unload_fleet(name)
         if not known:
             return error_response(404, f"The lora adapter '{name}' cannot be found.")
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
     async def _unload_everywhere(self, name: str) -> None:
-        await self.broadcaster.unload_fleet(name)
+        async with self._exclusive(name):
+            if name not in self.registry.versions:  # a later load may have wanted it again
+                await self.broadcaster.unload_fleet(name)
 
     # -- sources -------------------------------------------------------------------------
 
@@ -190,12 +213,18 @@ class AdapterService:
                 continue
             log.info("adapter %s found in the source: pre-loading it on every replica", name)
             self._start_load(version)
+        if not self.source_seen:
+            # Now the source is known, leftovers on the replicas can be told apart: clean them.
+            self.source_seen = True
+            for replica in self.broadcaster.pool.routable():
+                self._spawn(self.admit(replica))
 
     # -- replicas ------------------------------------------------------------------------
 
     async def admit(self, replica: Replica) -> bool:
         self.registry.observe(replica.id, dict(replica.adapters))
-        ok = await self.broadcaster.bring_in_step(replica, manage_unknown=self.has_source)
+        manage = self.has_source and self.source_seen
+        ok = await self.broadcaster.bring_in_step(replica, manage_unknown=manage)
         if ok:
             self.metrics.record_reconcile()
         return ok

@@ -126,7 +126,8 @@ OnChange = Callable[[dict[str, tuple[str, Fingerprint]], list[str]], Awaitable[N
 
 
 class Watcher:
-    """Polls a source; calls ``on_change(added_or_changed, removed)`` when the answer moves."""
+    """Polls a source; calls ``on_change(added_or_changed, removed)`` after its first scan and
+    whenever the answer moves."""
 
     def __init__(self, source: Source, clock: Clock, on_change: OnChange) -> None:
         self.source = source
@@ -155,5 +156,5 @@ class Watcher:
         changed = {name: v for name, v in found.items() if self.known.get(name) != v}
         removed = [name for name in self.known if name not in found]
         self.known = found
-        if changed or removed:
+        if changed or removed or self.scans == 1:  # the first answer is news even if empty
             await self._on_change(changed, removed)

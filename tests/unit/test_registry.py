@@ -51,7 +51,7 @@ def test_stale_copy_under_the_same_name_is_replaced() -> None:
     new = v(1, files=(("adapter_model.safetensors", 10, 2),))
     registry.mark_loaded("r1", old)
     registry.add(new)
-    assert registry.plan("r1", manage_unknown=False) == [Unload("trl-policy-v1"), Load(new)]
+    assert registry.plan("r1", manage_unknown=False) == [Load(new, replace=True)]
 
 
 def test_adapters_loaded_before_the_proxy_knew_them() -> None:
@@ -60,10 +60,7 @@ def test_adapters_loaded_before_the_proxy_knew_them() -> None:
     registry.add(v(1, path="/lora/x"))
     # The wanted name is reloaded (its files cannot be vouched for); leftovers stay unless a
     # source is configured.
-    assert registry.plan("r1", manage_unknown=False) == [
-        Unload("trl-policy-v1"),
-        Load(v(1, "/lora/x")),
-    ]
+    assert registry.plan("r1", manage_unknown=False) == [Load(v(1, "/lora/x"), replace=True)]
     assert Unload("leftover") in registry.plan("r1", manage_unknown=True)
 
 

@@ -1,0 +1,115 @@
+"""The run's jobs through the real ``huggingface_hub`` client, seen as small ``JobView`` values.
+
+Every call passes ``namespace`` explicitly: without it the client asks ``whoami`` first, and
+``list_jobs`` (huggingface_hub 2.4) asks the module-level ``whoami``, which ignores the
+``HfApi(endpoint=...)`` this wrapper was given.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from huggingface_hub import HfApi, JobInfo
+from huggingface_hub.errors import HfHubHTTPError
+
+from deploy.specs import INDEX_LABEL, ROLE_LABEL, ROLES, RUN_LABEL, JobSpec
+
+TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """The client's connection-level error base: ``httpx2`` in huggingface_hub 2.x, else httpx."""
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        return (module.RequestError,)
+    return ()
+
+
+# What a Hub call can raise that is the Hub's or the network's doing, not a bug of ours.
+HUB_ERRORS: tuple[type[Exception], ...] = (HfHubHTTPError, OSError, *_transport_errors())
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the deploy commands need to know about one job."""
+
+    id: str
+    name: str
+    role: str
+    index: int
+    stage: str
+    message: str | None
+    expose_urls: tuple[str, ...]
+    flavor: str
+
+    @classmethod
+    def of(cls, info: JobInfo) -> JobView:
+        labels = info.labels or {}
+        stage = info.status.stage
+        flavor = info.flavor
+        return cls(
+            id=info.id,
+            name=labels.get("name", info.id),
+            role=labels.get(ROLE_LABEL, "?"),
+            index=int(labels.get(INDEX_LABEL, "0")),
+            stage=stage.value if isinstance(stage, Enum) else str(stage),
+            message=info.status.message,
+            expose_urls=tuple(info.status.expose_urls or ()),
+            flavor="" if flavor is None else (flavor.value if isinstance(flavor, Enum) else flavor),
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.stage in TERMINAL_STAGES
+
+    def url(self, port: int) -> str | None:
+        """The exposed URL of ``port`` as the Jobs API lists it (scheme and host included)."""
+        for url in self.expose_urls:
+            if url.rstrip("/").endswith(f"--{port}.hf.jobs"):
+                return url.rstrip("/")
+        return self.expose_urls[0].rstrip("/") if self.expose_urls else None
+
+
+def _order(view: JobView) -> tuple[int, int]:
+    return (ROLES.index(view.role) if view.role in ROLES else len(ROLES), view.index)
+
+
+class HubJobs:
+    """Jobs and bucket calls of one namespace through ``HfApi``."""
+
+    def __init__(self, api: HfApi, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+
+    def ensure_bucket(self, bucket: str) -> None:
+        """Create ``bucket`` (private) unless it exists."""
+        self.api.create_bucket(bucket, private=True, exist_ok=True)
+
+    def upload(self, bucket: str, local: Path, destination: str) -> None:
+        self.api.batch_bucket_files(bucket, add=[(str(local), destination)])
+
+    def launch(self, spec: JobSpec, token: str) -> JobView:
+        return JobView.of(self.api.run_job(**spec.run_job_kwargs(token, self.namespace)))
+
+    def inspect(self, job_id: str) -> JobView:
+        return JobView.of(self.api.inspect_job(job_id=job_id, namespace=self.namespace))
+
+    def cancel(self, job_id: str) -> None:
+        self.api.cancel_job(job_id=job_id, namespace=self.namespace)
+
+    def of_run(self, run_name: str) -> list[JobView]:
+        """Every job labelled with ``run_name``, replicas first, then proxy, then trainer."""
+        infos = self.api.list_jobs(labels={RUN_LABEL: run_name}, namespace=self.namespace)
+        return sorted((JobView.of(info) for info in infos), key=_order)
+
+    def logs(self, job_id: str, *, follow: bool = False, tail: int | None = None) -> Iterable[str]:
+        return self.api.fetch_job_logs(
+            job_id=job_id, namespace=self.namespace, follow=follow, tail=tail
+        )

@@ -1,0 +1,183 @@
+"""``deploy up``: bucket, code, replicas, (proxy,) trainer, each wave waited on before the next.
+
+Order: refuse a run name that still has active jobs; create the bucket if missing; publish the
+code; launch the N replicas and wait until each is RUNNING and answers ``/health`` through its
+exposed URL; in topology ``job`` launch the proxy pointed at those URLs and wait for it the same
+way; launch the trainer and wait until it runs. Any failure (a job ending in ERROR, the wait
+timing out, a Hub call failing, Ctrl-C) cancels every job launched so far unless ``keep``, and
+becomes a ``DeployError`` naming the job, its last log lines and what to do next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from deploy import hints
+from deploy.clock import Clock
+from deploy.errors import DeployError
+from deploy.health import Prober
+from deploy.jobs import HUB_ERRORS, HubJobs, JobView
+from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
+from deploy.readiness import JobFailed, NotReady, Target, wait_ready
+from deploy.specs import JobSpec
+
+LOG_LINES_ON_FAILURE = 20
+
+
+@dataclass
+class Launch:
+    jobs: HubJobs
+    plan: RunPlan
+    token: str
+    probe: Prober
+    clock: Clock
+    say: Callable[[str], None]
+    publish: Callable[[], None]
+    ready_timeout_s: float = 1800.0
+    poll_s: float = 5.0
+    keep: bool = False
+    endpoint: str | None = None
+    launched: list[JobView] = field(default_factory=list)
+
+    def hint(self, subcommand: str, *extra: str) -> str:
+        return hints.command(
+            subcommand, self.plan.run_name, self.jobs.namespace, self.endpoint, *extra
+        )
+
+    def up(self) -> list[JobView]:
+        """Launch the run; return the final view of every job, in launch order."""
+        self.refuse_active_run()
+        self.say(f"bucket {self.plan.bucket}: creating it unless it exists")
+        self.jobs.ensure_bucket(self.plan.bucket)
+        self.publish()
+        try:
+            return self.launch_fleet()
+        except JobFailed as failed:
+            raise self.abort(self.failure_report(failed.job)) from None
+        except NotReady as late:
+            raise self.abort(self.timeout_report(late)) from None
+        except HUB_ERRORS as exc:
+            raise self.abort(f"a Hub call failed: {exc}") from None
+        except KeyboardInterrupt:
+            raise self.abort("interrupted") from None
+
+    def launch_fleet(self) -> list[JobView]:
+        plan = self.plan
+        replicas = [self.start(replica_spec(plan, index)) for index in range(plan.replicas)]
+        self.say(f"waiting for {len(replicas)} replica(s) to be RUNNING and healthy")
+        urls = self.serving_urls(replicas)
+        if plan.topology == "sidecar":
+            trainer = self.start(trainer_spec(plan, replica_urls=urls))
+        else:
+            proxy = self.start(proxy_spec(plan, urls))
+            self.say("waiting for the proxy to be RUNNING and healthy")
+            (proxy_url,) = self.serving_urls([proxy])
+            trainer = self.start(trainer_spec(plan, proxy_url=proxy_url))
+        self.say("waiting for the trainer to start")
+        self.wait([trainer], serves=False)
+        return [self.jobs.inspect(job.id) for job in self.launched]
+
+    def start(self, spec: JobSpec) -> JobView:
+        job = self.jobs.launch(spec, self.token)
+        self.launched.append(job)
+        self.say(f"launched {spec.name}: job {job.id} ({spec.flavor}, {spec.image})")
+        return job
+
+    def wait(self, jobs: Sequence[JobView], *, serves: bool) -> dict[str, JobView]:
+        return wait_ready(
+            self.jobs,
+            [Target(job, serves) for job in jobs],
+            token=self.token,
+            probe=self.probe,
+            clock=self.clock,
+            timeout_s=self.ready_timeout_s,
+            poll_s=self.poll_s,
+            say=self.say,
+        )
+
+    def serving_urls(self, jobs: Sequence[JobView]) -> list[str]:
+        ready = self.wait(jobs, serves=True)
+        urls = [ready[job.id].url(PORT) for job in jobs]
+        return [url for url in urls if url is not None]
+
+    def refuse_active_run(self) -> None:
+        active = [job for job in self.jobs.of_run(self.plan.run_name) if not job.terminal]
+        if active:
+            names = ", ".join(f"{job.name} ({job.stage})" for job in active)
+            raise DeployError(
+                f"run {self.plan.run_name!r} already has {len(active)} active job(s): {names}. "
+                f"Choose another --run-name, or stop them first: {self.hint('down')}"
+            )
+
+    def failure_report(self, job: JobView) -> str:
+        lines = [f"{job.name} (job {job.id}) ended in {job.stage}"]
+        if job.message:
+            lines[0] += f": {job.message}"
+        try:
+            logs = list(self.jobs.logs(job.id, tail=LOG_LINES_ON_FAILURE))
+        except HUB_ERRORS as exc:
+            lines.append(f"(its logs could not be fetched: {exc})")
+        else:
+            if logs:
+                lines.append(f"last {len(logs)} log line(s) of {job.name}:")
+                lines += [f"  | {line}" for line in logs]
+        lines.append(f"all its logs: {self.hint('logs', '--job', job.id)}")
+        return "\n".join(lines)
+
+    def timeout_report(self, late: NotReady) -> str:
+        lines = [
+            f"not ready after {late.waited_s:.0f} s (--ready-timeout {self.ready_timeout_s:g}):"
+        ]
+        lines += [f"  {job.name} (job {job.id}): {shown}" for job, shown in late.pending]
+        lines.append(
+            "a GPU may still be scheduling or the model still loading: raise --ready-timeout, "
+            f"or read their logs: {self.hint('logs', '--role', 'replica')}"
+        )
+        return "\n".join(lines)
+
+    def abort(self, reason: str) -> DeployError:
+        """Cancel what was launched (unless ``keep``) and say so after ``reason``."""
+        lines = [f"deploy up failed: {reason}"]
+        if self.keep:
+            lines.append(
+                f"kept {len(self.launched)} job(s) running (--keep); stop them with: "
+                f"{self.hint('down')}"
+            )
+            return DeployError("\n".join(lines))
+        cancelled, failed = [], []
+        for job in self.launched:
+            try:
+                if not self.jobs.inspect(job.id).terminal:
+                    self.jobs.cancel(job.id)
+                    cancelled.append(job.name)
+            except HUB_ERRORS as exc:
+                failed.append(f"{job.name} ({job.id}): {exc}")
+        if cancelled:
+            lines.append(f"cancelled the other job(s) of the run: {', '.join(cancelled)}")
+        if failed:
+            lines.append("could not cancel: " + "; ".join(failed))
+            lines.append(f"retry with: {self.hint('down')}")
+        lines.append("fix the cause above, then run `deploy up` again")
+        return DeployError("\n".join(lines))
+
+
+def summary(plan: RunPlan, jobs: Sequence[JobView], namespace: str, endpoint: str | None) -> str:
+    """What was launched and how to follow, watch and stop it."""
+
+    def hint(subcommand: str, *extra: str) -> str:
+        return hints.command(subcommand, plan.run_name, namespace, endpoint, *extra)
+
+    lines = [f"run {plan.run_name} is up in namespace {namespace} (topology {plan.topology}):"]
+    for job in jobs:
+        url = job.url(PORT) or ""
+        lines.append(f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage:<10} {url}")
+    adapters = f"hf://buckets/{plan.bucket}/{plan.run_name}/.vllm_lora"
+    lines += [
+        f"adapters: {adapters} (at {plan.adapters_dir} in every job)",
+        f"follow the trainer: {hint('logs', '--role', 'trainer', '--follow')}",
+        f"watch the run:      {hint('status')}",
+        f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out "
+        f"after {plan.timeout})",
+    ]
+    return "\n".join(lines)

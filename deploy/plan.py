@@ -1,0 +1,172 @@
+"""The jobs of a run, as pure functions of one ``RunPlan``.
+
+Layout of a run named R in bucket NS/B, mounted at ``/lora`` in every job (TRL sends absolute
+adapter paths, so the mount path must be the same everywhere):
+
+- ``/lora/R/code/``: the project's wheel (``--code wheel``);
+- ``/lora/R/``: the trainer's ``--output-dir``; TRL writes adapters to ``/lora/R/.vllm_lora/``.
+
+Replicas (and the proxy job) mount the bucket read-only; only the trainer mounts it writable.
+Topology ``sidecar``: the trainer job runs the proxy beside it and reaches each replica's exposed
+URL. Topology ``job``: the proxy is a job of its own with its port exposed, and the trainer is
+pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from deploy.install import Install
+from deploy.specs import INDEX_LABEL, ROLE_LABEL, RUN_LABEL, BucketMount, JobSpec, Role
+
+Topology = Literal["sidecar", "job"]
+PORT = 8000
+TOKEN_SECRET = "HF_TOKEN"
+UPSTREAM_TOKEN_SECRET = "PROXY_UPSTREAM_TOKEN"
+
+
+@dataclass(frozen=True)
+class Images:
+    replica: str = "vllm/vllm-openai:latest"
+    trainer: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+    proxy: str = "python:3.11-slim"
+
+
+@dataclass(frozen=True)
+class Flavors:
+    replica: str = "h200"
+    trainer: str = "h200x2"
+    proxy: str = "cpu-upgrade"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything ``deploy up`` launches, decided before anything is launched."""
+
+    run_name: str
+    bucket: str
+    model: str
+    replicas: int
+    install: Install
+    topology: Topology = "sidecar"
+    images: Images = field(default_factory=Images)
+    flavors: Flavors = field(default_factory=Flavors)
+    timeout: str = "6h"
+    mount_path: str = "/lora"
+    replica_args: tuple[str, ...] = ()
+    trainer_args: tuple[str, ...] = ()
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.mount_path}/{self.run_name}"
+
+    @property
+    def adapters_dir(self) -> str:
+        return f"{self.run_dir}/.vllm_lora"
+
+    @property
+    def code_dir(self) -> str:
+        """Where the wheel sits in the bucket (``code_dir_in_job`` inside the jobs)."""
+        return f"{self.run_name}/code"
+
+    @property
+    def code_dir_in_job(self) -> str:
+        return f"{self.run_dir}/code"
+
+    def job_name(self, role: Role, index: int | None = None) -> str:
+        return f"{self.run_name}-{role}" + ("" if index is None else f"-{index}")
+
+    def labels(self, role: Role, index: int | None = None) -> dict[str, str]:
+        labels = {RUN_LABEL: self.run_name, ROLE_LABEL: role}
+        if index is not None:
+            labels[INDEX_LABEL] = str(index)
+        return labels
+
+    def mount(self, *, writable: bool = False) -> BucketMount:
+        return BucketMount(self.bucket, self.mount_path, read_only=not writable)
+
+
+def exposed_url_placeholder(job_name: str) -> str:
+    """Stands for a job's exposed URL before the job exists (``--dry-run``)."""
+    return f"https://<{job_name} job id>--{PORT}.hf.jobs"
+
+
+def replica_spec(plan: RunPlan, index: int) -> JobSpec:
+    argv = [
+        *("python3", "-m", "replica_entry", "--backend", "vllm"),
+        *("--host", "0.0.0.0", "--port", str(PORT), "--model", plan.model),
+        *plan.replica_args,
+    ]
+    return JobSpec(
+        name=plan.job_name("replica", index),
+        role="replica",
+        image=plan.images.replica,
+        command=plan.install.wrap(argv),
+        flavor=plan.flavors.replica,
+        timeout=plan.timeout,
+        volumes=(plan.mount(),),
+        labels=plan.labels("replica", index),
+        env={"PYTHONUNBUFFERED": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+        secret_names=(TOKEN_SECRET,),
+        expose=(PORT,),
+    )
+
+
+def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
+    argv = [
+        *("python3", "-m", "proxy", "--host", "0.0.0.0", "--port", str(PORT)),
+        *("--replicas", ",".join(replica_urls), "--adapters-dir", plan.adapters_dir),
+    ]
+    return JobSpec(
+        name=plan.job_name("proxy"),
+        role="proxy",
+        image=plan.images.proxy,
+        command=plan.install.wrap(argv),
+        flavor=plan.flavors.proxy,
+        timeout=plan.timeout,
+        volumes=(plan.mount(),),
+        labels=plan.labels("proxy"),
+        env={"PYTHONUNBUFFERED": "1"},
+        secret_names=(TOKEN_SECRET, UPSTREAM_TOKEN_SECRET),
+        expose=(PORT,),
+    )
+
+
+def trainer_spec(
+    plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
+) -> JobSpec:
+    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``."""
+    if proxy_url is not None:
+        target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
+    else:
+        target = ["--sidecar-replicas", ",".join(replica_urls)]
+    argv = [
+        *("python3", "-m", "trainer_entry", "--model", plan.model),
+        *target,
+        *("--output-dir", plan.run_dir),
+        *plan.trainer_args,
+    ]
+    return JobSpec(
+        name=plan.job_name("trainer"),
+        role="trainer",
+        image=plan.images.trainer,
+        command=plan.install.wrap(argv, extra="trainer"),
+        flavor=plan.flavors.trainer,
+        timeout=plan.timeout,
+        volumes=(plan.mount(writable=True),),
+        labels=plan.labels("trainer"),
+        env={"PYTHONUNBUFFERED": "1"},
+        secret_names=(TOKEN_SECRET,),
+    )
+
+
+def dry_run_specs(plan: RunPlan) -> list[JobSpec]:
+    """Every job of the run in launch order, exposed URLs shown as placeholders."""
+    replicas = [replica_spec(plan, index) for index in range(plan.replicas)]
+    urls = [exposed_url_placeholder(spec.name) for spec in replicas]
+    if plan.topology == "sidecar":
+        return [*replicas, trainer_spec(plan, replica_urls=urls)]
+    proxy = proxy_spec(plan, urls)
+    return [*replicas, proxy, trainer_spec(plan, proxy_url=exposed_url_placeholder(proxy.name))]

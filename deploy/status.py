@@ -1,0 +1,83 @@
+"""``deploy status``: every job of a run with its stage and health, and the proxy's figures.
+
+Health is probed through each serving job's exposed URL with the bearer token. In topology
+``job`` the proxy's ``GET /proxy/status`` adds its routing and adapter figures; in topology
+``sidecar`` the proxy lives inside the trainer job and has no exposed port, so its figures are in
+the trainer's logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from deploy.errors import DeployError
+from deploy.health import Prober
+from deploy.jobs import HubJobs, JobView
+from deploy.plan import PORT
+from deploy.specs import RUN_LABEL
+
+
+def proxy_figures(status: Mapping[str, Any]) -> list[str]:
+    """Readable lines from the proxy's ``/proxy/status`` JSON (fields it lacks are skipped)."""
+    routing = [f"policy {status.get('policy', '?')}"]
+    for key in ("inflight", "queued", "max_inflight"):
+        if key in status:
+            routing.append(f"{key} {status[key]}")
+    routing += [f"{key} {value}" for key, value in dict(status.get("routing") or {}).items()]
+    lines = ["routing: " + ", ".join(routing)]
+    replicas = list(status.get("replicas") or [])
+    if replicas:
+        routable = sum(1 for replica in replicas if replica.get("routable"))
+        states = ", ".join(
+            f"{r.get('url', r.get('id', '?'))} {r.get('state', '?')}" for r in replicas
+        )
+        lines.append(f"replicas: {routable}/{len(replicas)} routable ({states})")
+    adapters = status.get("adapters")
+    if isinstance(adapters, Mapping):
+        wanted = adapters.get("wanted") or []
+        loading = adapters.get("loading") or []
+        lines.append(
+            f"adapters: newest {adapters.get('newest') or 'none yet'}, "
+            f"{len(wanted)} wanted, {len(loading)} loading, window {adapters.get('window', '?')}"
+        )
+    if status.get("paused"):
+        lines.append("paused: yes (the trainer is syncing weights)")
+    return lines
+
+
+def job_line(job: JobView, health: str) -> str:
+    line = f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage}"
+    if job.message:
+        line += f" ({job.message})"
+    return f"{line}  {health}".rstrip()
+
+
+def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:
+    views = jobs.of_run(run_name)
+    if not views:
+        raise DeployError(
+            f"no jobs labelled {RUN_LABEL}={run_name} in namespace {jobs.namespace}: check "
+            "--run-name and --namespace (the namespace the jobs run in, by default the "
+            "bucket's)"
+        )
+    lines = [f"run {run_name} in namespace {jobs.namespace}: {len(views)} job(s)"]
+    has_proxy_job = any(view.role == "proxy" for view in views)
+    for view in views:
+        url = view.url(PORT) if view.stage == "RUNNING" else None
+        health = ""
+        if url is not None:
+            probe_result = probe(f"{url}/health", token)
+            health = f"{url} " + (
+                "healthy" if probe_result.ok else f"unhealthy ({probe_result.detail})"
+            )
+        lines.append(job_line(view, health))
+        if view.role == "proxy" and url is not None:
+            figures = probe(f"{url}/proxy/status", token)
+            if figures.ok and isinstance(figures.body, Mapping):
+                lines += [f"      {line}" for line in proxy_figures(figures.body)]
+            else:
+                lines.append(f"      /proxy/status unavailable ({figures.detail})")
+        if view.role == "trainer" and not has_proxy_job:
+            lines.append("      its proxy runs inside this job: see its logs for routing figures")
+    return "\n".join(lines)
