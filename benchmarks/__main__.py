@@ -2,7 +2,8 @@
 
 Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
 balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``policy`` (the
-routing policy alone). Everything runs on loopback against simulated replicas.
+routing policy alone), ``soak`` (RSS, open files and tasks under load over time). Everything
+runs on loopback against simulated replicas.
 """
 
 from __future__ import annotations
@@ -190,11 +191,45 @@ def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return [*rows, {"memory": memory}], text
 
 
+def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.soak import soak
+
+    seconds = args.seconds or (20.0 if args.quick else 300.0)
+    result = asyncio.run(soak(seconds, interval_s=max(seconds / 30, 1.0)))
+    rows = result.samples
+    text = report.table(
+        ["t_s", "rss_mb", "fds", "tasks", "inflight", "sticky_keys", "tracked_prefixes"],
+        [
+            [
+                r["t"],
+                r["rss_mb"],
+                r["fds"],
+                r["tasks"],
+                r["inflight"],
+                r.get("routing_sticky_keys", 0),
+                r.get("routing_tracked_prefixes", 0),
+            ]
+            for r in rows
+        ],
+    )
+    text += f"\n{result.requests} requests, {result.errors} errors"
+    if args.plot:
+        report.line_chart(
+            args.plot / "soak_rss.png",
+            "Proxy RSS over time",
+            [r["t"] for r in rows],
+            {"rss_mb": [r["rss_mb"] for r in rows]},
+            "MB",
+        )
+    return [{"requests": result.requests, "errors": result.errors, "samples": rows}], text
+
+
 SUITES = {
     "overhead": suite_overhead,
     "routing": suite_routing,
     "sync": suite_sync,
     "policy": suite_policy,
+    "soak": suite_soak,
 }
 
 
@@ -204,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write results (with the environment) here")
     parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")
+    parser.add_argument("--seconds", type=float, help="soak: how long to run (default 300)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")

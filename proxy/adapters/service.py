@@ -15,8 +15,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import orjson

@@ -1,0 +1,102 @@
+"""Suite ``soak``: fixed moderate load for a set time; the proxy's RSS, open files and tasks.
+
+Two simulated replicas and the proxy run as separate processes; GRPO-shaped traffic (new
+prompts all the time, so routing state keeps growing up to its bounds) is replayed until the
+deadline, and the proxy is sampled every ``interval_s``: resident memory, open file descriptors,
+asyncio tasks and the routing policy's tracked state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from benchmarks.loadgen import LoadGenerator
+from benchmarks.loopback import free_port
+from benchmarks.procs import children, start_child
+from benchmarks.trace import TraceShape
+
+SIM_FLAGS = ["--gen-token-s", "0.001", "--overhead-s", "0.001", "--cache-blocks", "2048"]
+
+
+@dataclass
+class SoakResult:
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    requests: int = 0
+    errors: int = 0
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def soak(seconds: float, interval_s: float = 1.0, concurrency: int = 32) -> SoakResult:
+    result = SoakResult()
+    async with children() as stack:
+        for i in range(2):
+            port = free_port()
+            args = ["--backend", "sim", "--port", str(port), "--seed", str(i), *SIM_FLAGS]
+            stack.append(await start_child(f"replica {i}", "replica_entry", args, port))
+        port = free_port()
+        urls = ",".join(child.url for child in stack)
+        proxy = await start_child(
+            "proxy",
+            "proxy",
+            [
+                "--port",
+                str(port),
+                "--replicas",
+                urls,
+                "--log-level",
+                "warning",
+                "--sticky-size",
+                "4096",
+                "--max-tracked",
+                "4096",
+            ],
+            port,
+        )
+        stack.append(proxy)
+        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + seconds
+        sampler = asyncio.create_task(_sample(proxy.url, proxy.process.pid, interval_s, result))
+        seed = 0
+        while time.monotonic() < deadline:
+            shape = TraceShape(prompts=16, group_size=8, turns=2, seed=seed)
+            generator = LoadGenerator(proxy.url, shape, model="sim-model", concurrency=concurrency)
+            run = await generator.run()
+            result.requests += len(run.samples)
+            result.errors += len(run.errors)
+            seed += 1
+        await asyncio.sleep(interval_s * 1.5)  # a last sample at rest
+        sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
+    return result
+
+
+async def _sample(url: str, pid: int, interval_s: float, result: SoakResult) -> None:
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(url + "/proxy/status") as resp:
+                status = await resp.json()
+            result.samples.append(
+                {
+                    "t": time.monotonic() - started,
+                    "rss_mb": _rss_mb(pid),
+                    "fds": len(os.listdir(f"/proc/{pid}/fd")),
+                    "tasks": status["tasks"],
+                    "inflight": status["inflight"],
+                    **{f"routing_{k}": v for k, v in status["routing"].items()},
+                }
+            )
+            await asyncio.sleep(interval_s)

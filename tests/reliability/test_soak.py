@@ -1,0 +1,20 @@
+"""A bounded soak: moderate load for a few seconds; memory, files, tasks and state stay flat.
+(The long form: ``python -m benchmarks soak --seconds 600``.)"""
+
+from __future__ import annotations
+
+from benchmarks.soak import soak
+
+
+async def test_soak_leaves_nothing_behind() -> None:
+    result = await soak(12.0, interval_s=1.0)
+    assert result.errors == 0
+    assert result.requests > 1000
+    samples = result.samples
+    warm, last = samples[2], samples[-1]
+    assert last["rss_mb"] - warm["rss_mb"] < 10
+    assert last["inflight"] == 0
+    assert last["tasks"] <= 8  # back to the background loops once the load stops
+    assert last["fds"] <= samples[0]["fds"] + 16  # keep-alive connections, nothing leaking
+    assert all(s.get("routing_sticky_keys", 0) <= 4096 for s in samples)
+    assert all(s.get("routing_tracked_prefixes", 0) <= 4096 for s in samples)
