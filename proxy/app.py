@@ -23,6 +23,7 @@ from proxy.auth import KeyCheck
 from proxy.client import UpstreamClient
 from proxy.clock import Clock, RealClock
 from proxy.config import AdapterSettings, Settings
+from proxy.discovery import JobsDiscovery
 from proxy.fanout import FanOut
 from proxy.fleet import Fleet
 from proxy.forward import Forwarder
@@ -44,6 +45,7 @@ HEALTH = web.AppKey("health", HealthMonitor)
 CLIENT = web.AppKey("client", UpstreamClient)
 ADAPTERS = web.AppKey("adapters", AdapterService)
 WATCHER = web.AppKey("watcher", Watcher)
+DISCOVERY = web.AppKey("discovery", JobsDiscovery)
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
@@ -63,7 +65,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         adapter_cfg.load_deadline_s, adapter_cfg.retry_min_s, adapter_cfg.retry_max_s
     )
     broadcaster = Broadcaster(pool, client, registry, clock, retry)
-    source = build_source(adapter_cfg)
+    source = build_source(adapter_cfg, settings.hub_endpoint)
     metrics = Metrics(
         pool,
         lambda: limiter.inflight,
@@ -101,11 +103,22 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     app[ADAPTERS] = adapters
     if source is not None:
         app[WATCHER] = Watcher(source, clock, adapters.source_changed)
+    if settings.discover is not None:
+        token = settings.upstream.token
+        app[DISCOVERY] = JobsDiscovery(
+            settings.discover,
+            pool,
+            clock,
+            interval_s=settings.discover_interval,
+            endpoint=settings.hub_endpoint,
+            token=token.get_secret_value() if token is not None else None,
+        )
     _add_routes(app, handlers)
     app.add_routes(Admin(pool, KeyCheck(settings.admin_key, "admin")).routes())
     app.cleanup_ctx.append(_client_ctx)
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
+    app.cleanup_ctx.append(_discovery_ctx)
     return app
 
 
@@ -152,17 +165,28 @@ async def _adapters_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[ADAPTERS].close()
 
 
-def build_source(settings: AdapterSettings) -> Source | None:
+def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source | None:
     if settings.dir is not None:
         return DirectorySource(settings.dir, settings.watch_interval_s or 0.5)
     if settings.bucket is not None:
-        return BucketSource(
-            settings.bucket,
-            settings.mount_path,
-            settings.watch_interval_s or 2.0,
-            settings.hub_endpoint,
-        )
+        interval = settings.watch_interval_s or 2.0
+        return BucketSource(settings.bucket, settings.mount_path, interval, hub_endpoint)
     return None
+
+
+async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
+    discovery = app.get(DISCOVERY)
+    task = None
+    if discovery is not None:
+        log.info(
+            "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
+        )
+        task = asyncio.create_task(discovery.run(), name="replica-discovery")
+    yield
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _health_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -29,6 +29,8 @@ _HELP = {
     "admin_key": "key for the /admin API (disabled when unset)",
     "config": "TOML or JSON file of settings (flat names, as the flags without dashes)",
     "max_inflight": "overall in-flight cap (default: per-replica cap x replicas)",
+    "discover": "also take replicas from HF Jobs: hf-jobs:LABEL=VALUE (RUNNING jobs' exposed URLs)",
+    "hub_endpoint": "Hub API endpoint (default: huggingface_hub's, i.e. HF_ENDPOINT)",
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
     "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
     "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",

@@ -74,7 +74,6 @@ class AdapterSettings(BaseModel):
     load_deadline_s: PositiveFloat = 60.0
     retry_min_s: PositiveFloat = 0.05
     retry_max_s: PositiveFloat = 0.25
-    hub_endpoint: str | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> AdapterSettings:
@@ -110,7 +109,6 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "watch_interval": ("adapters", "watch_interval_s"),
     "adapter_window": ("adapters", "window"),
     "adapter_load_deadline": ("adapters", "load_deadline_s"),
-    "hub_endpoint": ("adapters", "hub_endpoint"),
     "policy": ("policy", "kind"),
     "load_factor": ("policy", "load_factor"),
     "load_slack": ("policy", "load_slack"),
@@ -141,6 +139,9 @@ class Settings(BaseSettings):
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None
+    discover: str | None = None
+    discover_interval: PositiveFloat = 5.0
+    hub_endpoint: str | None = None
     health: HealthSettings = HealthSettings()
     limits: LimitSettings = LimitSettings()
     upstream: UpstreamSettings = UpstreamSettings()
@@ -159,6 +160,15 @@ class Settings(BaseSettings):
         for url in urls:
             check_replica_url(url)
         return [url.rstrip("/") for url in urls]
+
+    @field_validator("discover")
+    @classmethod
+    def _check_discover(cls, spec: str | None) -> str | None:
+        if spec is not None:
+            from proxy.discovery import parse_spec
+
+            parse_spec(spec)
+        return spec
 
     @model_validator(mode="before")
     @classmethod
