@@ -44,11 +44,7 @@ Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None]], None]
 def publish_code(jobs: HubJobs, plan: RunPlan, say: Callable[[str], None]) -> None:
     """Build the wheel and upload it into the run's folder of the bucket (``--code wheel``)."""
     root = source_root()
-    if (
-        plan.install.requirement is None
-        or root is None
-        or not plan.install.requirement.endswith(".whl")
-    ):
+    if plan.install.source != "wheel" or root is None:
         say(f"code: {plan.install.requirement or 'already in the images'}")
         return
     say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
@@ -72,7 +68,10 @@ class Runtime:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m deploy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy",
+        description="Deploy a rollout fleet (vLLM replicas, proxy, trainer) on Hugging Face Jobs.",
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--hub-endpoint",

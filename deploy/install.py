@@ -30,8 +30,10 @@ PIP_INSTALL = ("python3", "-m", "pip", "install", "--no-cache-dir", "--quiet")
 
 @dataclass(frozen=True)
 class Install:
-    """A pip requirement to install before the entry point, or ``None`` (baked into the image)."""
+    """Where the code comes from, and the pip requirement to install before the entry point
+    (``None``: baked into the image)."""
 
+    source: CodeSource
     requirement: str | None
 
     def wrap(self, argv: Sequence[str], extra: str | None = None) -> tuple[str, ...]:
@@ -82,8 +84,8 @@ def wheel_filename(version: str) -> str:
 def install_for(source: CodeSource, code_dir: str) -> Install:
     """The ``Install`` for ``source``; ``code_dir`` is where the wheel sits inside every job."""
     if source == "image":
-        return Install(None)
+        return Install(source, None)
     version = project_version(source)
     if source == "pypi":
-        return Install(f"{DISTRIBUTION}=={version}")
-    return Install(f"{code_dir}/{wheel_filename(version)}")
+        return Install(source, f"{DISTRIBUTION}=={version}")
+    return Install(source, f"{code_dir}/{wheel_filename(version)}")

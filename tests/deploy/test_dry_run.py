@@ -1,0 +1,149 @@
+"""``deploy up --dry-run``: every job spec as JSON, checked field by field; no call, no token."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from deploy.cli import Runtime, main
+from tests.deploy.conftest import TOKEN, FakeClock
+
+ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
+
+
+def _no_token() -> str | None:
+    raise AssertionError("--dry-run must not look for a token")
+
+
+def _no_publish(*args: object) -> None:
+    raise AssertionError("--dry-run must not publish anything")
+
+
+def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    out, err = io.StringIO(), io.StringIO()
+    runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, out=out, err=err)
+    # An endpoint nothing listens on: any call would fail the command.
+    argv = [*ARGS, "--hub-endpoint", "http://127.0.0.1:9", "--dry-run", *extra]
+    assert main(argv, runtime) == 0, err.getvalue()
+    assert TOKEN not in out.getvalue() + err.getvalue()
+    specs: list[dict[str, Any]] = json.loads(out.getvalue())
+    return specs
+
+
+FIELDS = {
+    "name", "role", "image", "command", "env", "secrets", "flavor", "timeout", "volumes",
+    "expose", "labels",
+}  # fmt: skip
+
+
+def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--code", "pypi", "--", "--max-steps", "500", monkeypatch=monkeypatch)
+
+    assert [spec["name"] for spec in specs] == [
+        "rollout-20260101-000000-replica-0",
+        "rollout-20260101-000000-replica-1",
+        "rollout-20260101-000000-trainer",
+    ]
+    assert [spec["role"] for spec in specs] == ["replica", "replica", "trainer"]
+    assert all(set(spec) == FIELDS for spec in specs)
+    run = "rollout-20260101-000000"
+    for index, replica in enumerate(specs[:2]):
+        assert replica["image"] == "vllm/vllm-openai:latest"
+        assert replica["flavor"] == "h200"
+        assert replica["timeout"] == "6h"
+        assert replica["expose"] == [8000]
+        assert replica["secrets"] == {"HF_TOKEN": "***"}
+        assert replica["env"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+        assert replica["labels"] == {
+            "rollout-run": run,
+            "rollout-role": "replica",
+            "rollout-index": str(index),
+        }
+        assert replica["volumes"] == [
+            {"type": "bucket", "source": "team/rl", "mount_path": "/lora", "read_only": True}
+        ]
+        assert replica["command"][:2] == ["sh", "-c"]
+        assert replica["command"][2].startswith(
+            "python3 -m pip install --no-cache-dir --quiet rollout-proxy==0.1.0 && exec "
+            "python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000 "
+            "--model Qwen/Qwen2.5-Math-1.5B"
+        )
+    trainer = specs[2]
+    assert trainer["image"].startswith("pytorch/pytorch:")
+    assert trainer["flavor"] == "h200x2"
+    assert trainer["expose"] == []
+    assert trainer["secrets"] == {"HF_TOKEN": "***"}
+    assert trainer["labels"] == {"rollout-run": run, "rollout-role": "trainer"}
+    assert trainer["volumes"] == [
+        {"type": "bucket", "source": "team/rl", "mount_path": "/lora", "read_only": False}
+    ]
+    assert "'rollout-proxy==0.1.0[trainer]'" in trainer["command"][2]
+    assert (
+        f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
+        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --output-dir /lora/{run} "
+        "--max-steps 500"
+    ) in trainer["command"][2]
+
+
+def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run(
+        "--topology", "job", "--run-name", "exp1", "--code", "wheel", "--mount-path", "/mnt/b",
+        "--proxy-flavor", "cpu-basic", "--timeout", "90m", monkeypatch=monkeypatch,
+    )  # fmt: skip
+
+    assert [spec["role"] for spec in specs] == ["replica", "replica", "proxy", "trainer"]
+    mounts = [volume for spec in specs for volume in spec["volumes"]]
+    assert len(mounts) == 4
+    assert {(volume["type"], volume["source"], volume["mount_path"]) for volume in mounts} == {
+        ("bucket", "team/rl", "/mnt/b")
+    }
+    assert [volume["read_only"] for volume in mounts] == [True, True, True, False]
+    assert all(spec["timeout"] == "90m" for spec in specs)
+    proxy = specs[2]
+    assert proxy["name"] == "exp1-proxy"
+    assert proxy["image"] == "python:3.11-slim"
+    assert proxy["flavor"] == "cpu-basic"
+    assert proxy["expose"] == [8000]
+    assert proxy["secrets"] == {"HF_TOKEN": "***", "PROXY_UPSTREAM_TOKEN": "***"}
+    assert proxy["labels"] == {"rollout-run": "exp1", "rollout-role": "proxy"}
+    script = proxy["command"][2]
+    assert (
+        "/mnt/b/exp1/code/rollout_proxy-0.1.0-py3-none-any.whl && exec python3 -m proxy" in script
+    )
+    assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
+    assert script.endswith("--adapters-dir /mnt/b/exp1/.vllm_lora")
+    trainer = specs[3]["command"][2]
+    assert (
+        "--proxy-url 'https://<exp1-proxy job id>--8000.hf.jobs' --proxy-token-env HF_TOKEN "
+        "--output-dir /mnt/b/exp1"
+    ) in trainer
+
+
+def test_image_code_runs_the_entry_points_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--code", "image", "--replica-image", "me/rollout:1", monkeypatch=monkeypatch)
+
+    assert specs[0]["image"] == "me/rollout:1"
+    assert specs[0]["command"][:4] == ["python3", "-m", "replica_entry", "--backend"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--bucket", "no-namespace", "must look like NAMESPACE/BUCKET"),
+        ("--run-name", "Bad_Name", "--run-name: 1-40 lowercase letters"),
+        ("--replicas", "0", "--replicas: must be at least 1"),
+        ("--mount-path", "lora", "--mount-path: must be absolute"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(
+    flag: str, value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*ARGS, "--dry-run", flag, value]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv, Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

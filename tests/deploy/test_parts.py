@@ -1,0 +1,133 @@
+"""The pure parts of ``deploy``: readiness decisions, proxy figures, installs and the wheel."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+import pytest
+from huggingface_hub import HfApi
+
+from deploy.errors import DeployError
+from deploy.health import Probe
+from deploy.install import Install, wheel_filename
+from deploy.jobs import HubJobs, JobView
+from deploy.readiness import Seen, describe, judge
+from deploy.status import proxy_figures
+from deploy.wheel import Runner, build_wheel, publish_wheel
+
+
+@pytest.mark.parametrize(
+    ("seen", "serves", "verdict"),
+    [
+        (Seen("SCHEDULING"), True, "waiting"),
+        (Seen("RUNNING", url="u"), True, "waiting"),
+        (Seen("RUNNING", url="u", health=Probe(False, "HTTP 503")), True, "waiting"),
+        (Seen("RUNNING", url="u", health=Probe(True, "HTTP 200")), True, "ready"),
+        (Seen("RUNNING"), False, "ready"),
+        (Seen("COMPLETED"), False, "ready"),
+        (Seen("COMPLETED"), True, "failed"),
+        (Seen("ERROR", "boom"), False, "failed"),
+        (Seen("CANCELED"), True, "failed"),
+    ],
+)
+def test_judge(seen: Seen, serves: bool, verdict: str) -> None:
+    assert judge(seen, serves) == verdict
+
+
+def test_describe_says_what_is_awaited() -> None:
+    assert describe(Seen("SCHEDULING"), True) == "SCHEDULING"
+    assert describe(Seen("ERROR", "exit 1"), True) == "ERROR (exit 1)"
+    assert describe(Seen("RUNNING"), True) == "RUNNING, waiting for its exposed URL"
+    unhealthy = Seen("RUNNING", url="https://x--8000.hf.jobs", health=Probe(False, "HTTP 503"))
+    assert describe(unhealthy, True).endswith("/health not ready yet (HTTP 503)")
+
+
+def test_job_view_picks_the_exposed_url_of_the_port() -> None:
+    view = JobView(
+        "id", "n", "replica", 0, "RUNNING", None,
+        ("https://id--9000.hf.jobs", "https://id--8000.hf.jobs/"), "h200",
+    )  # fmt: skip
+    assert view.url(8000) == "https://id--8000.hf.jobs"
+    assert view.url(7000) == "https://id--9000.hf.jobs"
+
+
+def test_proxy_figures_skip_what_the_status_lacks() -> None:
+    assert proxy_figures({}) == ["routing: policy ?"]
+    lines = proxy_figures(
+        {"policy": "least_loaded", "queued": 2, "paused": True, "adapters": {"window": 3}}
+    )
+    assert lines == [
+        "routing: policy least_loaded, queued 2",
+        "adapters: newest none yet, 0 wanted, 0 loading, window 3",
+        "paused: yes (the trainer is syncing weights)",
+    ]
+
+
+def test_install_wraps_the_entry_point() -> None:
+    assert Install("image", None).wrap(["python3", "-m", "proxy"]) == ("python3", "-m", "proxy")
+    command = Install("wheel", "/lora/r/code/x.whl").wrap(
+        ["python3", "-m", "x", "--a", "b c"], "trainer"
+    )
+    assert command == (
+        "sh",
+        "-c",
+        "python3 -m pip install --no-cache-dir --quiet '/lora/r/code/x.whl[trainer]' && "
+        "exec python3 -m x --a 'b c'",
+    )
+    assert wheel_filename("1.2.0") == "rollout_proxy-1.2.0-py3-none-any.whl"
+
+
+def _runner(returncode: int, make: str | None) -> Runner:
+    def run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        out_dir = Path(command[command.index("-w") + 1])
+        if make:
+            (out_dir / make).write_bytes(b"wheel")
+        return subprocess.CompletedProcess(list(command), returncode, "", "error: no backend")
+
+    return run
+
+
+def test_build_wheel_checks_the_result(tmp_path: Path) -> None:
+    good = _runner(0, wheel_filename("0.1.0"))
+    assert build_wheel(Path("/src"), tmp_path, "0.1.0", run=good) == (
+        tmp_path / wheel_filename("0.1.0")
+    )
+    with pytest.raises(DeployError, match=r"exit 1.*\n.*no backend\n.*--code pypi"):
+        build_wheel(Path("/src"), tmp_path / "x", "0.1.0", run=_runner(1, None))
+    (tmp_path / "y").mkdir()
+    with pytest.raises(DeployError, match=r"produced \['rollout_proxy-9-py3-none-any\.whl'\]"):
+        build_wheel(Path("/src"), tmp_path / "y", "0.1.0", run=_runner(0, wheel_filename("9")))
+
+
+def test_publish_wheel_uploads_into_the_run_folder(tmp_path: Path) -> None:
+    uploads: list[tuple[str, str, bytes]] = []
+
+    class Uploader:
+        def upload(self, bucket: str, local: Path, destination: str) -> None:
+            uploads.append((bucket, destination, local.read_bytes()))
+
+    def build(root: Path, out_dir: Path, version: str) -> Path:
+        wheel = out_dir / wheel_filename(version)
+        wheel.write_bytes(b"built from " + str(root).encode())
+        return wheel
+
+    destination = publish_wheel(Uploader(), "ns/b", Path("/src"), "0.1.0", "r1/code", build=build)
+
+    assert destination == "r1/code/rollout_proxy-0.1.0-py3-none-any.whl"
+    assert uploads == [("ns/b", destination, b"built from /src")]
+
+
+def test_upload_puts_the_file_through_batch_bucket_files(tmp_path: Path) -> None:
+    calls: list[tuple[str, list[tuple[str, str]]]] = []
+
+    class Api:
+        def batch_bucket_files(self, bucket_id: str, *, add: list[tuple[str, str]]) -> None:
+            calls.append((bucket_id, add))
+
+    wheel = tmp_path / "w.whl"
+    HubJobs(cast(HfApi, Api()), "ns").upload("ns/b", wheel, "r1/code/w.whl")
+
+    assert calls == [("ns/b", [(str(wheel), "r1/code/w.whl")])]

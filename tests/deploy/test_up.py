@@ -1,0 +1,248 @@
+"""``deploy up`` with the real huggingface_hub client against the Jobs stand-in."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tests.deploy.conftest import TOKEN, Stand
+from tests.support.hub_jobs import Step
+
+UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-name", "r1")
+
+
+def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
+    urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
+    stand.hub.script("r1-replica-1", "SCHEDULING", "SCHEDULING", "SCHEDULING", "RUNNING")
+
+    result = stand.cli(*UP, "--replicas", "2", "--", "--max-steps", "500")
+
+    assert result.code == 0, result.err
+    assert stand.hub.buckets["alice/rl"]["private"] is True
+    assert stand.published == [("alice/rl", "r1/code")]
+    replica = stand.hub.named("r1-replica-0").spec
+    assert replica["dockerImage"] == "vllm/vllm-openai:latest"
+    assert replica["flavor"] == "h200"
+    assert replica["timeoutSeconds"] == 6 * 3600
+    assert replica["secrets"] == {"HF_TOKEN": TOKEN}
+    assert replica["expose"] == {"ports": [8000], "portsPublic": []}
+    assert replica["volumes"] == [
+        {"type": "bucket", "source": "alice/rl", "mountPath": "/lora", "readOnly": True}
+    ]
+    assert replica["labels"] == {
+        "rollout-run": "r1",
+        "rollout-role": "replica",
+        "rollout-index": "0",
+        "name": "r1-replica-0",
+    }
+    script = replica["command"][2]
+    assert replica["command"][:2] == ["sh", "-c"]
+    assert "pip install --no-cache-dir --quiet /lora/r1/code/rollout_proxy-" in script
+    assert "exec python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000" in script
+    assert "--model Qwen/Qwen2.5-Math-1.5B" in script
+    trainer = stand.hub.named("r1-trainer").spec
+    assert trainer["flavor"] == "h200x2"
+    assert trainer["volumes"][0]["readOnly"] is False
+    assert trainer["volumes"][0]["mountPath"] == "/lora"
+    assert "expose" not in trainer
+    assert f"--sidecar-replicas {urls[0]},{urls[1]}" in trainer["command"][2]
+    assert "--output-dir /lora/r1 --max-steps 500" in trainer["command"][2]
+    assert ".whl[trainer]" in trainer["command"][2]
+    assert "r1-replica-1 (000000000000000066500002): SCHEDULING" in result.out
+    assert f"RUNNING, {urls[1]} healthy" in result.out
+    assert result.out.count("r1-replica-1 (000000000000000066500002): SCHEDULING") == 1
+    assert "python -m deploy down --run-name r1 --namespace alice" in result.out
+    assert "python -m deploy logs --run-name r1" in result.out
+    assert TOKEN not in result.out + result.err
+    assert stand.hub.cancelled == []
+
+
+def _fake_proxy() -> web.Application:
+    status = {
+        "policy": "prefix",
+        "routing": {"tracked_prefixes": 12, "templates": 1, "sticky_keys": 4},
+        "inflight": 3,
+        "queued": 0,
+        "adapters": {
+            "window": 5,
+            "wanted": ["trl-policy-v7"],
+            "loading": [],
+            "newest": "trl-policy-v7",
+        },
+        "replicas": [{"url": "u0", "state": "healthy", "routable": True}],
+    }
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def proxy_status(request: web.Request) -> web.Response:
+        return web.json_response(status)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/proxy/status", proxy_status)
+    return app
+
+
+def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: Stand) -> None:
+    urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
+    proxy_url = stand.exposed("r1-proxy", _fake_proxy())
+
+    result = stand.cli(*UP, "--replicas", "2", "--topology", "job")
+
+    assert result.code == 0, result.err
+    proxy = stand.hub.named("r1-proxy").spec
+    assert proxy["dockerImage"] == "python:3.11-slim"
+    assert proxy["secrets"] == {"HF_TOKEN": TOKEN, "PROXY_UPSTREAM_TOKEN": TOKEN}
+    assert proxy["volumes"][0] == {
+        "type": "bucket",
+        "source": "alice/rl",
+        "mountPath": "/lora",
+        "readOnly": True,
+    }
+    assert proxy["expose"]["ports"] == [8000]
+    assert f"--replicas {urls[0]},{urls[1]}" in proxy["command"][2]
+    assert "--adapters-dir /lora/r1/.vllm_lora" in proxy["command"][2]
+    trainer = stand.hub.named("r1-trainer").spec["command"][2]
+    assert f"--proxy-url {proxy_url} --proxy-token-env HF_TOKEN" in trainer
+    assert f"r1-proxy (000000000000000066500003): RUNNING, {proxy_url} healthy" in result.out
+
+    status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+    assert status.code == 0, status.err
+    assert f"{urls[0]} healthy" in status.out
+    assert "routing: policy prefix, inflight 3, queued 0, tracked_prefixes 12" in status.out
+    assert "adapters: newest trl-policy-v7, 1 wanted, 0 loading, window 5" in status.out
+    assert "replicas: 1/1 routable" in status.out
+
+
+def test_a_replica_in_error_cancels_the_others_with_its_logs(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+    stand.replica("r1-replica-2")
+    stand.hub.script(
+        "r1-replica-1",
+        "SCHEDULING",
+        "RUNNING",
+        Step("ERROR", "exit code 1"),
+        logs=["loading model", "torch.OutOfMemoryError: CUDA out of memory"],
+    )
+
+    result = stand.cli(*UP, "--replicas", "3")
+
+    assert result.code == 1
+    assert "r1-replica-1 (job 000000000000000066500002) ended in ERROR: exit code 1" in result.err
+    assert "| torch.OutOfMemoryError: CUDA out of memory" in result.err
+    assert "cancelled the other job(s) of the run: r1-replica-0, r1-replica-2" in result.err
+    assert "then run `deploy up` again" in result.err
+    assert sorted(stand.hub.jobs[i].name for i in stand.hub.cancelled) == [
+        "r1-replica-0",
+        "r1-replica-2",
+    ]
+    assert "r1-trainer" not in {job.name for job in stand.hub.jobs.values()}
+
+
+def test_keep_leaves_the_other_jobs_running(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+    stand.hub.script("r1-replica-1", "SCHEDULING", "ERROR")
+
+    result = stand.cli(*UP, "--replicas", "2", "--keep")
+
+    assert result.code == 1
+    assert "kept 2 job(s) running (--keep)" in result.err
+    assert "python -m deploy down --run-name r1 --namespace alice" in result.err
+    assert stand.hub.cancelled == []
+    assert stand.hub.named("r1-replica-0").stage != "CANCELED"
+
+
+def test_an_unhealthy_replica_times_out_with_a_clear_message(stand: Stand) -> None:
+    stand.replica("r1-replica-0", unhealthy=True)
+
+    result = stand.cli(*UP, "--replicas", "1", "--ready-timeout", "60", "--poll-interval", "5")
+
+    assert result.code == 1
+    assert "not ready after 60 s (--ready-timeout 60)" in result.err
+    assert "/health not ready yet (HTTP 503)" in result.err
+    assert "raise --ready-timeout" in result.err
+    assert stand.hub.named("r1-replica-0").stage == "CANCELED"
+    assert max(stand.clock.slept) <= 5
+
+
+def test_the_health_wait_sends_the_bearer_token(stand: Stand) -> None:
+    stand.replica("r1-replica-0", token="some-other-token")
+
+    result = stand.cli(*UP, "--replicas", "1", "--ready-timeout", "10")
+
+    assert result.code == 1
+    assert "/health not ready yet (HTTP 401 (token refused))" in result.err
+
+
+def test_a_run_name_with_active_jobs_is_refused(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+    assert stand.cli(*UP, "--replicas", "1").code == 0
+
+    again = stand.cli(*UP, "--replicas", "1")
+
+    assert again.code == 1
+    assert "run 'r1' already has 2 active job(s)" in again.err
+    assert "python -m deploy down --run-name r1" in again.err
+    assert len(stand.hub.jobs) == 2
+
+
+def test_down_cancels_every_job_of_the_run(stand: Stand) -> None:
+    for index in range(2):
+        stand.replica(f"r1-replica-{index}")
+    assert stand.cli(*UP, "--replicas", "2").code == 0
+    stand.hub.jobs[next(iter(stand.hub.jobs))].move_to("ERROR")
+
+    result = stand.cli("down", "--run-name", "r1", "--namespace", "alice")
+
+    assert result.code == 0, result.err
+    assert "r1-replica-0 (job 000000000000000066500001): already ERROR" in result.out
+    assert "r1-trainer (job 000000000000000066500003): cancelled (was RUNNING)" in result.out
+    assert {job.stage for job in stand.hub.jobs.values()} == {"ERROR", "CANCELED"}
+    assert len(stand.hub.cancelled) == 2
+    assert stand.cli("down", "--run-name", "other").code == 1
+
+
+def test_logs_prints_each_jobs_lines(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+    stand.hub.script("r1-replica-0", "RUNNING", logs=[f"line {n}" for n in range(10)])
+    assert stand.cli(*UP, "--replicas", "1").code == 0
+
+    result = stand.cli("logs", "--run-name", "r1", "--role", "replica", "--tail", "2")
+
+    assert result.code == 0, result.err
+    assert "== r1-replica-0 (job 000000000000000066500001, RUNNING) ==" in result.out
+    assert "[r1-replica-0] line 8\n[r1-replica-0] line 9\n" in result.out
+    assert "line 7" not in result.out and "Job started" not in result.out
+
+
+def test_without_a_token_up_says_how_to_log_in(stand: Stand) -> None:
+    result = stand.cli(*UP, "--replicas", "1", token=None)
+
+    assert result.code == 1
+    assert "hf auth login" in result.err
+    assert stand.hub.jobs == {}
+
+
+def test_a_refused_token_names_the_fix(stand: Stand) -> None:
+    result = stand.cli(*UP, "--replicas", "1", token="hf_wrong")
+
+    assert result.code == 1
+    assert "the Hub call failed" in result.err and "401" in result.err
+    assert "hf auth whoami" in result.err
+    assert "hf_wrong" not in result.err
+
+
+def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+    stand.hub.script("r1-trainer", "RUNNING", logs=["step 1", "step 2"])
+    assert stand.cli(*UP, "--replicas", "1").code == 0
+    stand.hub.named("r1-trainer").move_to("COMPLETED")
+
+    result = stand.cli("logs", "--run-name", "r1", "--role", "trainer", "--follow")
+
+    assert result.code == 0, result.err
+    assert result.out == "[r1-trainer] step 1\n[r1-trainer] step 2\n"
+    missing = stand.cli("logs", "--run-name", "r1", "--role", "proxy")
+    assert missing.code == 1
+    assert "no job of run r1 in namespace alice matches" in missing.err
+    assert "python -m deploy status --run-name r1" in missing.err
