@@ -112,6 +112,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
             interval_s=settings.discover_interval,
             endpoint=settings.hub_endpoint,
             token=token.get_secret_value() if token is not None else None,
+            namespace=settings.discover_namespace,
         )
     _add_routes(app, handlers)
     app.add_routes(Admin(pool, KeyCheck(settings.admin_key, "admin")).routes())

@@ -141,6 +141,7 @@ class Settings(BaseSettings):
     config: Path | None = None
     discover: str | None = None
     discover_interval: PositiveFloat = 5.0
+    discover_namespace: str | None = None
     hub_endpoint: str | None = None
     health: HealthSettings = HealthSettings()
     limits: LimitSettings = LimitSettings()

@@ -1,5 +1,7 @@
 """Replica discovery from the HF Jobs API: ``--discover hf-jobs:LABEL=VALUE``.
 
+The jobs are looked up in ``--discover-namespace`` (default: the token's user).
+
 Every ``interval_s`` the Jobs API is asked (through huggingface_hub's ``list_jobs``) for the jobs
 carrying that label; each RUNNING job's exposed URL for ``port`` is a replica. New URLs join the
 pool (PENDING: the health loop probes and syncs them before they take traffic); a discovered
@@ -48,6 +50,7 @@ class JobsDiscovery:
         port: int = 8000,
         endpoint: str | None = None,
         token: str | None = None,
+        namespace: str | None = None,
     ) -> None:
         self.label, self.value = parse_spec(spec)
         self._pool = pool
@@ -56,6 +59,7 @@ class JobsDiscovery:
         self._port = port
         self._endpoint = endpoint
         self._token = token
+        self.namespace = namespace  # the jobs' owner; default: the token's user
         self.discovered: set[str] = set()  # replica ids this loop added
         self.last_error = ""
 
@@ -80,8 +84,12 @@ class JobsDiscovery:
         from huggingface_hub import HfApi
 
         api = HfApi(endpoint=self._endpoint, token=self._token)
+        if self.namespace is None:
+            # huggingface_hub's own default asks the public Hub whoever the endpoint is.
+            self.namespace = str(api.whoami()["name"])
         urls = set()
-        for job in api.list_jobs(labels={self.label: self.value}):
+        jobs = api.list_jobs(labels={self.label: self.value}, namespace=self.namespace)
+        for job in jobs:
             if getattr(job.status, "stage", None) != "RUNNING":
                 continue
             url = exposed_url(job, self._port)
