@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deploy.install import Install
-from deploy.specs import INDEX_LABEL, ROLE_LABEL, RUN_LABEL, BucketMount, JobSpec, Role
+from deploy.specs import (
+    INDEX_LABEL,
+    REPLICAS_LABEL,
+    ROLE_LABEL,
+    RUN_LABEL,
+    BucketMount,
+    JobSpec,
+    Role,
+)
 
 Topology = Literal["sidecar", "job"]
 PORT = 8000
@@ -80,6 +88,8 @@ class RunPlan:
 
     def labels(self, role: Role, index: int | None = None) -> dict[str, str]:
         labels = {RUN_LABEL: self.run_name, ROLE_LABEL: role}
+        if role == "replica":
+            labels[REPLICAS_LABEL] = self.run_name
         if index is not None:
             labels[INDEX_LABEL] = str(index)
         return labels
@@ -118,6 +128,9 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
     argv = [
         *("python3", "-m", "proxy", "--host", "0.0.0.0", "--port", str(PORT)),
         *("--replicas", ",".join(replica_urls), "--adapters-dir", plan.adapters_dir),
+        # Replica jobs that restart (a new job, a new URL) are found again through the Jobs API.
+        *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
+        *("--discover-namespace", plan.bucket.split("/", 1)[0]),
     ]
     return JobSpec(
         name=plan.job_name("proxy"),

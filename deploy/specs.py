@@ -18,6 +18,7 @@ ROLES: tuple[Role, ...] = ("replica", "proxy", "trainer")
 RUN_LABEL = "rollout-run"
 ROLE_LABEL = "rollout-role"
 INDEX_LABEL = "rollout-index"
+REPLICAS_LABEL = "rollout-replicas"  # on replica jobs only: what the proxy job discovers
 MASK = "***"
 
 

@@ -61,6 +61,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         assert replica["labels"] == {
             "rollout-run": run,
             "rollout-role": "replica",
+            "rollout-replicas": run,
             "rollout-index": str(index),
         }
         assert replica["volumes"] == [
@@ -115,7 +116,10 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         "/mnt/b/exp1/code/rollout_proxy-0.1.0-py3-none-any.whl && exec python3 -m proxy" in script
     )
     assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
-    assert script.endswith("--adapters-dir /mnt/b/exp1/.vllm_lora")
+    assert script.endswith(
+        "--adapters-dir /mnt/b/exp1/.vllm_lora"
+        " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
+    )
     trainer = specs[3]["command"][2]
     assert (
         "--proxy-url 'https://<exp1-proxy job id>--8000.hf.jobs' --proxy-token-env HF_TOKEN "

@@ -31,6 +31,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert replica["labels"] == {
         "rollout-run": "r1",
         "rollout-role": "replica",
+        "rollout-replicas": "r1",
         "rollout-index": "0",
         "name": "r1-replica-0",
     }
