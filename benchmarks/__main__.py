@@ -2,7 +2,8 @@
 
 Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
 balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``policy`` (the
-routing policy alone), ``soak`` (RSS, open files and tasks under load over time). Everything
+routing policy alone), ``soak`` (RSS, open files and tasks under load over time), ``scale``
+(throughput and memory against fleet size and tracked prompts). Everything
 runs on loopback against simulated replicas.
 """
 
@@ -224,12 +225,36 @@ def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return [{"requests": result.requests, "errors": result.errors, "samples": rows}], text
 
 
+def suite_scale(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.scale import run
+
+    sizes = (2, 8, 32) if args.quick else (2, 4, 8, 16, 32, 64)
+    prompts = (1_000, 100_000) if args.quick else (1_000, 10_000, 100_000, 1_000_000)
+    result = run(sizes, prompts, 3000 if args.quick else 6000, progress)
+    text = report.table(
+        ["replicas", "rps", "proxy_cpu_us", "proxy_rss_mb", "errors"],
+        [
+            [r["replicas"], r["rps"], r["proxy_cpu_us"], r["proxy_rss_mb"], r["errors"]]
+            for r in result["fleet"]
+        ],
+    )
+    text += "\n" + report.table(
+        ["prompts", "state_mb", "sticky_keys", "tracked_prefixes"],
+        [
+            [m["prompts"], m["bytes"] / 1e6, m["sticky_keys"], m["tracked_prefixes"]]
+            for m in result["memory"]
+        ],
+    )
+    return [result], text
+
+
 SUITES = {
     "overhead": suite_overhead,
     "routing": suite_routing,
     "sync": suite_sync,
     "policy": suite_policy,
     "soak": suite_soak,
+    "scale": suite_scale,
 }
 
 

@@ -129,25 +129,30 @@ class _Protocol(asyncio.Protocol):
             self.transport.write(reply)
 
 
-async def serve(port: int, delay_s: float) -> None:
+async def serve(ports: list[int], delay_s: float) -> None:
+    """One listener per port (many replicas from one cheap process, for the scale suite)."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: _Protocol(delay_s), "127.0.0.1", port, backlog=4096)
+    servers = [
+        await loop.create_server(lambda: _Protocol(delay_s), "127.0.0.1", port, backlog=4096)
+        for port in ports
+    ]
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"fast replica ready on http://127.0.0.1:{port}", flush=True)
-    async with server:
-        await stop.wait()
+    print(f"fast replica ready on http://127.0.0.1:{ports[0]} (+{len(ports) - 1})", flush=True)
+    await stop.wait()
+    for server in servers:
+        server.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fast_replica")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True, nargs="+")
     parser.add_argument("--delay-s", type=float, default=0.0)
     args = parser.parse_args(argv)
     import uvloop
 
-    uvloop.run(serve(args.port, args.delay_s))
+    uvloop.run(serve(list(args.port), args.delay_s))
     return 0
 
 
