@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -49,44 +50,39 @@ def write_json(path: Path, suite: str, env: dict[str, Any], results: Any) -> Non
     path.write_text(json.dumps({"suite": suite, "environment": env, "results": results}, indent=1))
 
 
-def bar_chart(
-    path: Path, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str
-) -> None:
+@contextlib.contextmanager
+def _chart(path: Path, title: str, ylabel: str, size: tuple[float, float]) -> Iterator[Any]:
+    """A matplotlib axes (headless backend); titled, legended and saved as PNG on exit."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(6.0, len(labels) * 1.2), 4))
-    width = 0.8 / max(len(series), 1)
-    for index, (name, values) in enumerate(series.items()):
-        ax.bar([i + index * width for i in range(len(labels))], values, width, label=name)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=8)
+    fig, ax = plt.subplots(figsize=size)
+    yield ax
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def bar_chart(
+    path: Path, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str
+) -> None:
+    with _chart(path, title, ylabel, (max(6.0, len(labels) * 1.2), 4)) as ax:
+        width = 0.8 / max(len(series), 1)
+        for index, (name, values) in enumerate(series.items()):
+            ax.bar([i + index * width for i in range(len(labels))], values, width, label=name)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=8)
 
 
 def line_chart(
     path: Path, title: str, xs: list[float], series: dict[str, list[float]], ylabel: str
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for name, values in series.items():
-        ax.plot(xs, values, label=name)
-    ax.set_xlabel("seconds")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with _chart(path, title, ylabel, (7, 3.5)) as ax:
+        for name, values in series.items():
+            ax.plot(xs, values, label=name)
+        ax.set_xlabel("seconds")

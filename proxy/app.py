@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 from aiohttp import web
 
@@ -151,19 +152,42 @@ async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
     await app[CLIENT].close()
 
 
+@contextlib.asynccontextmanager
+async def _running(loop: Coroutine[Any, Any, None] | None, name: str) -> AsyncIterator[None]:
+    """Run a background loop for the app's lifetime; cancel and await it at cleanup."""
+    task = asyncio.create_task(loop, name=name) if loop is not None else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def _adapters_ctx(app: web.Application) -> AsyncIterator[None]:
     """The watcher (if a source is configured); pending adapter work is cancelled at exit."""
     watcher = app.get(WATCHER)
-    task = None
     if watcher is not None:
         log.info("watching %s for adapter versions", watcher.source.describe())
-        task = asyncio.create_task(watcher.run(), name="adapter-watcher")
-    yield
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with _running(watcher.run() if watcher else None, "adapter-watcher"):
+        yield
     await app[ADAPTERS].close()
+
+
+async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
+    discovery = app.get(DISCOVERY)
+    if discovery is not None:
+        log.info(
+            "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
+        )
+    async with _running(discovery.run() if discovery else None, "replica-discovery"):
+        yield
+
+
+async def _health_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with _running(app[HEALTH].run(), "health-monitor"):
+        yield
 
 
 def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source | None:
@@ -173,26 +197,3 @@ def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source 
         interval = settings.watch_interval_s or 2.0
         return BucketSource(settings.bucket, settings.mount_path, interval, hub_endpoint)
     return None
-
-
-async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
-    discovery = app.get(DISCOVERY)
-    task = None
-    if discovery is not None:
-        log.info(
-            "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
-        )
-        task = asyncio.create_task(discovery.run(), name="replica-discovery")
-    yield
-    if task is not None:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def _health_ctx(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(app[HEALTH].run(), name="health-monitor")
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
