@@ -53,6 +53,11 @@ PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
 CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
 
 
+# How the app must be served (cli and tests alike): aiohttp cancels a handler whose client has
+# gone, which is what closes the upstream request and so cancels the generation on the replica.
+RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+
+
 def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
     clock = clock or RealClock()
     pool = ReplicaPool(settings.replicas)

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from proxy.app import build_app
+from proxy.app import RUNNER_OPTIONS, build_app
 from proxy.config import _NESTED, _SECTIONS, Settings, env_name, flat_fields
 from proxy.logs import configure_logging
 
@@ -99,9 +99,8 @@ async def serve(settings: Settings) -> None:
     runner = web.AppRunner(
         app,
         handle_signals=False,
-        handler_cancellation=True,
         shutdown_timeout=settings.shutdown_timeout,
-        access_log=None,
+        **RUNNER_OPTIONS,
     )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, backlog=4096)

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.app import POOL, build_app
+from proxy.app import POOL, RUNNER_OPTIONS, build_app
 from proxy.config import Settings
 from proxy.upstreams import ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
@@ -116,7 +116,7 @@ async def run_stack(
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
         app = build_app(settings)
-        url = await exits.enter_async_context(serve(app, handler_cancellation=True))
+        url = await exits.enter_async_context(serve(app, handler_cancellation=RUNNER_OPTIONS["handler_cancellation"]))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         stack = Stack(replicas, url, app, session, exits, links)
         if ready:
