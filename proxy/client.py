@@ -60,8 +60,10 @@ class UpstreamClient:
         self.timeout = aiohttp.ClientTimeout(
             total=settings.request_timeout_s, connect=settings.connect_timeout_s
         )
+        # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends,
+        # so a request never goes out on a connection the replica is closing at that moment.
         connector = aiohttp.TCPConnector(
-            limit=0, ssl=ssl_context(settings), keepalive_timeout=60, enable_cleanup_closed=True
+            limit=0, ssl=ssl_context(settings), keepalive_timeout=4.0, enable_cleanup_closed=True
         )
         # auto_decompress=False: bodies pass through as the replica sent them.
         self.session = aiohttp.ClientSession(
