@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,9 @@ class AdapterService:
         self._reconciling: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
+        # Versions the proxy retired itself (window moved on, directory gone): TRL's later
+        # unload of one is answered 200, as if it had done it.
+        self._retired: deque[str] = deque(maxlen=256)
         self.source_seen = False  # the source's first scan has been applied
 
     # -- what routing asks -------------------------------------------------------------
@@ -114,6 +117,7 @@ class AdapterService:
         if wanted is not None and wanted.same_files(version):
             version = wanted  # keep the record (and source) the watcher made
         for name in self.registry.add(version):
+            self._retired.append(name)
             self._spawn(self._unload_everywhere(name))
         started = time.perf_counter()
         outcomes = await self.broadcaster.load_fleet(version)
@@ -181,8 +185,10 @@ class AdapterService:
         if isinstance(parsed, web.Response):
             return parsed
         name, _ = parsed
-        known = name in self.registry.versions or any(
-            name in r.adapters for r in self.broadcaster.pool
+        known = (
+            name in self.registry.versions
+            or name in self._retired
+            or any(name in r.adapters for r in self.broadcaster.pool)
         )
         async with self._exclusive(name):
             self.registry.remove(name)
@@ -205,6 +211,7 @@ class AdapterService:
             if name in self.registry.versions:
                 log.info("adapter %s disappeared from the source: dropping it", name)
                 self.registry.remove(name)
+                self._retired.append(name)
                 self._spawn(self._unload_everywhere(name))
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             version = Version(name, path, "bucket", files)

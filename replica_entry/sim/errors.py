@@ -7,6 +7,7 @@ vLLM's OpenAI server answers errors as
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -23,6 +24,17 @@ _ERROR_TYPES = {
 }
 
 
+# vLLM masks file-system paths in error messages (sanitize_message in its exception handling):
+# absolute paths under these roots, and any path ending in a file extension.
+_PATH = re.compile(
+    r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[^\s'\"]*)?|/[^\s'\"]*\.[A-Za-z0-9]+\b"
+)
+
+
+def sanitize(message: str) -> str:
+    return _PATH.sub("<path>", message)
+
+
 class ApiError(Exception):
     """An error answer: status, message, vLLM error type and the offending parameter."""
 
@@ -34,6 +46,7 @@ class ApiError(Exception):
         err_type: str | None = None,
         param: str | None = None,
     ) -> None:
+        message = sanitize(message)
         super().__init__(message)
         self.message = message
         self.status = status

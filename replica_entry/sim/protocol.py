@@ -149,23 +149,27 @@ def _check_token_ids(ids: list[int]) -> None:
 def token_budgets(
     prompts: list[list[int]], max_tokens: int | None, max_model_len: int, default: int
 ) -> list[int]:
-    """Each prompt's token budget. As in vLLM, an explicit ``max_tokens`` must fit in the
-    context with the prompt (400 otherwise); without one the budget is what the context
-    leaves, bounded here by ``default`` because the simulation never samples an end token."""
+    """Each prompt's token budget, as vLLM 0.32 sets it: ``max_tokens`` (or ``default``, since
+    the simulation never samples an end token) clamped to what the context leaves; a prompt that
+    fills the context is refused for leaving no output token, a longer one for its length."""
     budgets = []
     for ids in prompts:
         room = max_model_len - len(ids)
-        requested = 0 if max_tokens is None else max_tokens
-        if room < max(requested, 1):
+        if room < 0:
+            least = "at least " if room == -1 else ""
             raise ApiError(
-                f"This model's maximum context length is {max_model_len} tokens. However, you "
-                f"requested {requested} output tokens and your prompt contains at least "
-                f"{len(ids)} input tokens, for a total of at least {len(ids) + requested} "
-                "tokens. Please reduce the length of the input prompt or the number of "
-                f"requested output tokens. (parameter=input_tokens, value={len(ids)})",
+                f"This model's maximum context length is {max_model_len} tokens. However, your "
+                f"prompt contains {least}{len(ids)} input tokens, which exceeds this limit even "
+                "without any output tokens. Please reduce the length of the input prompt. "
+                f"(parameter=input_tokens, value={len(ids)})",
                 param="input_tokens",
             )
-        budgets.append(min(default, room) if max_tokens is None else max_tokens)
+        if room == 0:
+            raise ApiError(
+                "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+                param="max_tokens",
+            )
+        budgets.append(min(default if max_tokens is None else max_tokens, room))
     return budgets
 
 

@@ -112,14 +112,26 @@ async def test_a_prompt_filling_the_context_with_max_tokens_is_served(replica: R
     assert answer["usage"]["completion_tokens"] == 2
 
 
-async def test_prompt_plus_max_tokens_beyond_the_context_is_refused(replica: Replica) -> None:
-    for length, max_tokens in ((replica.max_model_len - 2, 3), (replica.max_model_len + 1, 1)):
-        prompt = replica.fresh_prompt(length)
-        status, body = await replica.post_json(
-            "/v1/completions", {"model": replica.model, "prompt": prompt, "max_tokens": max_tokens}
-        )
-        assert status == 400
-        assert "maximum context length" in assert_error(body, 400)
+async def test_max_tokens_is_clamped_to_the_context_and_overflow_is_refused(
+    replica: Replica,
+) -> None:
+    limit = replica.max_model_len
+    body = {"model": replica.model, "prompt": replica.fresh_prompt(limit - 2), "max_tokens": 3}
+    status, answer = await replica.post_json("/v1/completions", {**body, "ignore_eos": True})
+    assert status == 200  # vLLM clamps max_tokens to what the context leaves
+    assert answer["usage"]["completion_tokens"] == 2
+    assert answer["choices"][0]["finish_reason"] == "length"
+    full = {**body, "prompt": replica.fresh_prompt(limit)}
+    status, answer = await replica.post_json("/v1/completions", full)
+    assert status == 400
+    assert "max_tokens must be at least 1, got 0" in assert_error(answer, 400)
+    over = {**body, "prompt": replica.fresh_prompt(limit + 5)}
+    status, answer = await replica.post_json("/v1/completions", over)
+    assert status == 400
+    message = assert_error(answer, 400)
+    assert f"maximum context length is {limit} tokens" in message
+    assert "even without any output tokens" in message
+    assert answer["error"]["param"] == "input_tokens"
 
 
 async def test_an_unknown_model_is_not_found(replica: Replica) -> None:

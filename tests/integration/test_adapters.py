@@ -198,3 +198,17 @@ async def test_hub_bucket_source_with_the_real_client(tmp_path: Path) -> None:
             assert stack.proxy_app[WATCHER].scans > 0
             status, _, _ = await post(stack, "/v1/completions", rollout("trl-policy-v1"))
             assert status == 200
+
+
+async def test_unloading_a_version_the_proxy_retired_is_200(tmp_path: Path) -> None:
+    adapters = tmp_path / ".vllm_lora"
+    adapters.mkdir()
+    async with run_stack(2, adapters_dir=str(adapters), watch_interval=0.05) as stack:
+        write_adapter(adapters, "trl-policy-v1")
+        await eventually(lambda: _all_listed(stack, "trl-policy-v1"), what="pre-load")
+        for child in (adapters / "trl-policy-v1").iterdir():
+            child.unlink()
+        (adapters / "trl-policy-v1").rmdir()
+        await eventually(lambda: _none_listed(stack, "trl-policy-v1"), what="retired")
+        status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"})
+        assert status == 200

@@ -52,7 +52,7 @@ def test_without_max_tokens_the_budget_is_what_the_context_leaves() -> None:
         ({"prompt": [1], "temperature": -0.5}, "temperature"),
         ({"prompt": [1], "logprobs": 21}, "logprobs"),
         ({"prompt": [1], "logprobs": -1}, "logprobs"),
-        ({"prompt": list(range(90)), "max_tokens": 11}, "input_tokens"),
+        ({"prompt": list(range(100)), "max_tokens": 11}, "max_tokens"),
         ({"prompt": list(range(101)), "max_tokens": None}, "input_tokens"),
         ({}, "prompt"),
     ],
