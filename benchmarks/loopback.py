@@ -34,7 +34,8 @@ async def serve(
 ) -> AsyncIterator[str]:
     """Run ``app`` on a loopback port (ephemeral by default); yield its base URL; clean up."""
     runner_kwargs.setdefault("shutdown_timeout", 2.0)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, **runner_kwargs)
+    runner_kwargs.setdefault("access_log", None)
+    runner = web.AppRunner(app, handle_signals=False, **runner_kwargs)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()

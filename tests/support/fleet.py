@@ -116,7 +116,7 @@ async def run_stack(
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
         app = build_app(settings)
-        url = await exits.enter_async_context(serve(app, handler_cancellation=RUNNER_OPTIONS["handler_cancellation"]))
+        url = await exits.enter_async_context(serve(app, **RUNNER_OPTIONS))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         stack = Stack(replicas, url, app, session, exits, links)
         if ready:
