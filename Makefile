@@ -44,8 +44,10 @@ test: venv lint
 unit: venv
 	$(PY) -m pytest tests/unit
 
+# Real vLLM CPU servers + TRL + the proxy (~3 GB per server). Also runs the contract suite
+# against real vLLM.
 e2e: e2e-venv
-	$(E2E_PY) -m pytest -m e2e tests/e2e
+	$(E2E_PY) -m pytest -m e2e -p no:cacheprovider --timeout 900 tests/e2e
 
 demo: venv
 	$(PY) -m benchmarks.demo

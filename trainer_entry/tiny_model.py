@@ -3,10 +3,11 @@
 ``python -m trainer_entry.tiny_model OUT_DIR [--seed 0]`` writes a Llama-architecture model and
 a fast tokenizer that TRL's AsyncGRPOTrainer and vLLM's CPU build both accept:
 
-- Tokenizer: byte-level BPE (vocabulary ``vocab_size``, ~1k) trained with ``tokenizers`` on a
-  generated corpus of chat-formatted arithmetic, wrapped as ``PreTrainedTokenizerFast`` with the
-  special tokens ``<|endoftext|>``, ``<|im_start|>``, ``<|im_end|>`` and TRL's bundled Qwen2.5
-  chat template: TRL's rollout worker recognises only the chat templates it ships.
+- Tokenizer: byte-level BPE (vocabulary ``vocab_size``, ~1k; ASCII characters only, see
+  ``_ascii_alphabet``) trained with ``tokenizers`` on a generated corpus of chat-shaped
+  arithmetic, wrapped as ``PreTrainedTokenizerFast`` with the special tokens ``<|endoftext|>``,
+  ``<|im_start|>``, ``<|im_end|>`` and TRL's bundled Qwen2.5 chat template: TRL's rollout
+  worker recognises only the chat templates it ships.
 - Model: ``LlamaConfig`` with hidden size 64, 2 layers, 2 heads of head size 32 (vLLM's CPU
   attention needs head size >= 32), float32, weights drawn from ``torch.manual_seed(seed)``.
 
@@ -25,22 +26,23 @@ from pathlib import Path
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 WORDS = (
-    "what is the sum of and plus minus times answer number compute please think step by "
-    "first then so we get result final add take away multiply total value equals"
-).split()
+    *("what", "is", "the", "sum", "of", "and", "plus", "minus", "times", "answer", "number"),
+    *("compute", "please", "think", "step", "by", "first", "then", "so", "we", "get", "result"),
+    *("final", "add", "take", "away", "multiply", "total", "value", "equals"),
+)
 
 
 def corpus(seed: int, lines: int = 4000) -> Iterator[str]:
-    """Chat-formatted arithmetic and filler sentences, the text the tokenizer learns from."""
+    """Chat-shaped arithmetic and filler sentences, the text the tokenizer learns from."""
     rng = random.Random(seed)
     for _ in range(lines):
         a, b = rng.randrange(100), rng.randrange(100)
         op, value = rng.choice((("+", a + b), ("-", a - b), ("*", a * b)))
         filler = " ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 12)))
+        # The special tokens are added whole; the corpus holds what the template puts around them.
         yield (
-            f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n"
-            f"<|im_start|>user\nWhat is {a} {op} {b}? {filler}<|im_end|>\n"
-            f"<|im_start|>assistant\n<think>{filler}</think> Answer: {value}<|im_end|>\n"
+            f"system\n{SYSTEM_PROMPT}\nuser\nWhat is {a} {op} {b}? {filler}\n"
+            f"assistant\n<think>{filler}</think> Answer: {value}\n"
         )
 
 
@@ -56,7 +58,7 @@ def build_tokenizer(seed: int, vocab_size: int = 1024) -> object:
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=_ascii_alphabet(),
         show_progress=False,
     )
     tokenizer.train_from_iterator(corpus(seed), trainer=trainer)
@@ -67,6 +69,17 @@ def build_tokenizer(seed: int, vocab_size: int = 1024) -> object:
         chat_template=qwen2_5_chat_template,
         model_max_length=2048,
     )
+
+
+def _ascii_alphabet() -> list[str]:
+    """Printable ASCII, tab and newline in byte-level form. Not all 256 bytes: a lone byte of a
+    multi-byte character decodes to U+FFFD, and vLLM's ``text_offset`` of such a token does not
+    index its text; with whole characters only, every token of a random model decodes cleanly."""
+    from tokenizers import pre_tokenizers
+
+    wanted = {chr(code) for code in (9, 10, *range(32, 127))}
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    return sorted({piece for ch in wanted for piece, _ in byte_level.pre_tokenize_str(ch)})
 
 
 def build(out_dir: Path, seed: int = 0, vocab_size: int = 1024) -> Path:

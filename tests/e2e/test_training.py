@@ -1,0 +1,202 @@
+"""TRL's AsyncGRPOTrainer trains a LoRA through the proxy against two real vLLM CPU servers,
+adapters travelling through one shared directory (the bucket mount's stand-in)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.e2e.conftest import MAX_STALENESS
+from tests.e2e.support import (
+    Event,
+    VllmServer,
+    adapters_listed,
+    events,
+    get_text,
+    metric_sum,
+    run_trainer,
+    versions,
+    wait_or_kill,
+)
+from trainer_entry import sidecar
+
+# The CPU build's KV block is 32 tokens; a group has 4 rollouts, so a block followed by more
+# than 8 different blocks is template (the shared system prompt), not a problem.
+PROXY_ARGS = ("--block-tokens", "32", "--template-threshold", "8")
+TRAIN_TIMEOUT_S = 420.0
+
+
+def _trainer_args(tiny: dict[str, Path], out: Path, steps: int) -> list[str]:
+    return [
+        *("--model", str(tiny["model"]), "--dataset", str(tiny["data"])),
+        *("--output-dir", str(out), "--max-steps", str(steps)),
+        *("--num-generations", "4", "--lora-rank", "1", "--weight-sync-steps", "1"),
+        *("--max-staleness", str(MAX_STALENESS), "--max-completion-length", "32"),
+        *("--learning-rate", "1e-4"),
+    ]
+
+
+@contextmanager
+def _proxy(fleet: list[VllmServer], out: Path) -> Iterator[str]:
+    adapters = out / ".vllm_lora"
+    adapters.mkdir(parents=True)
+    argv = sidecar.sidecar_command(
+        [s.url for s in fleet], sidecar.free_port(), adapters, PROXY_ARGS
+    )
+    with sidecar.running(argv) as url:
+        yield url
+
+
+def _synced(trainer_log: str) -> list[str]:
+    count = trainer_log.count("Weight sync: done")
+    return [f"trl-policy-v{n}" for n in range(1, count + 1)]
+
+
+def _completions(log_events: list[Event]) -> list[Event]:
+    return [e for e in log_events if e.kind == "completion"]
+
+
+def test_training_syncs_every_version_to_both_replicas_and_routes_groups_together(
+    clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    offsets = [s.log_path.stat().st_size for s in clean_fleet]
+    hits_before = sum(
+        metric_sum(get_text(s.url + "/metrics"), "vllm:prefix_cache_hits_total")
+        for s in clean_fleet
+    )
+    with _proxy(clean_fleet, out) as url:
+        trainer = run_trainer(
+            [*_trainer_args(tiny, out, steps=8), "--proxy-url", url], tmp_path / "trainer.log"
+        )
+        code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
+        trainer_log = (tmp_path / "trainer.log").read_text()
+        assert code == 0, trainer_log[-6000:]
+        proxy_metrics = get_text(url + "/metrics")
+    assert "training finished" in trainer_log
+    assert "CPU shim applied" in trainer_log
+
+    synced = _synced(trainer_log)
+    assert len(synced) == 9  # v1 before the first rollout, then one per step
+    window = set(synced[-(MAX_STALENESS + 1) :])
+    for server, offset in zip(clean_fleet, offsets, strict=True):
+        log_events = events(server.log_path.read_bytes()[offset:].decode(errors="replace"))
+        loaded = {e.value for e in log_events if e.kind == "load"}
+        unloaded = {e.value for e in log_events if e.kind == "unload"}
+        assert set(synced) <= loaded, (server.url, versions(loaded))
+        assert set(synced) - window <= unloaded, (server.url, versions(unloaded))
+        assert set(adapters_listed(server.url)) == window
+        completions = _completions(log_events)
+        assert completions, f"{server.url} got no rollout"
+        assert {e.value for e in completions} == {"200"}, "a rollout failed on " + server.url
+
+    total = metric_sum(proxy_metrics, "rollout_proxy_requests_total", route="completions")
+    assert total == metric_sum(
+        proxy_metrics, "rollout_proxy_requests_total", route="completions", status="200"
+    )
+    per_replica = [
+        metric_sum(
+            proxy_metrics, "rollout_proxy_replica_requests_total", replica=f"127.0.0.1:{s.port}"
+        )
+        for s in clean_fleet
+    ]
+    assert all(n > 0 for n in per_replica), per_replica
+    # A group's rollouts share a key, and a key's placement is deterministic: affinity (or the
+    # sticky memory of a spill) keeps them together; only spills and unkeyed requests may not.
+    together = sum(
+        metric_sum(proxy_metrics, "rollout_proxy_routing_decisions_total", reason=reason)
+        for reason in ("affinity", "sticky")
+    )
+    assert together >= 0.9 * total, proxy_metrics
+    assert metric_sum(proxy_metrics, "rollout_proxy_tokens_total", kind="cached") > 0
+    hits_after = sum(
+        metric_sum(get_text(s.url + "/metrics"), "vllm:prefix_cache_hits_total")
+        for s in clean_fleet
+    )
+    assert hits_after > hits_before
+    assert "failed (" not in trainer_log, "a rollout request was retried"
+
+
+def test_the_sidecar_topology_trains(
+    clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    replicas = ",".join(s.url for s in clean_fleet)
+    args = [*_trainer_args(tiny, tmp_path / "run", steps=2), "--sidecar-replicas", replicas]
+    args += [f"--proxy-arg={arg}" for arg in PROXY_ARGS]
+    trainer = run_trainer(args, tmp_path / "trainer.log")
+    code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
+    trainer_log = (tmp_path / "trainer.log").read_text()
+    assert code == 0, trainer_log[-6000:]
+    assert re.search(r"\[proxy\] proxy ready on http://127\.0\.0\.1:\d+", trainer_log)
+    assert "training finished" in trainer_log
+
+
+def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
+    clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    adapters = out / ".vllm_lora"
+    adapters.mkdir(parents=True)
+    argv = sidecar.sidecar_command(
+        [s.url for s in clean_fleet], sidecar.free_port(), adapters, PROXY_ARGS
+    )
+    with sidecar.running(argv, env={"PROXY_API_KEY": "relay-secret"}) as remote:
+        relay = ["--proxy-url", remote, "--proxy-token-env", "E2E_PROXY_TOKEN"]
+        trainer = run_trainer(
+            [*_trainer_args(tiny, out, steps=2), *relay],
+            tmp_path / "trainer.log",
+            env={"E2E_PROXY_TOKEN": "relay-secret"},
+        )
+        code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
+        trainer_log = (tmp_path / "trainer.log").read_text()
+        assert code == 0, trainer_log[-6000:]
+    assert "starting a local relay" in trainer_log
+    assert "training finished" in trainer_log
+    assert "relay-secret" not in trainer_log
+
+
+def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic(
+    clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    victim = clean_fleet[1]
+    with _proxy(clean_fleet, out) as url:
+        trainer = run_trainer(
+            [*_trainer_args(tiny, out, steps=150), "--proxy-url", url], tmp_path / "trainer.log"
+        )
+        try:
+            _wait_for(lambda: len(versions(_published(out))) >= 3 or trainer.poll() is not None)
+            assert trainer.poll() is None, (tmp_path / "trainer.log").read_text()[-6000:]
+            victim.kill()
+            victim.start()
+            victim.wait_ready()
+            newest_at_ready = max(versions(_published(out)))
+            assert trainer.poll() is None, "training ended before the replica came back"
+            _wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
+        finally:
+            code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
+        trainer_log = (tmp_path / "trainer.log").read_text()
+        assert code == 0, trainer_log[-6000:]
+    assert "training finished" in trainer_log
+
+    restarted = events(victim.log_since_start())
+    first = next(i for i, e in enumerate(restarted) if e.kind == "completion")
+    before = {e.value for e in restarted[:first] if e.kind == "load"}
+    assert f"trl-policy-v{newest_at_ready}" in before, (newest_at_ready, versions(before))
+    assert len(before) >= min(newest_at_ready, MAX_STALENESS + 1), versions(before)
+
+
+def _published(out: Path) -> list[str]:
+    directory = out / ".vllm_lora"
+    return [p.name for p in directory.iterdir()] if directory.exists() else []
+
+
+def _wait_for(condition: object, timeout_s: float = 240.0) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.2)

@@ -1,0 +1,5 @@
+"""``python -m trainer_entry``: run the trainer command line."""
+
+from trainer_entry.cli import main
+
+raise SystemExit(main())

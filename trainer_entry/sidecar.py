@@ -1,0 +1,131 @@
+"""The proxy next to the trainer, as a child process on localhost.
+
+Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a free port):
+
+- sidecar: the proxy in front of the replicas, watching TRL's ``<output_dir>/.vllm_lora``
+  (``--adapters-dir``) so new versions reach every replica as soon as they are written;
+- relay: the proxy in front of ONE remote proxy, adding ``Authorization: Bearer <token>`` on every
+  request (TRL's clients cannot send headers; exposed HF Job ports demand a token). The token
+  travels in the child's environment (``PROXY_UPSTREAM_TOKEN``), never on its command line.
+
+``running(...)`` starts the child, waits for its ``proxy ready on URL`` line, copies its output
+to ours with a ``[proxy]`` prefix (so its pipe never fills), and stops it on exit: SIGTERM, then
+SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+log = logging.getLogger("trainer_entry")
+
+READY_PREFIX = "proxy ready on "
+STOP_GRACE_S = 30.0
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def sidecar_command(
+    replicas: Sequence[str], port: int, adapters_dir: Path, extra: Sequence[str] = ()
+) -> list[str]:
+    """The proxy in front of ``replicas``, watching ``adapters_dir``, prefix routing."""
+    return [
+        *(sys.executable, "-m", "proxy", "--replicas", ",".join(replicas)),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--adapters-dir", str(adapters_dir), "--policy", "prefix"),
+        *extra,
+    ]
+
+
+def relay_command(upstream: str, port: int, extra: Sequence[str] = ()) -> list[str]:
+    """The proxy in front of one remote proxy (the token comes from the environment)."""
+    return [
+        *(sys.executable, "-m", "proxy", "--replicas", upstream),
+        *("--host", "127.0.0.1", "--port", str(port)),
+        *extra,
+    ]
+
+
+@contextmanager
+def running(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, ready_timeout_s: float = 60.0
+) -> Iterator[str]:
+    """Run the proxy ``argv``; yields its base URL once it says it is ready."""
+    child = subprocess.Popen(
+        list(argv),
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert child.stdout is not None
+    fd = child.stdout.fileno()
+    try:
+        url, rest = _await_ready(child, fd, ready_timeout_s)
+        log.info("proxy (pid %d) ready on %s", child.pid, url)
+        threading.Thread(target=_copy, args=(fd, rest), daemon=True).start()
+        yield url
+    finally:
+        _stop(child)
+
+
+def _await_ready(child: subprocess.Popen[bytes], fd: int, timeout_s: float) -> tuple[str, bytes]:
+    """Echo the child's lines until the ready line; returns its URL and any bytes read past it.
+    Reads the raw descriptor: a buffered reader could hold the ready line while select waits."""
+    deadline = time.monotonic() + timeout_s
+    pending = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not selector.select(left):
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError(f"the proxy exited with code {child.wait()} before it was ready")
+            pending += chunk
+            while b"\n" in pending:
+                raw, pending = pending.split(b"\n", 1)
+                line = raw.decode(errors="replace")
+                print(f"[proxy] {line}", flush=True)
+                if line.startswith(READY_PREFIX):
+                    return line.removeprefix(READY_PREFIX).split()[0], pending
+    raise TimeoutError(f"the proxy was not ready within {timeout_s:g} s")
+
+
+def _copy(fd: int, pending: bytes) -> None:
+    while True:
+        while b"\n" in pending:
+            raw, pending = pending.split(b"\n", 1)
+            print(f"[proxy] {raw.decode(errors='replace')}", flush=True)
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        pending += chunk
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    if child.poll() is None:
+        child.terminate()
+        try:
+            child.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
