@@ -129,3 +129,5 @@ def _stop(child: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+    if child.stdout is not None:
+        child.stdout.close()  # the copying thread sees EOF or EBADF and ends
