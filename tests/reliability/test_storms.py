@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from proxy.forward import REPLICA_HEADER
 from tests.integration.test_generation import completion, metric_value, post
 from tests.support.fleet import run_stack, wait_for
+from tests.support.freeze import BACKLOG
 
 
 async def test_5xx_storm_fails_over_and_opens_the_circuit() -> None:
@@ -35,3 +37,40 @@ async def test_5xx_from_every_replica_reaches_the_client_as_the_replicas_answer(
         status, body, _ = await post(stack, "/v1/completions", completion())
         assert status == 500
         assert b"Simulated failure" in body
+
+
+async def test_slow_connects_fail_over_and_eject() -> None:
+    async with run_stack(
+        2, relays=True, policy="least_loaded", connect_timeout=0.5, max_inflight_per_replica=64
+    ) as stack:
+        stack.relays[0].stall()
+        blockers = await asyncio.to_thread(fill_backlog, stack.relays[0].url)
+        try:
+            # More at once than the pool holds idle connections: new connects are needed, and
+            # those to the stalled replica hang in the handshake until the connect timeout.
+            results = await asyncio.gather(
+                *(post(stack, "/v1/completions", completion()) for _ in range(12))
+            )
+            assert [status for status, _, _ in results] == [200] * 12
+            async with stack.session.get(stack.proxy_url + "/metrics") as resp:
+                text = await resp.text()
+            cause = 'rollout_proxy_ejections_total{cause="connect_timeout"}'
+            assert metric_value(text, cause) >= 1
+        finally:
+            for sock in blockers:
+                sock.close()
+
+
+def fill_backlog(url: str) -> list[socket.socket]:
+    """Connect until a handshake no longer completes: the listener's backlog is full."""
+    host, port = url.removeprefix("http://").split(":")
+    blockers = []
+    for _ in range(BACKLOG + 8):
+        sock = socket.socket()
+        sock.settimeout(0.2)
+        blockers.append(sock)
+        try:
+            sock.connect((host, int(port)))
+        except TimeoutError:
+            return blockers
+    raise AssertionError("the stalled relay kept completing handshakes")

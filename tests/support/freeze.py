@@ -1,14 +1,21 @@
-"""A TCP relay on loopback that can freeze: it keeps accepting and holding connections but stops
-moving bytes, like a replica that hangs (accepts, never answers). Steered by ``freeze``/``thaw``.
+"""A TCP relay on loopback that misbehaves on demand, steered by events:
+- ``freeze``/``thaw``: it keeps accepting and holding connections but stops moving bytes, like a
+  replica that hangs (accepts, never answers);
+- ``stall``: it stops accepting; once its small backlog is full (``BACKLOG`` + 1 connections),
+  new connections hang in the handshake, like a replica whose connects are slow. Established
+  connections keep working.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
+
+BACKLOG = 8
 
 
 class Relay:
@@ -17,6 +24,8 @@ class Relay:
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
         self._running = asyncio.Event()
         self._running.set()
+        self.accepting = asyncio.Event()
+        self.accepting.set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.url = ""
 
@@ -25,6 +34,9 @@ class Relay:
 
     def thaw(self) -> None:
         self._running.set()
+
+    def stall(self) -> None:
+        self.accepting.clear()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
@@ -58,16 +70,29 @@ class Relay:
 async def relay(target: str) -> AsyncIterator[Relay]:
     """A relay to ``target`` (a base URL) on an ephemeral loopback port."""
     link = Relay(target)
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(BACKLOG)  # small, so a stalled relay fills up at once
+    listener.setblocking(False)
+    link.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await link._serve(reader, writer)
+    async def accept() -> None:
+        while True:
+            await link.accepting.wait()
+            conn, _ = await loop.sock_accept(listener)
+            reader, writer = await asyncio.open_connection(sock=conn)
+            task = asyncio.create_task(link._serve(reader, writer))
+            link._tasks.add(task)
+            task.add_done_callback(link._tasks.discard)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    link.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    acceptor = asyncio.create_task(accept())
     try:
         yield link
     finally:
         link.thaw()
-        server.close()
+        acceptor.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await acceptor
+        listener.close()
         await link.close()
-        await server.wait_closed()
