@@ -63,7 +63,8 @@ def test_a_bad_value_exits_2_naming_the_flag(
     assert flag in capsys.readouterr().err
 
 
-def test_only_the_sim_backend_exists(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_sim_parser_takes_only_the_sim_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--backend vllm` is dispatched before this parser, to replica_entry.vllm_backend.
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["--backend", "vllm"])
     assert exc.value.code == 2
