@@ -2,7 +2,8 @@
 
 The proxy is the only writer of the state changes TRL makes (adapters, paused or not), so it
 remembers them and replays them into a replica that joins or comes back from ejection before
-that replica takes traffic. ``epoch`` counts changes so a sync that raced a change runs again.
+that replica takes traffic. ``epoch`` (with the registry's) counts changes, so a sync that raced
+a pause, a resume or an adapter load runs again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class Fleet:
     def changed(self) -> None:
         self.epoch += 1
 
+    def _epoch(self) -> tuple[int, int]:
+        return self.epoch, self.adapters.registry.epoch
+
     def unknown(self, model: str) -> bool:
         """True only when the fleet has listed its models and none serves or loads ``model``.
 
@@ -56,12 +60,12 @@ class Fleet:
         """Bring ``replica`` in step (models, adapters, paused); True when it may take traffic."""
         try:
             for _ in range(_SYNC_ROUNDS):
-                epoch = self.epoch
+                epoch = self._epoch()
                 await self.refresh_info(replica)
                 if not await self.adapters.admit(replica):
                     raise RuntimeError(replica.last_error or "adapter window not loaded")
                 await self._replay_pause(replica)
-                if epoch == self.epoch:
+                if epoch == self._epoch():  # nothing changed meanwhile: the replica is in step
                     return True
         except SYNC_ERRORS as exc:
             error = f"sync failed: {exc}"

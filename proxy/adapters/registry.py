@@ -69,6 +69,7 @@ class Registry:
     max_loras: int | None = None
     versions: dict[str, Version] = field(default_factory=dict)  # wanted, in arrival order
     loaded: dict[str, dict[str, Version]] = field(default_factory=dict)  # replica -> name -> v
+    epoch: int = 0  # counts changes to the wanted set, so a replica sync can tell it raced one
     _arrival: int = 0
     _order: dict[str, int] = field(default_factory=dict)
 
@@ -87,6 +88,7 @@ class Registry:
     def add(self, version: Version) -> list[str]:
         """Want ``version``; returns the names dropped to keep the window."""
         self._arrival += 1
+        self.epoch += 1
         self._order[version.name] = self._arrival
         self.versions[version.name] = version
         ranked = sorted(self.versions.values(), key=self._rank)
@@ -101,6 +103,8 @@ class Registry:
 
     def remove(self, name: str) -> None:
         """No longer wanted (TRL unloaded it, its directory went away, the window moved on)."""
+        if name in self.versions:
+            self.epoch += 1
         self.versions.pop(name, None)
         self._order.pop(name, None)
 
