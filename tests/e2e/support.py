@@ -84,8 +84,11 @@ class VllmServer:
         ]
         self.starts.append(self.log_path.stat().st_size if self.log_path.exists() else 0)
         log = self.log_path.open("ab")
+        # vLLM's CPU build pins every server's OpenMP threads to core 0 by default; two servers
+        # and a trainer on a 2-core machine then starve each other (restarts take minutes).
+        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         self.process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         log.close()
 
