@@ -38,8 +38,11 @@ lint: venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
 
+# The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
+# minute), then the real tier (vLLM CPU servers + TRL; about 11 minutes, see `e2e`).
 test: venv lint
 	$(PY) -m pytest
+	$(MAKE) e2e
 
 unit: venv
 	$(PY) -m pytest tests/unit
