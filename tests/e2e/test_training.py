@@ -167,7 +167,8 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
         trainer = run_trainer(
             # Enough steps to outlast the restart (~1-2 min on two busy cores), few enough to
             # finish within TRAIN_TIMEOUT_S.
-            [*_trainer_args(tiny, out, steps=24), "--proxy-url", url], tmp_path / "trainer.log"
+            [*_trainer_args(tiny, out, steps=24), "--proxy-url", url],
+            tmp_path / "trainer.log",
         )
         try:
             _wait_for(lambda: len(versions(_published(out))) >= 3 or trainer.poll() is not None)
