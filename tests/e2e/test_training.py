@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import MAX_STALENESS
 from tests.e2e.support import (
     Event,
@@ -158,6 +160,9 @@ def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
     assert "relay-secret" not in trainer_log
 
 
+# Timing-sensitive on 2 busy cores (a vLLM restart under load takes 1-4 min against a training
+# run of ~4 min): in `make e2e`, not in `make test`, until it is robust there.
+@pytest.mark.e2e_restart
 def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
