@@ -71,7 +71,10 @@ def sdpa_varlen(
     """
     del max_seqlen_q, max_seqlen_k  # only sizes FlashAttention's launch grid
     if softcap:
-        raise NotImplementedError("softcap is not supported by the SDPA varlen shim")
+        # Models with attention logit soft-capping (Gemma 2) need the real kernel.
+        raise ValueError(
+            "attention softcap is not supported by the CPU SDPA shim: train this model on a GPU"
+        )
     heads, kv_heads = query.shape[1], key.shape[1]
     if kv_heads != heads:
         key = key.repeat_interleave(heads // kv_heads, dim=1)
