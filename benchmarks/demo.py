@@ -17,7 +17,7 @@ import aiohttp
 
 from benchmarks.loadgen import LoadGenerator, LoadResult
 from benchmarks.loopback import free_port
-from benchmarks.procs import Child, children, start_child, stop_child
+from benchmarks.procs import Child, children, start_child, start_proxy, stop_child
 from benchmarks.trace import TraceShape
 
 # Simulated replica speed: 0.05 ms per uncached prompt token, 4 ms per generated token, with a
@@ -53,10 +53,7 @@ async def start_fleet(replicas: int, stack: list[Child]) -> Child:
         args = ["--backend", "sim", "--port", str(port), "--seed", str(i), *SIM_FLAGS]
         stack.append(await start_child(f"replica {i + 1}", "replica_entry", args, port))
         print(f"  replica {i + 1} ready at {stack[-1].url}")
-    port = free_port()
-    replica_urls = ",".join(child.url for child in stack)
-    proxy_args = ["--port", str(port), "--replicas", replica_urls, "--log-level", "warning"]
-    proxy = await start_child("proxy", "proxy", proxy_args, port)
+    proxy = await start_proxy([child.url for child in stack])
     stack.append(proxy)
     print(f"  proxy ready at {proxy.url}")
     await wait_healthy(proxy.url, replicas)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from benchmarks.loopback import free_port
-from benchmarks.procs import Child, children, start_child
+from benchmarks.procs import Child, children, start_child, start_proxy
 
 TARGETS = ("direct", "passthrough", "proxy")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -104,21 +104,8 @@ async def run_case(
             port,
         )
         stack.append(passthrough)
-        port = free_port()
-        proxy = await start_child(
-            "proxy",
-            "proxy",
-            [
-                "--port",
-                str(port),
-                "--replicas",
-                ",".join(r.url for r in replicas),
-                "--log-level",
-                "warning",
-                "--max-inflight-per-replica",
-                str(max(case.concurrency, 128)),
-            ],
-            port,
+        proxy = await start_proxy(
+            [r.url for r in replicas], "--max-inflight-per-replica", str(max(case.concurrency, 128))
         )
         stack.append(proxy)
         await asyncio.sleep(0.5)  # first health round

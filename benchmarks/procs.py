@@ -9,6 +9,8 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
+from benchmarks.loopback import free_port
+
 
 @dataclass
 class Child:
@@ -34,6 +36,13 @@ async def start_child(name: str, module: str, args: Sequence[str], port: int) ->
         await process.wait()
         raise RuntimeError(f"{name} failed to start (exit code {process.returncode})")
     return Child(name, f"http://127.0.0.1:{port}", process)
+
+
+async def start_proxy(replica_urls: Sequence[str], *flags: str) -> Child:
+    """``python -m proxy`` on a free loopback port in front of ``replica_urls``, quiet logs."""
+    port = free_port()
+    args = ["--port", str(port), "--replicas", ",".join(replica_urls), "--log-level", "warning"]
+    return await start_child("proxy", "proxy", [*args, *flags], port)
 
 
 async def stop_child(child: Child, grace_s: float = 10.0) -> int:

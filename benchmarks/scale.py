@@ -14,7 +14,7 @@ from typing import Any
 from benchmarks.loopback import free_port
 from benchmarks.overhead import Case, blast, cpu_seconds
 from benchmarks.policy_bench import state_memory
-from benchmarks.procs import children, start_child
+from benchmarks.procs import children, start_child, start_proxy
 from benchmarks.soak import _rss_mb
 
 
@@ -23,14 +23,7 @@ async def fleet_point(replicas: int, requests: int) -> dict[str, Any]:
         ports = [free_port() for _ in range(replicas)]
         args = ["--port", *map(str, ports)]
         stack.append(await start_child("replicas", "benchmarks.fast_replica", args, ports[0]))
-        port = free_port()
-        urls = ",".join(f"http://127.0.0.1:{p}" for p in ports)
-        proxy = await start_child(
-            "proxy",
-            "proxy",
-            ["--port", str(port), "--replicas", urls, "--log-level", "warning"],
-            port,
-        )
+        proxy = await start_proxy([f"http://127.0.0.1:{p}" for p in ports])
         stack.append(proxy)
         await asyncio.sleep(1.0)  # every replica probed and admitted
         case = Case(64, 0.0, 600)

@@ -18,7 +18,7 @@ import aiohttp
 
 from benchmarks.loadgen import LoadGenerator
 from benchmarks.loopback import free_port
-from benchmarks.procs import children, start_child
+from benchmarks.procs import children, start_child, start_proxy
 from benchmarks.trace import TraceShape
 
 SIM_FLAGS = ["--gen-token-s", "0.001", "--overhead-s", "0.001", "--cache-blocks", "2048"]
@@ -46,24 +46,8 @@ async def soak(seconds: float, interval_s: float = 1.0, concurrency: int = 32) -
             port = free_port()
             args = ["--backend", "sim", "--port", str(port), "--seed", str(i), *SIM_FLAGS]
             stack.append(await start_child(f"replica {i}", "replica_entry", args, port))
-        port = free_port()
-        urls = ",".join(child.url for child in stack)
-        proxy = await start_child(
-            "proxy",
-            "proxy",
-            [
-                "--port",
-                str(port),
-                "--replicas",
-                urls,
-                "--log-level",
-                "warning",
-                "--sticky-size",
-                "4096",
-                "--max-tracked",
-                "4096",
-            ],
-            port,
+        proxy = await start_proxy(
+            [child.url for child in stack], "--sticky-size", "4096", "--max-tracked", "4096"
         )
         stack.append(proxy)
         await asyncio.sleep(0.5)
