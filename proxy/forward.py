@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterator
 from typing import Protocol
 
 import aiohttp
@@ -74,24 +75,16 @@ class Forwarder:
 
     def _decide(self, route: RouteRequest, tried: set[str]) -> Decision | None:
         cap = self._limiter.per_replica
-        model = route.model
-        candidates = [
-            r
-            for r in self._pool.routable()
-            if r.inflight < cap
-            and r.id not in tried
-            and (model is None or r.base_model is None or r.serves(model))
-        ]
+        candidates = [r for r in self._eligible(route.model, tried) if r.inflight < cap]
         if not candidates:
             return None
         return self._policy.select(Snapshot(candidates, self._pool.ids), route)
 
-    def _eligible_left(self, route: RouteRequest, tried: set[str]) -> bool:
-        model = route.model
-        return any(
-            r.id not in tried and (model is None or r.base_model is None or r.serves(model))
-            for r in self._pool.routable()
-        )
+    def _eligible(self, model: str | None, tried: set[str]) -> Iterator[Replica]:
+        """Routable replicas not tried yet that serve ``model`` (or have not listed models)."""
+        for r in self._pool.routable():
+            if r.id not in tried and (model is None or r.base_model is None or r.serves(model)):
+                yield r
 
     async def forward(
         self, request: web.Request, route_name: str, body: bytes, route: RouteRequest
@@ -112,7 +105,7 @@ class Forwarder:
 
         last_answer: web.Response | None = None
         for _ in range(self._attempts):
-            if tried and not self._eligible_left(route, tried):
+            if tried and next(self._eligible(route.model, tried), None) is None:
                 break
             replica = await self._limiter.acquire(pick)
             reason = chosen[-1].reason

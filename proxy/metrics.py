@@ -20,31 +20,6 @@ from proxy.tally import Spread, Tally, TallyCollector
 from proxy.upstreams import Health, ReplicaPool
 
 PREFIX = "rollout_proxy_"
-ROUTES = (
-    "completions",
-    "chat_completions",
-    "load_lora_adapter",
-    "unload_lora_adapter",
-    "pause",
-    "resume",
-    "reset_prefix_cache",
-    "health",
-    "server_info",
-    "models",
-    "passthrough",
-    "metrics",
-    "status",
-    "admin",
-)
-REJECTIONS = (
-    "queue_full",
-    "queue_timeout",
-    "too_large",
-    "bad_request",
-    "unauthorized",
-    "unknown_model",
-    "upstream_failed",
-)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 _OVERHEAD_BUCKETS = (
     0.00005,

@@ -44,9 +44,6 @@ class Decision:
     reason: str
 
 
-REASONS = ("affinity", "spill", "sticky", "explicit_key", "no_key", "least_loaded", "round_robin")
-
-
 class Policy(Protocol):
     name: str
 

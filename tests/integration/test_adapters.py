@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,7 @@ async def test_watcher_preloads_so_the_clients_load_returns_at_once(tmp_path: Pa
         for n in range(2, 4):
             write_adapter(adapters, f"trl-policy-v{n}")
         await eventually(lambda: _all_listed(stack, "trl-policy-v3"), what="v3 pre-loaded")
-        for child in (adapters / "trl-policy-v1").iterdir():
-            child.unlink()
-        (adapters / "trl-policy-v1").rmdir()
+        shutil.rmtree(adapters / "trl-policy-v1")
         await eventually(lambda: _none_listed(stack, "trl-policy-v1"), what="v1 dropped")
         assert "trl-policy-v1" not in stack.proxy_app[ADAPTERS].registry.versions
 
@@ -206,9 +205,7 @@ async def test_unloading_a_version_the_proxy_retired_is_200(tmp_path: Path) -> N
     async with run_stack(2, adapters_dir=str(adapters), watch_interval=0.05) as stack:
         write_adapter(adapters, "trl-policy-v1")
         await eventually(lambda: _all_listed(stack, "trl-policy-v1"), what="pre-load")
-        for child in (adapters / "trl-policy-v1").iterdir():
-            child.unlink()
-        (adapters / "trl-policy-v1").rmdir()
+        shutil.rmtree(adapters / "trl-policy-v1")
         await eventually(lambda: _none_listed(stack, "trl-policy-v1"), what="retired")
         status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"})
         assert status == 200
