@@ -39,21 +39,18 @@ lint: venv
 	$(PY) -m mypy .
 
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
-# minute), then the real tier (vLLM CPU servers + TRL; about 7 minutes) but for its restart test,
-# which is timing-sensitive on 2 cores and runs in `make e2e`.
+# minute), then the real tier (vLLM CPU servers + TRL; about 9 minutes).
 test: venv lint
 	$(PY) -m pytest
-	$(MAKE) e2e E2E_MARK='e2e and not e2e_restart'
+	$(MAKE) e2e
 
 unit: venv
 	$(PY) -m pytest tests/unit
 
 # Real vLLM CPU servers + TRL + the proxy (~3 GB per server). Also runs the contract suite
 # against real vLLM.
-E2E_MARK ?= e2e
-
 e2e: e2e-venv
-	$(E2E_PY) -m pytest -m "$(E2E_MARK)" -p no:cacheprovider --timeout 900 tests/e2e
+	$(E2E_PY) -m pytest -m e2e -p no:cacheprovider --timeout 900 tests/e2e
 
 demo: venv
 	$(PY) -m benchmarks.demo

@@ -1,8 +1,10 @@
 """The upstream HTTP client: one pooled keep-alive session for all traffic to replicas.
 
-Control-plane calls (health, info, fan-out) go through ``call``; generation traffic streams
-through ``proxy.forward`` on the same session. Every request carries the upstream bearer token
-when one is configured; nothing from the client's own headers is copied here.
+Control-plane calls (health, info, fan-out) go through ``call`` on an aiohttp session. Generation
+traffic, the hot path, goes through ``pool``: lean HTTP/1.1 keep-alive connections
+(``proxy.connpool``) that send the client's bytes as they are and pass the answer on. Every
+request carries the upstream bearer token when one is configured; nothing from the client's own
+headers is copied here.
 """
 
 from __future__ import annotations
@@ -15,14 +17,20 @@ import aiohttp
 import orjson
 
 from proxy.config import UpstreamSettings
+from proxy.connection import WireError
+from proxy.connpool import ConnectionPool
 from proxy.upstreams import Replica
 
 # What counts as "the replica could not be reached or dropped us": eject and fail over.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientConnectionError,
     aiohttp.ClientPayloadError,
+    WireError,
     TimeoutError,
 )
+# Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends, so a
+# request never goes out on a connection the replica is closing at that moment.
+KEEPALIVE_S = 4.0
 # A sync or info refresh also fails on a bad answer (RuntimeError) or bad JSON (ValueError).
 SYNC_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, RuntimeError, ValueError)
 
@@ -39,13 +47,16 @@ class Reply:
         return orjson.loads(self.body)
 
 
-def ssl_context(settings: UpstreamSettings) -> ssl.SSLContext | bool:
-    """TLS for https:// replicas: the system store, or the configured CA bundle."""
+def ssl_context(settings: UpstreamSettings) -> ssl.SSLContext:
+    """TLS for https:// replicas: the system store or the configured CA bundle, or no checks."""
     if not settings.tls_verify:
-        return False
-    if settings.ca_bundle is None:
-        return True
-    return ssl.create_default_context(cafile=str(settings.ca_bundle))
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(
+        cafile=None if settings.ca_bundle is None else str(settings.ca_bundle)
+    )
 
 
 class UpstreamClient:
@@ -60,17 +71,24 @@ class UpstreamClient:
         self.timeout = aiohttp.ClientTimeout(
             total=settings.request_timeout_s, connect=settings.connect_timeout_s
         )
-        # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends,
-        # so a request never goes out on a connection the replica is closing at that moment.
+        tls = ssl_context(settings)
         connector = aiohttp.TCPConnector(
-            limit=0, ssl=ssl_context(settings), keepalive_timeout=4.0, enable_cleanup_closed=True
+            limit=0, ssl=tls, keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True
         )
         # auto_decompress=False: bodies pass through as the replica sent them.
         self.session = aiohttp.ClientSession(
             connector=connector, timeout=self.timeout, auto_decompress=False, headers=headers
         )
+        self.pool = ConnectionPool(
+            connect_timeout_s=settings.connect_timeout_s,
+            request_timeout_s=settings.request_timeout_s,
+            idle_s=KEEPALIVE_S,
+            tls=tls,
+            headers=headers,
+        )
 
     async def close(self) -> None:
+        self.pool.close()
         await self.session.close()
 
     async def call(

@@ -21,10 +21,10 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-import aiohttp
 from aiohttp import web
 
-from proxy.client import TRANSPORT_ERRORS, UpstreamClient
+from proxy.client import UpstreamClient
+from proxy.connection import Connection, ConnectTimeout, WireError
 from proxy.errors import error_response
 from proxy.limiter import Limiter
 from proxy.metrics import Metrics
@@ -35,7 +35,7 @@ log = logging.getLogger("proxy.forward")
 
 _USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
 _USAGE_CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
-_PASS_HEADERS = ("Content-Type", "Content-Encoding")
+_PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
 REPLICA_HEADER = "X-Rollout-Replica"
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 
@@ -155,23 +155,21 @@ class Forwarder:
     ) -> web.StreamResponse:
         sent = time.perf_counter()
         try:
-            async with self._client.session.request(
-                request.method,
-                replica.url + path_qs,
-                data=body,
-                headers={"Content-Type": content_type},
+            async with self._client.pool.request(
+                replica.url, request.method, path_qs, body, content_type
             ) as upstream:
                 ttfb = time.perf_counter()
-                headers = _response_headers(upstream, replica, reason)
+                status = upstream.status
+                headers = _response_headers(upstream.headers, replica, reason)
                 if upstream.content_length is not None:
                     data = await upstream.read()
                     done = time.perf_counter()
-                    if upstream.status == 404 and self._lost_adapter(replica, model, data):
+                    if status == 404 and self._lost_adapter(replica, model, data):
                         raise _Failed(f"replica no longer has {model}")
-                    answer = web.Response(status=upstream.status, body=data, headers=headers)
-                    if upstream.status >= 500:
-                        self._server_error(replica, upstream.status)
-                        raise _Failed(f"answered HTTP {upstream.status}", answer)
+                    answer = web.Response(status=status, body=data, headers=headers)
+                    if status >= 500:
+                        self._server_error(replica, status)
+                        raise _Failed(f"answered HTTP {status}", answer)
                     replica.error_streak = 0
                     response: web.StreamResponse = answer
                     await response.prepare(request)
@@ -179,7 +177,7 @@ class Forwarder:
                     self._usage(data)
                 else:
                     response, done = await self._stream(request, upstream, headers, replica)
-        except aiohttp.ConnectionTimeoutError as exc:
+        except ConnectTimeout as exc:
             self._eject(replica, "connect_timeout", exc)
             raise _Failed("connect timed out") from None
         except TimeoutError:
@@ -189,9 +187,9 @@ class Forwarder:
                 f"replica {replica.id} did not answer within "
                 f"{self._client.settings.request_timeout_s:g} s",
             )
-        except TRANSPORT_ERRORS as exc:
+        except WireError as exc:
             self._eject(replica, "transport", exc)
-            raise _Failed(type(exc).__name__) from None
+            raise _Failed(f"{type(exc).__name__}: {exc}") from None
         finished = time.perf_counter()
         overhead = (finished - started) - (done - sent)
         self._metrics.record_upstream(route_name, replica.id, ttfb - sent, max(overhead, 0.0))
@@ -200,16 +198,16 @@ class Forwarder:
     async def _stream(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: Connection,
         headers: dict[str, str],
         replica: Replica,
     ) -> tuple[web.StreamResponse, float]:
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
         try:
-            async for chunk in upstream.content.iter_any():
+            async for chunk in upstream.chunks():
                 await response.write(chunk)
-        except TRANSPORT_ERRORS as exc:
+        except (WireError, TimeoutError) as exc:
             # The client already has part of the answer: no failover. Close the connection
             # without the terminating chunk so the client knows the answer is incomplete.
             self._eject(replica, "midstream", exc)
@@ -265,12 +263,10 @@ class Forwarder:
             self._metrics.record_usage(int(prompt[1]), int(cached[1]) if cached else 0)
 
 
-def _response_headers(
-    upstream: aiohttp.ClientResponse, replica: Replica, reason: str
-) -> dict[str, str]:
+def _response_headers(upstream: dict[str, str], replica: Replica, reason: str) -> dict[str, str]:
     headers = {REPLICA_HEADER: replica.id, ROUTE_HEADER: reason}
-    for name in _PASS_HEADERS:
-        value = upstream.headers.get(name)
+    for name, key in _PASS_HEADERS:
+        value = upstream.get(key)
         if value is not None:
             headers[name] = value
     return headers

@@ -3,13 +3,14 @@ adapters travelling through one shared directory (the bucket mount's stand-in)."
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import pytest
 
 from tests.e2e.conftest import MAX_STALENESS
 from tests.e2e.support import (
@@ -17,6 +18,7 @@ from tests.e2e.support import (
     VllmServer,
     adapters_listed,
     events,
+    get_json,
     get_text,
     metric_sum,
     run_trainer,
@@ -160,9 +162,6 @@ def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
     assert "relay-secret" not in trainer_log
 
 
-# Timing-sensitive on 2 busy cores (a vLLM restart under load takes 1-4 min against a training
-# run of ~4 min): in `make e2e`, not in `make test`, until it is robust there.
-@pytest.mark.e2e_restart
 def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -170,19 +169,25 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     victim = clean_fleet[1]
     with _proxy(clean_fleet, out) as url:
         trainer = run_trainer(
-            # Enough steps to outlast the restart (~1-2 min on two busy cores), few enough to
-            # finish within TRAIN_TIMEOUT_S.
-            [*_trainer_args(tiny, out, steps=24), "--proxy-url", url],
-            tmp_path / "trainer.log",
+            [*_trainer_args(tiny, out, steps=16), "--proxy-url", url], tmp_path / "trainer.log"
         )
         try:
             _wait_for(lambda: len(versions(_published(out))) >= 3 or trainer.poll() is not None)
             assert trainer.poll() is None, (tmp_path / "trainer.log").read_text()[-6000:]
             victim.kill()
-            victim.start()
-            victim.wait_ready()
-            newest_at_ready = max(versions(_published(out)))
-            assert trainer.poll() is None, "training ended before the replica came back"
+            _wait_for(lambda: _routable(url, victim) is False)
+            # Training carries on with one replica: a version is trained and synced meanwhile.
+            at_kill = _newest(out)
+            _wait_for(lambda: _newest(out) > at_kill or trainer.poll() is not None)
+            assert trainer.poll() is None, (tmp_path / "trainer.log").read_text()[-6000:]
+            # On a GPU a training run outlasts a vLLM restart many times over; on two CPU cores
+            # the restart competes with the trainer and may outlast it. Freezing the trainer while
+            # vLLM starts keeps the restart inside the run, and nothing is lost: its requests wait.
+            with _frozen(trainer):
+                victim.start()
+                victim.wait_ready()
+                newest_at_ready = _newest(out)
+                _wait_for(lambda: _routable(url, victim) is True)
             _wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
         finally:
             code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
@@ -195,11 +200,34 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     before = {e.value for e in restarted[:first] if e.kind == "load"}
     assert f"trl-policy-v{newest_at_ready}" in before, (newest_at_ready, versions(before))
     assert len(before) >= min(newest_at_ready, MAX_STALENESS + 1), versions(before)
+    assert {e.value for e in _completions(restarted)} == {"200"}
+
+
+@contextmanager
+def _frozen(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """SIGSTOP the process group for the block, SIGCONT after, whatever happens."""
+    os.killpg(process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+
+
+def _routable(proxy_url: str, server: VllmServer) -> bool | None:
+    """Whether the proxy routes to ``server`` now (None when it does not know it)."""
+    for replica in get_json(proxy_url + "/proxy/status")["replicas"]:
+        if replica["url"].rstrip("/") == server.url:
+            return bool(replica["routable"])
+    return None
 
 
 def _published(out: Path) -> list[str]:
     directory = out / ".vllm_lora"
     return [p.name for p in directory.iterdir()] if directory.exists() else []
+
+
+def _newest(out: Path) -> int:
+    return max(versions(_published(out)), default=0)
 
 
 def _wait_for(condition: object, timeout_s: float = 240.0) -> None:

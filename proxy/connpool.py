@@ -1,0 +1,211 @@
+"""Keep-alive connections to replicas for generation traffic, and the request that uses one.
+
+    async with pool.request(replica.url, "POST", "/v1/completions", body, "application/json") as a:
+        a.status, a.headers, a.content_length; await a.read() or async for part in a.chunks()
+
+Leaving the block returns a connection whose answer was read to the end to the pool; any other
+(an error, a cancelled handler, a body left unread) is aborted, which is how a client's
+disconnect reaches the replica and cancels the generation there.
+
+- Idle connections are reused last-in first-out and closed after ``idle_s`` (4 s, below
+  uvicorn's 5 s keep-alive, so the replica does not close one as a request goes out on it). A
+  reused connection that the replica closed anyway before answering a byte is retried once on a
+  fresh connection; that is a stale keep-alive, not a failed replica.
+- ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
+  bounds the whole request, body included (``TimeoutError``).
+- https:// replicas are reached over TLS with the given context; the URL's path, if any, is
+  prefixed to every request target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from types import TracebackType
+from urllib.parse import urlsplit
+
+from proxy.connection import ConnectError, Connection, ConnectTimeout, Disconnected
+
+USER_AGENT = "rollout-proxy"
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a replica URL's requests go, and the header lines every request to it carries."""
+
+    key: str
+    host: str
+    port: int
+    tls: ssl.SSLContext | None
+    prefix: bytes  # the URL's path, prefixed to request targets
+    head: bytes  # Host, User-Agent and extra header lines, each ending in CRLF
+
+
+class ConnectionPool:
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float,
+        request_timeout_s: float,
+        idle_s: float = 4.0,
+        tls: ssl.SSLContext | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.idle_s = idle_s
+        self._tls = tls
+        self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._origins: dict[str, Origin] = {}
+        self._idle: dict[str, list[Connection]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._sweeper: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._sweep)
+        self.opened = 0  # connections opened so far (a gauge of keep-alive working)
+
+    def request(
+        self, url: str, method: str, path_qs: str, body: bytes, content_type: str
+    ) -> Request:
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = self._origins[url] = self._origin(url)
+        head = b"%s %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+            method.encode("ascii"),
+            origin.prefix,
+            path_qs.encode("latin-1"),
+            origin.head,
+            content_type.encode("latin-1"),
+            len(body),
+        )
+        return Request(self, origin, head + body if body else head)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.abort()
+        self._idle.clear()
+
+    @property
+    def idle(self) -> int:
+        return sum(len(idle) for idle in self._idle.values())
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _origin(self, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        https = parts.scheme == "https"
+        port = parts.port or (443 if https else 80)
+        host_header = parts.netloc.rpartition("@")[2]
+        head = f"Host: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n{self._extra}"
+        return Origin(
+            key=f"{parts.scheme}://{host_header}",
+            host=parts.hostname,
+            port=port,
+            tls=(self._tls or ssl.create_default_context()) if https else None,
+            prefix=parts.path.rstrip("/").encode("latin-1"),
+            head=head.encode("latin-1"),
+        )
+
+    def _take(self, origin: Origin) -> Connection | None:
+        idle = self._idle.get(origin.key)
+        if not idle:
+            return None
+        oldest_usable = self._loop.time() - self.idle_s
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and connection.idle_since > oldest_usable:
+                return connection
+            connection.abort()
+        return None
+
+    def _put(self, connection: Connection) -> None:
+        connection.idle_since = self._loop.time()
+        idle = self._idle.get(connection.origin_key)
+        if idle is None:
+            idle = self._idle[connection.origin_key] = []
+        idle.append(connection)
+
+    async def _connect(self, origin: Origin, deadline: float) -> Connection:
+        timeout = min(self.connect_timeout_s, max(deadline - self._loop.time(), 0.0))
+        try:
+            async with asyncio.timeout(timeout):
+                transport, connection = await self._loop.create_connection(
+                    lambda: Connection(origin.key),
+                    origin.host,
+                    origin.port,
+                    ssl=origin.tls,
+                    server_hostname=origin.host if origin.tls is not None else None,
+                )
+        except TimeoutError:
+            raise ConnectTimeout(f"no connection to {origin.key} within {timeout:g} s") from None
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise ConnectError(f"cannot connect to {origin.key}: {reason}") from None
+        connection.connection_made(transport)  # uvloop may call it only after this returns
+        self.opened += 1
+        return connection
+
+    def _sweep(self) -> None:
+        """Close connections idle for longer than ``idle_s`` (the oldest are at the front)."""
+        oldest_usable = self._loop.time() - self.idle_s
+        for idle in self._idle.values():
+            expired = 0
+            for connection in idle:
+                if connection.idle_since > oldest_usable and not connection.closed:
+                    break
+                connection.abort()
+                expired += 1
+            del idle[:expired]
+        self._sweeper = self._loop.call_later(self.idle_s / 2, self._sweep)
+
+
+class Request:
+    """One request on a pooled connection: ``async with`` it for the answer's connection."""
+
+    __slots__ = ("_connection", "_origin", "_pool", "_wire")
+
+    def __init__(self, pool: ConnectionPool, origin: Origin, wire: bytes) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._wire = wire
+        self._connection: Connection | None = None
+
+    async def __aenter__(self) -> Connection:
+        pool = self._pool
+        deadline = pool._loop.time() + pool.request_timeout_s
+        connection = pool._take(self._origin)
+        if connection is not None:
+            self._connection = connection
+            try:
+                await connection.exchange(self._wire, deadline)
+                return connection
+            except Disconnected:
+                if connection.received:
+                    raise
+                connection.finish()  # a stale keep-alive: once more on a fresh connection
+            except BaseException:
+                connection.finish()
+                raise
+        connection = await pool._connect(self._origin, deadline)
+        self._connection = connection
+        try:
+            await connection.exchange(self._wire, deadline)
+        except BaseException:
+            connection.finish()
+            raise
+        return connection
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        connection = self._connection
+        if connection is not None and connection.finish():
+            self._pool._put(connection)

@@ -1,0 +1,296 @@
+"""The generation path's keep-alive client against scripted HTTP servers on loopback.
+
+Each server reads one request at a time and answers with the bytes a test scripts, written in
+the pieces the test chooses, so framing, reuse and failure handling are exercised on real
+sockets: split heads, chunk coding, stale keep-alives, answers cut short, garbage, timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import pytest
+
+from proxy.connection import BadAnswer, ConnectError, Disconnected
+from proxy.connpool import ConnectionPool
+from tests.support.fleet import wait_for
+
+Script = Callable[[int], Sequence[bytes]]  # request number -> the pieces of the answer
+
+
+@dataclass
+class Scripted:
+    url: str
+    requests: list[bytes] = field(default_factory=list)  # each request as received, whole
+    connections: int = 0
+    closed_by_client: int = 0
+
+
+def ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+@asynccontextmanager
+async def scripted(
+    script: Script, *, close_after: int | None = None, drop: frozenset[int] = frozenset()
+) -> AsyncIterator[Scripted]:
+    """A server answering request n with ``script(n)``; closes a connection after
+    ``close_after`` answers on it (a keep-alive the server ends without saying so), and closes
+    it without answering when n is in ``drop`` (the request met the close)."""
+    state = Scripted(url="")
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        state.connections += 1
+        answered = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length)
+                state.requests.append(head + body)
+                if len(state.requests) in drop:
+                    break
+                for piece in script(len(state.requests)):
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                answered += 1
+                if close_after is not None and answered >= close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            state.closed_by_client += 1
+        except asyncio.CancelledError:
+            pass  # the test is over
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    state.url = f"http://127.0.0.1:{port}"
+    try:
+        yield state
+    finally:
+        server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+
+def pool(**kwargs: float) -> ConnectionPool:
+    settings = {"connect_timeout_s": 2.0, "request_timeout_s": 5.0, **kwargs}
+    return ConnectionPool(**settings)  # type: ignore[arg-type]
+
+
+async def post(p: ConnectionPool, url: str, body: bytes = b'{"x": 1}') -> tuple[int, bytes]:
+    async with p.request(url, "POST", "/v1/completions", body, "application/json") as answer:
+        return answer.status, await answer.read()
+
+
+async def test_a_request_goes_out_as_given_and_the_connection_is_reused() -> None:
+    body = b'{"model": "m", "prompt": [1, 2, 3]}'
+    async with scripted(lambda n: [ok(b"answer %d" % n)]) as server:
+        p = ConnectionPool(
+            connect_timeout_s=2, request_timeout_s=5, headers={"Authorization": "Bearer t0k"}
+        )
+        for n in (1, 2, 3):
+            assert await post(p, server.url + "/prefix/", body) == (200, b"answer %d" % n)
+        p.close()
+    assert server.connections == 1 and p.opened == 1
+    head, _, sent = server.requests[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /prefix/v1/completions HTTP/1.1"
+    port = server.url.rsplit(":", 1)[1].encode()
+    assert b"Host: 127.0.0.1:" + port in lines
+    assert b"Authorization: Bearer t0k" in lines
+    assert b"Content-Length: %d" % len(body) in lines
+    assert b"Content-Type: application/json" in lines
+    assert sent == body
+
+
+async def test_an_answer_split_into_single_bytes_is_read_whole() -> None:
+    answer = ok(b'{"choices": []}', b"Content-Type: application/json\r\nX-Extra:  v \r\n")
+    async with scripted(lambda n: [answer[i : i + 1] for i in range(len(answer))]) as server:
+        p = pool()
+        async with p.request(server.url, "POST", "/v1/completions", b"{}", "x/y") as a:
+            assert (a.status, a.content_length) == (200, 15)
+            assert a.headers["content-type"] == "application/json"
+            assert a.headers["x-extra"] == "v"
+            assert await a.read() == b'{"choices": []}'
+        assert await post(p, server.url) == (200, b'{"choices": []}')
+        p.close()
+    assert p.opened == 1
+
+
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"6\r\ndata: \r\n"
+    b"1A;ext=1\r\n" + b"{" + b"x" * 24 + b"}\r\n"
+    b"0\r\nX-Trailer: t\r\n\r\n"
+)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 40, 91, len(CHUNKED) - 3])
+async def test_chunked_answers_are_decoded_across_any_split(cut: int) -> None:
+    async with scripted(lambda n: [CHUNKED[:cut], CHUNKED[cut:]]) as server:
+        p = pool()
+        for _ in range(2):
+            async with p.request(server.url, "POST", "/v1/completions", b"{}", "x/y") as a:
+                assert a.content_length is None
+                parts = [part async for part in a.chunks()]
+            assert b"".join(parts) == b"data: {" + b"x" * 24 + b"}"
+        p.close()
+    assert p.opened == 1
+
+
+async def test_an_answer_without_length_ends_with_the_connection() -> None:
+    async with scripted(lambda n: [b"HTTP/1.0 200 OK\r\n\r\nuntil close"], close_after=1) as s:
+        p = pool()
+        async with p.request(s.url, "POST", "/x", b"", "x/y") as a:
+            assert [part async for part in a.chunks()] == [b"until close"]
+        assert p.idle == 0
+        p.close()
+
+
+async def test_a_keep_alive_the_replica_closed_while_idle_is_not_used() -> None:
+    async with scripted(lambda n: [ok(b"n%d" % n)], close_after=1) as server:
+        p = pool()
+        assert await post(p, server.url) == (200, b"n1")
+        await wait_for(lambda: p.idle == 1)
+        await asyncio.sleep(0.05)  # the server's close reaches the idle connection
+        assert await post(p, server.url) == (200, b"n2")
+        p.close()
+    assert server.connections == 2 and p.opened == 2
+
+
+async def test_a_request_that_meets_the_close_of_a_keep_alive_is_sent_again() -> None:
+    async with scripted(lambda n: [ok(b"n%d" % n)], drop=frozenset({2})) as server:
+        p = pool()
+        assert await post(p, server.url) == (200, b"n1")
+        # Request 2 goes out on the kept-alive connection; the server closes it unanswered.
+        assert await post(p, server.url) == (200, b"n3")
+        p.close()
+    assert server.connections == 2 and p.opened == 2
+
+
+async def test_a_fresh_connection_closed_unanswered_is_an_error_not_retried() -> None:
+    async with scripted(lambda n: [], drop=frozenset({1, 2})) as server:
+        p = pool()
+        with pytest.raises(Disconnected, match="closed before any answer"):
+            await post(p, server.url)
+        p.close()
+    assert len(server.requests) == 1
+
+
+async def test_an_answer_cut_short_is_an_error_not_retried() -> None:
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"
+    async with scripted(lambda n: [cut], close_after=1) as server:
+        p = pool()
+        with pytest.raises(Disconnected, match="closed by the replica"):
+            await post(p, server.url)
+        p.close()
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "match"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not an HTTP/1.x status line"),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", "malformed header line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "bad Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported Transfer-Encoding"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "bad chunk size"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n", "not followed"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nab", "more body bytes"),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", "unexpected interim answer"),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", "head longer than"),
+    ],
+)
+async def test_garbage_is_a_clear_error_and_the_connection_is_dropped(
+    answer: bytes, match: str
+) -> None:
+    async with scripted(lambda n: [answer]) as server:
+        p = pool()
+        with pytest.raises(BadAnswer, match=match):
+            async with p.request(server.url, "POST", "/x", b"{}", "x/y") as a:
+                await a.read()
+        assert p.idle == 0
+        p.close()
+
+
+async def test_a_silent_replica_times_out_and_the_connection_is_dropped() -> None:
+    async with scripted(lambda n: [b"HTTP/1.1 200 OK\r\n"]) as server:
+        p = pool(request_timeout_s=0.3)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(TimeoutError):
+            await post(p, server.url)
+        assert asyncio.get_running_loop().time() - started < 2
+        await wait_for(lambda: server.closed_by_client == 1, what="the server sees the close")
+        p.close()
+
+
+async def test_leaving_with_the_body_unread_closes_the_connection() -> None:
+    stream = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+    async with scripted(lambda n: [stream]) as server:
+        p = pool()
+        async with p.request(server.url, "POST", "/x", b"{}", "x/y") as a:
+            async for part in a.chunks():
+                assert part == b"first"
+                break
+        await wait_for(lambda: server.closed_by_client == 1, what="the server sees the close")
+        assert p.idle == 0
+        p.close()
+
+
+async def test_idle_connections_are_closed_after_the_keep_alive_time() -> None:
+    async with scripted(lambda n: [ok(b"x")]) as server:
+        p = pool(idle_s=0.1)
+        await asyncio.gather(*(post(p, server.url) for _ in range(3)))
+        assert p.idle == 3
+        await wait_for(lambda: p.idle == 0, what="idle connections swept")
+        await wait_for(lambda: server.closed_by_client == 3, what="the server sees the closes")
+        p.close()
+
+
+async def test_a_large_streamed_body_arrives_intact_to_a_slow_reader() -> None:
+    payload = bytes(range(256)) * 4096 * 6  # 6 MiB, more than the read-pause threshold
+    pieces = [payload[i : i + 65536] for i in range(0, len(payload), 65536)]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in pieces)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    async with scripted(lambda n: [head, chunks, b"0\r\n\r\n"]) as server:
+        p = pool()
+        received = bytearray()
+        async with p.request(server.url, "POST", "/x", b"{}", "x/y") as a:
+            async for part in a.chunks():
+                received += part
+                await asyncio.sleep(0)
+        assert received == payload
+        assert p.idle == 1
+        p.close()
+
+
+async def test_a_large_whole_body_is_read_without_stalling() -> None:
+    payload = b"z" * (6 << 20)
+    async with scripted(lambda n: [ok(payload)]) as server:
+        p = pool()
+        assert await post(p, server.url) == (200, payload)
+        assert p.idle == 1
+        p.close()
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    async with scripted(lambda n: []) as server:
+        url = server.url
+    p = pool()
+    with pytest.raises(ConnectError, match=r"cannot connect to http://127\.0\.0\.1"):
+        await post(p, url)
+    p.close()
