@@ -57,7 +57,7 @@ demo: venv
 
 # Every suite, quick grid; JSON and PNG charts into bench-out/. `python -m benchmarks --help`.
 bench: venv
-	for suite in policy routing sync overhead; do \
+	for suite in policy routing sync overhead profile; do \
 		$(PY) -m benchmarks $$suite --quick --json bench-out/$$suite.json --plot bench-out || exit 1; \
 	done
 

@@ -3,7 +3,8 @@
 Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
 balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``policy`` (the
 routing policy alone), ``soak`` (RSS, open files and tasks under load over time), ``scale``
-(throughput and memory against fleet size and tracked prompts). Everything
+(throughput and memory against fleet size and tracked prompts), ``profile`` (where the proxy's
+CPU goes, by module, under cProfile). Everything
 runs on loopback against simulated replicas.
 """
 
@@ -248,6 +249,21 @@ def suite_scale(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     return [result], text
 
 
+def suite_profile(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks.cpu_profile import run
+
+    result = asyncio.run(run(6000 if args.quick else 20000, progress))
+    text = report.table(
+        ["area", "share", "us_per_req_profiled"],
+        [[a["area"], a["share"], a["us_per_request"]] for a in result["areas"]],
+    )
+    text += (
+        f"\nproxy's own modules: {100 * result['proxy_code_share']:.1f} % of its CPU; "
+        f"{result['profiled_us_per_request']:.0f} µs per request under the profiler"
+    )
+    return [result], text
+
+
 SUITES = {
     "overhead": suite_overhead,
     "routing": suite_routing,
@@ -255,6 +271,7 @@ SUITES = {
     "policy": suite_policy,
     "soak": suite_soak,
     "scale": suite_scale,
+    "profile": suite_profile,
 }
 
 

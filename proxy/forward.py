@@ -15,6 +15,7 @@ bytes, and copy the answer back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -172,8 +173,9 @@ class Forwarder:
                         raise _Failed(f"answered HTTP {status}", answer)
                     replica.error_streak = 0
                     response: web.StreamResponse = answer
-                    await response.prepare(request)
-                    await response.write_eof()
+                    with contextlib.suppress(ConnectionError):  # the client has gone
+                        await response.prepare(request)
+                        await response.write_eof()
                     self._usage(data)
                 else:
                     response, done = await self._stream(request, upstream, headers, replica)
@@ -203,20 +205,28 @@ class Forwarder:
         replica: Replica,
     ) -> tuple[web.StreamResponse, float]:
         response = web.StreamResponse(status=upstream.status, headers=headers)
-        await response.prepare(request)
         try:
+            await response.prepare(request)
             async for chunk in upstream.chunks():
                 await response.write(chunk)
+        except ConnectionError:
+            # The client has gone. Leaving with the answer unread closes the upstream request,
+            # which cancels the generation on the replica; the replica did nothing wrong.
+            return response, time.perf_counter()
         except (WireError, TimeoutError) as exc:
             # The client already has part of the answer: no failover. Close the connection
             # without the terminating chunk so the client knows the answer is incomplete.
-            self._eject(replica, "midstream", exc)
-            log.warning("replica %s failed mid-stream: %s", replica.id, type(exc).__name__)
+            if isinstance(exc, TimeoutError):  # slow, not gone: counted, not ejected
+                self._metrics.record_replica_error(replica.id, "timeout")
+            else:
+                self._eject(replica, "midstream", exc)
+            log.warning("replica %s failed mid-stream: %s", replica.id, exc)
             if request.transport is not None:
                 request.transport.close()
             return response, time.perf_counter()
         done = time.perf_counter()
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError):  # the client has gone
+            await response.write_eof()
         return response, done
 
     def _server_error(self, replica: Replica, status: int) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
 import pytest
 
 from proxy.forward import REPLICA_HEADER
-from tests.integration.test_generation import completion, metric_value, post
-from tests.support.fleet import run_stack, wait_for
+from tests.integration.test_generation import completion, metric_value, post, records
+from tests.support.fleet import eventually, run_stack, wait_for
 
 
 async def test_dropped_buffered_answer_fails_over() -> None:
@@ -40,6 +41,26 @@ async def test_stream_dropped_after_first_byte_ends_incomplete() -> None:
             assert resp.status == 200
         await wait_for(lambda: len(stack.pool.routable()) == 1, what="readmission")
         assert (await post(stack, "/v1/completions", completion()))[0] == 200
+
+
+async def test_a_client_leaving_mid_stream_cancels_the_generation_not_the_replica(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with run_stack(1, sim={"gen_token_s": 0.05}) as stack:
+        body = completion(stream=True, max_tokens=200)  # a 10 s stream
+        async with stack.session.post(stack.proxy_url + "/v1/completions", json=body) as resp:
+            assert resp.status == 200
+            assert (await resp.content.readline()).startswith(b"data: ")
+            resp.close()  # the client goes with the answer half read
+
+        async def cancelled() -> bool:
+            return any(r.get("cancelled") for r in await records(stack, 0))
+
+        await eventually(cancelled, what="the replica to see the stream cancelled")
+        await wait_for(lambda: stack.pool.total_inflight() == 0, what="slot released")
+        assert [r.id for r in stack.pool.routable()] == [stack.sims[0].id]
+        assert (await post(stack, "/v1/completions", completion()))[0] == 200
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 async def test_a_lone_replicas_5xx_reaches_the_client() -> None:
