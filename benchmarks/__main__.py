@@ -5,7 +5,8 @@ balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``po
 routing policy alone), ``soak`` (RSS, open files and tasks under load over time), ``scale``
 (throughput and memory against fleet size and tracked prompts), ``profile`` (where the proxy's
 CPU goes, by module, under cProfile). Everything
-runs on loopback against simulated replicas.
+runs on loopback against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and
+``soak`` at real ones.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.blast import MODEL, VOCAB
 
 
 def progress(message: str) -> None:
@@ -26,22 +28,33 @@ def progress(message: str) -> None:
 
 
 def suite_overhead(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.overhead import Case, run_case
+    from benchmarks.overhead import Case, describe, run_case
 
+    model, vocab, context = MODEL, VOCAB, None
+    if args.replicas:
+        # Real replicas answer at their own speed (no delay knob), in their model's context.
+        model, context = asyncio.run(describe(args.replicas[0]))
+        vocab = 1000
+        progress(f"real replicas serving {model} (context {context} tokens)")
     if args.quick:
         grid = [(64, 0.0, 600), (64, 0.0, 3000), (64, 0.02, 600)]
         requests, repeats = 3000, 2
     else:
         grid = [(c, d, t) for c in (64, 256, 1024) for d in (0.0, 0.02) for t in (600, 3000)]
         requests, repeats = 6000, 3
+    if context is not None:
+        fit = [(c, 0.0, min(t, context - 32)) for c, _, t in grid]
+        grid = list(dict.fromkeys(fit))
+    requests = args.requests or requests
     rows = []
     for i, (concurrency, delay, tokens) in enumerate(grid, 1):
         progress(
             f"case {i}/{len(grid)}: concurrency {concurrency}, delay {delay * 1000:.0f} ms, "
             f"{tokens} tokens"
         )
-        case = Case(concurrency, delay, tokens)
-        rows.append(asyncio.run(run_case(case, requests, repeats, 2, progress)))
+        case = Case(concurrency, delay, tokens, model, vocab)
+        run = run_case(case, requests, repeats, 2, progress, args.replicas)
+        rows.append(asyncio.run(run))
     lines = []
     for row in rows:
         t = row["targets"]
@@ -197,7 +210,7 @@ def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     from benchmarks.soak import soak
 
     seconds = args.seconds or (20.0 if args.quick else 300.0)
-    result = asyncio.run(soak(seconds, interval_s=max(seconds / 30, 1.0)))
+    result = asyncio.run(soak(seconds, max(seconds / 30, 1.0), replica_urls=args.replicas))
     rows = result.samples
     text = report.table(
         ["t_s", "rss_mb", "fds", "tasks", "inflight", "sticky_keys", "tracked_prefixes"],
@@ -275,6 +288,14 @@ SUITES = {
 }
 
 
+def _urls(text: str) -> list[str]:
+    urls = [u.strip().rstrip("/") for u in text.split(",") if u.strip()]
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise argparse.ArgumentTypeError(f"not an http(s) URL: {url!r}")
+    return urls
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -282,6 +303,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")
     parser.add_argument("--seconds", type=float, help="soak: how long to run (default 300)")
+    parser.add_argument(
+        "--replicas",
+        type=_urls,
+        default=[],
+        help="overhead, soak: real replicas (URL[,URL...]) instead of local simulated ones",
+    )
+    parser.add_argument(
+        "--requests", type=int, help="overhead: requests per target and repeat (default 6,000)"
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")

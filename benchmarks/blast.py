@@ -25,19 +25,23 @@ from proxy.connpool import ConnectionPool
 
 JSON = "application/json"
 PATH = "/v1/completions"
+MODEL = "bench-model"  # what benchmarks.fast_replica serves
+VOCAB = 150_000
 
 
-def bodies(tokens: int, count: int = 64, seed: int = 0) -> list[bytes]:
+def bodies(
+    tokens: int, count: int = 64, seed: int = 0, model: str = MODEL, vocab: int = VOCAB
+) -> list[bytes]:
     """``count`` GRPO-like prompts: a shared template, then a distinct problem each."""
     rng = random.Random(seed)
-    template = [rng.randrange(150_000) for _ in range(min(tokens // 3, 512))]
+    template = [rng.randrange(vocab) for _ in range(min(tokens // 3, 512))]
     out = []
     for _ in range(count):
-        prompt = template + [rng.randrange(150_000) for _ in range(tokens - len(template))]
+        prompt = template + [rng.randrange(vocab) for _ in range(tokens - len(template))]
         out.append(
             orjson.dumps(
                 {
-                    "model": "bench-model",
+                    "model": model,
                     "prompt": prompt,
                     "max_tokens": 16,
                     "temperature": 1.0,
@@ -51,9 +55,15 @@ def bodies(tokens: int, count: int = 64, seed: int = 0) -> list[bytes]:
 
 
 async def run(
-    url: str, concurrency: int, requests: int, tokens: int, seed: int
+    url: str,
+    concurrency: int,
+    requests: int,
+    tokens: int,
+    seed: int,
+    model: str = MODEL,
+    vocab: int = VOCAB,
 ) -> dict[str, object]:
-    payloads = bodies(tokens, seed=seed)
+    payloads = bodies(tokens, seed=seed, model=model, vocab=vocab)
     latencies: list[float] = []
     errors = 0
     sent = count = 0
@@ -104,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--tokens", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=MODEL, help="the model name the replicas serve")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids stay below")
     args = parser.parse_args(argv)
     import uvloop
 
@@ -114,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             args.requests,
             args.tokens,
             args.seed,
+            args.model,
+            args.vocab,
         )
     )
     sys.stdout.write(orjson.dumps(result).decode() + "\n")

@@ -6,7 +6,10 @@ Three targets, the same load, alternated (A B C A B C) so machine drift cancels 
 - ``proxy``: through rollout-proxy in front of three fast replicas.
 For each: requests/s, latency p50/p99, and each process's CPU microseconds per request, read
 from its own CPU time (``/proc/PID/stat``), so a busy machine does not distort the figure.
-The replicas are ``benchmarks.fast_replica`` (a raw asyncio protocol), cheaper than the proxy.
+The replicas are ``benchmarks.fast_replica`` (a raw asyncio protocol), cheaper than the proxy,
+unless ``replicas`` names real ones (``--replicas``): then the same three targets stand in front
+of those, the prompts use their model and stay inside its context, and the direct target's CPU
+is not measured (it is not our process).
 """
 
 from __future__ import annotations
@@ -15,13 +18,16 @@ import asyncio
 import os
 import statistics
 import sys
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+import aiohttp
 import orjson
 
+from benchmarks.blast import MODEL, VOCAB
 from benchmarks.loopback import free_port
-from benchmarks.procs import Child, children, start_child, start_proxy
+from benchmarks.procs import children, start_child, start_proxy
 
 TARGETS = ("direct", "passthrough", "proxy")
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -39,6 +45,8 @@ class Case:
     concurrency: int
     delay_s: float
     tokens: int
+    model: str = MODEL
+    vocab: int = VOCAB
 
 
 async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> dict[str, Any]:
@@ -59,11 +67,20 @@ async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> d
             str(case.tokens),
             "--seed",
             str(seed + i),
+            "--model",
+            case.model,
+            "--vocab",
+            str(case.vocab),
         ]
         for i in range(procs)
     ]
     runs = await asyncio.gather(*(_run(command) for command in commands))
     latencies = sorted(x for r in runs for x in r["latencies"])
+    if not latencies:
+        raise RuntimeError(
+            f"{requests} requests are too few for {case.concurrency} workers: each worker's "
+            "first request is left out of the latencies; send at least twice as many"
+        )
     count = sum(r["count"] for r in runs)
     return {
         "count": count,
@@ -85,57 +102,73 @@ async def _run(command: list[str]) -> dict[str, Any]:
 
 
 async def run_case(
-    case: Case, requests: int, repeats: int, procs: int, progress: Any
+    case: Case,
+    requests: int,
+    repeats: int,
+    procs: int,
+    progress: Any,
+    replica_urls: Sequence[str] = (),
 ) -> dict[str, Any]:
     async with children() as stack:
         replicas = []
-        for i in range(3):
+        for i in range(0 if replica_urls else 3):
             port = free_port()
             args = ["--port", str(port), "--delay-s", str(case.delay_s)]
             replicas.append(
                 await start_child(f"replica {i}", "benchmarks.fast_replica", args, port)
             )
             stack.append(replicas[-1])
+        urls = list(replica_urls) or [r.url for r in replicas]
         port = free_port()
         passthrough = await start_child(
             "passthrough",
             "benchmarks.passthrough",
-            ["--port", str(port), "--upstream", replicas[0].url],
+            ["--port", str(port), "--upstream", urls[0]],
             port,
         )
         stack.append(passthrough)
         proxy = await start_proxy(
-            [r.url for r in replicas], "--max-inflight-per-replica", str(max(case.concurrency, 128))
+            urls, "--max-inflight-per-replica", str(max(case.concurrency, 128))
         )
         stack.append(proxy)
         await asyncio.sleep(0.5)  # first health round
-        targets: dict[str, tuple[str, Child | None]] = {
-            "direct": (replicas[0].url, None),
-            "passthrough": (passthrough.url, passthrough),
-            "proxy": (proxy.url, proxy),
+        targets: dict[str, tuple[str, int | None]] = {
+            "direct": (urls[0], replicas[0].process.pid if replicas else None),
+            "passthrough": (passthrough.url, passthrough.process.pid),
+            "proxy": (proxy.url, proxy.process.pid),
         }
+        warm_case = replace(case, concurrency=min(case.concurrency, 64))
         for name, (url, _) in targets.items():  # warm-up: connections, caches, templates
-            warm = await blast(
-                url, Case(min(case.concurrency, 64), case.delay_s, case.tokens), 400, 1, 99
-            )
+            warm = await blast(url, warm_case, min(400, requests), 1, 99)
             if warm["errors"]:
                 raise RuntimeError(f"{name} answered {warm['errors']} errors during warm-up")
         samples: dict[str, list[dict[str, Any]]] = {name: [] for name in TARGETS}
         for repeat in range(repeats):
             for name in TARGETS:
-                url, child = targets[name]
-                watched = child.process.pid if child else replicas[0].process.pid
-                before = cpu_seconds(watched)
+                url, watched = targets[name]
+                before = cpu_seconds(watched) if watched else 0.0
                 result = await blast(url, case, requests, procs, seed=repeat)
-                result["server_cpu_us"] = 1e6 * (cpu_seconds(watched) - before) / result["count"]
+                if watched:
+                    spent = cpu_seconds(watched) - before
+                    result["server_cpu_us"] = 1e6 * spent / result["count"]
                 samples[name].append(result)
                 progress(f"{name} {result['count'] / result['wall_s']:.0f} req/s")
     return summarize(case, samples)
 
 
+async def describe(url: str) -> tuple[str, int]:
+    """A real replica's model name and context length, from its ``/v1/models``."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/v1/models") as resp:
+        if resp.status != 200:
+            raise RuntimeError(f"{url}/v1/models answered HTTP {resp.status}")
+        card = (await resp.json())["data"][0]
+    return str(card["id"]), int(card.get("max_model_len") or 4096)
+
+
 def summarize(case: Case, samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    def median(name: str, key: str) -> float:
-        return float(statistics.median(s[key] for s in samples[name]))
+    def median(name: str, key: str) -> float | None:
+        values = [s[key] for s in samples[name] if key in s]
+        return float(statistics.median(values)) if values else None
 
     row: dict[str, Any] = {
         "concurrency": case.concurrency,
@@ -154,6 +187,7 @@ def summarize(case: Case, samples: dict[str, list[dict[str, Any]]]) -> dict[str,
             "runs": samples[name],
         }
     proxy, floor, direct = (row["targets"][n] for n in ("proxy", "passthrough", "direct"))
+    row["model"] = case.model
     row["proxy_cpu_ratio"] = proxy["cpu_us"] / floor["cpu_us"]
     row["added_p50_ms"] = proxy["p50_ms"] - direct["p50_ms"]
     row["added_p99_ms"] = proxy["p99_ms"] - direct["p99_ms"]

@@ -1,9 +1,9 @@
 """Suite ``soak``: fixed moderate load for a set time; the proxy's RSS, open files and tasks.
 
-Two simulated replicas and the proxy run as separate processes; GRPO-shaped traffic (new
-prompts all the time, so routing state keeps growing up to its bounds) is replayed until the
-deadline, and the proxy is sampled every ``interval_s``: resident memory, open file descriptors,
-asyncio tasks and the routing policy's tracked state.
+Two simulated replicas (or the real ones given) and the proxy run as separate processes;
+GRPO-shaped traffic (new prompts all the time, so routing state keeps growing up to its bounds)
+is replayed until the deadline, and the proxy is sampled every ``interval_s``: resident memory,
+open file descriptors, asyncio tasks and the routing policy's tracked state.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ import aiohttp
 
 from benchmarks.loadgen import LoadGenerator
 from benchmarks.loopback import free_port
+from benchmarks.overhead import describe
 from benchmarks.procs import children, start_child, start_proxy
 from benchmarks.trace import TraceShape
 
@@ -39,16 +41,23 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def soak(seconds: float, interval_s: float = 1.0, concurrency: int = 32) -> SoakResult:
+async def soak(
+    seconds: float,
+    interval_s: float = 1.0,
+    concurrency: int = 32,
+    replica_urls: Sequence[str] = (),
+) -> SoakResult:
     result = SoakResult()
+    model = "sim-model"
     async with children() as stack:
-        for i in range(2):
+        for i in range(0 if replica_urls else 2):
             port = free_port()
             args = ["--backend", "sim", "--port", str(port), "--seed", str(i), *SIM_FLAGS]
             stack.append(await start_child(f"replica {i}", "replica_entry", args, port))
-        proxy = await start_proxy(
-            [child.url for child in stack], "--sticky-size", "4096", "--max-tracked", "4096"
-        )
+        if replica_urls:
+            model, _ = await describe(replica_urls[0])
+        urls = list(replica_urls) or [child.url for child in stack]
+        proxy = await start_proxy(urls, "--sticky-size", "4096", "--max-tracked", "4096")
         stack.append(proxy)
         await asyncio.sleep(0.5)
         deadline = time.monotonic() + seconds
@@ -56,7 +65,7 @@ async def soak(seconds: float, interval_s: float = 1.0, concurrency: int = 32) -
         seed = 0
         while time.monotonic() < deadline:
             shape = TraceShape(prompts=16, group_size=8, turns=2, seed=seed)
-            generator = LoadGenerator(proxy.url, shape, model="sim-model", concurrency=concurrency)
+            generator = LoadGenerator(proxy.url, shape, model=model, concurrency=concurrency)
             run = await generator.run()
             result.requests += len(run.samples)
             result.errors += len(run.errors)
