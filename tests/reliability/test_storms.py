@@ -41,9 +41,14 @@ async def test_5xx_from_every_replica_reaches_the_client_as_the_replicas_answer(
 
 async def test_slow_connects_fail_over_and_eject() -> None:
     async with run_stack(
-        2, relays=True, policy="least_loaded", connect_timeout=0.5, max_inflight_per_replica=64
+        2,
+        relays=True,
+        policy="least_loaded",
+        connect_timeout=0.5,
+        request_timeout=20,  # a connection that got through anyway fails clearly, not hangs
+        max_inflight_per_replica=64,
     ) as stack:
-        stack.relays[0].stall()
+        await stack.relays[0].stall()
         blockers = await asyncio.to_thread(fill_backlog, stack.relays[0].url)
         try:
             # More at once than the pool holds idle connections: new connects are needed, and

@@ -3,7 +3,8 @@
   replica that hangs (accepts, never answers);
 - ``stall``: it stops accepting; once its small backlog is full (``BACKLOG`` + 1 connections),
   new connections hang in the handshake, like a replica whose connects are slow. Established
-  connections keep working.
+  connections keep working. When ``stall`` returns, no accept is pending any more, so a test
+  that fills the backlog next fills it for good.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ class Relay:
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
         self._running = asyncio.Event()
         self._running.set()
-        self.accepting = asyncio.Event()
-        self.accepting.set()
+        self._acceptor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.url = ""
 
@@ -35,8 +35,14 @@ class Relay:
     def thaw(self) -> None:
         self._running.set()
 
-    def stall(self) -> None:
-        self.accepting.clear()
+    async def stall(self) -> None:
+        """Stop accepting. Cancelling the acceptor withdraws its pending accept before it
+        returns, so no connection is accepted afterwards (a late one would free a backlog slot)."""
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._acceptor
+            self._acceptor = None
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(ConnectionError, asyncio.CancelledError):
@@ -79,20 +85,17 @@ async def relay(target: str) -> AsyncIterator[Relay]:
 
     async def accept() -> None:
         while True:
-            await link.accepting.wait()
             conn, _ = await loop.sock_accept(listener)
             reader, writer = await asyncio.open_connection(sock=conn)
             task = asyncio.create_task(link._serve(reader, writer))
             link._tasks.add(task)
             task.add_done_callback(link._tasks.discard)
 
-    acceptor = asyncio.create_task(accept())
+    link._acceptor = asyncio.create_task(accept())
     try:
         yield link
     finally:
         link.thaw()
-        acceptor.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await acceptor
+        await link.stall()
         listener.close()
         await link.close()
