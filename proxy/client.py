@@ -17,15 +17,14 @@ import aiohttp
 import orjson
 
 from proxy.config import UpstreamSettings
-from proxy.connection import WireError
 from proxy.connpool import ConnectionPool
 from proxy.upstreams import Replica
 
-# What counts as "the replica could not be reached or dropped us": eject and fail over.
+# What counts as "the replica could not be reached or dropped us" on a control-plane call (the
+# generation path's own client raises ``proxy.connection.WireError``).
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
     aiohttp.ClientConnectionError,
     aiohttp.ClientPayloadError,
-    WireError,
     TimeoutError,
 )
 # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends, so a

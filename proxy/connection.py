@@ -58,7 +58,6 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
-        self.used = 0  # requests sent on this connection so far
         self._loop = asyncio.get_running_loop()
         self._state = _DONE
         self._buffer = bytearray()
@@ -96,9 +95,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._state == _DONE:
-            # Bytes nobody asked for: this connection cannot be trusted for another request.
-            self.keep_alive = False
-            self.abort()
+            self.abort()  # bytes nobody asked for: the connection cannot be trusted any more
             return
         self.received = True
         try:
@@ -118,7 +115,6 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         if self.closed:
             raise Disconnected("connection closed before any answer")
-        self.used += 1
         self._state = _HEAD
         self.received = False
         self._error = None
@@ -218,8 +214,7 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _feed(self, data: bytes) -> None:
-        state = self._state
-        if state == _HEAD:
+        if self._state == _HEAD:
             self._buffer += data
             end = self._buffer.find(b"\r\n\r\n")
             if end > MAX_HEAD or (end < 0 and len(self._buffer) > MAX_HEAD):
@@ -227,25 +222,17 @@ class Connection(asyncio.Protocol):
             if end < 0:
                 return
             head = bytes(self._buffer[:end])
-            rest = bytes(self._buffer[end + 4 :])
+            data = bytes(self._buffer[end + 4 :])
             self._buffer.clear()
             self._parse_head(head)
-            if rest:
-                self._feed_body(rest)
-        elif state == _LENGTH:
+            if not data:
+                return
+        state = self._state
+        if state == _LENGTH:
             self._take_length(data)
         elif state == _UNTIL_CLOSE:
             self._emit(data)
-        else:
-            self._buffer += data
-            self._decode_chunks()
-
-    def _feed_body(self, data: bytes) -> None:
-        if self._state == _LENGTH:
-            self._take_length(data)
-        elif self._state == _UNTIL_CLOSE:
-            self._emit(data)
-        elif self._state == _DONE:
+        elif state == _DONE:
             raise BadAnswer("bytes after a complete answer")
         else:
             self._buffer += data
@@ -330,8 +317,7 @@ class Connection(asyncio.Protocol):
                 size = int(size_text, 16)
                 self._remaining = size
                 self._state = _CHUNK_DATA if size else _TRAILER
-            elif state == _TRAILER:
-                # Trailer fields (none from vLLM) end with an empty line.
+            else:  # _TRAILER: trailer fields (none from vLLM) end with an empty line
                 end = buffer.find(b"\r\n")
                 if end < 0:
                     return
@@ -341,5 +327,3 @@ class Connection(asyncio.Protocol):
                     if buffer:
                         raise BadAnswer("bytes after a complete answer")
                     return
-            else:
-                raise BadAnswer("bytes after a complete answer")

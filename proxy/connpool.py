@@ -180,18 +180,16 @@ class Request:
         deadline = pool._loop.time() + pool.request_timeout_s
         connection = pool._take(self._origin)
         if connection is not None:
-            self._connection = connection
             try:
-                await connection.exchange(self._wire, deadline)
-                return connection
+                return await self._send(connection, deadline)
             except Disconnected:
                 if connection.received:
                     raise
-                connection.finish()  # a stale keep-alive: once more on a fresh connection
-            except BaseException:
-                connection.finish()
-                raise
-        connection = await pool._connect(self._origin, deadline)
+                # A stale keep-alive: the replica closed it as the request went out. Once more
+                # on a fresh connection.
+        return await self._send(await pool._connect(self._origin, deadline), deadline)
+
+    async def _send(self, connection: Connection, deadline: float) -> Connection:
         self._connection = connection
         try:
             await connection.exchange(self._wire, deadline)

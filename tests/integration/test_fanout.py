@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from tests.integration.test_generation import PROMPT, post
+from tests.integration.test_generation import completion, post
 from tests.support.adapters import write_adapter
 from tests.support.fleet import Stack, run_stack, wait_for
 
@@ -53,15 +53,7 @@ async def test_trl_session_passes_through(tmp_path: Path) -> None:
         status, body, _ = await post(stack, "/resume", b"")
         assert (status, orjson.loads(body)) == (200, {"status": "resumed"})
 
-        request = {
-            "model": "trl-policy-v1",
-            "prompt": PROMPT,
-            "max_tokens": 8,
-            "temperature": 1.0,
-            "n": 1,
-            "return_token_ids": True,
-            "logprobs": 0,
-        }
+        request = completion(model="trl-policy-v1")
         for _ in range(6):
             status, body, _ = await post(stack, "/v1/completions", request)
             assert status == 200
