@@ -29,7 +29,7 @@ _STDLIB = re.compile(r"lib/python3\.\d+/(.+)\.py$")
 
 
 def area(filename: str, function: str) -> str:
-    """The module a profiled function belongs to, dotted (``proxy.forward``,
+    """The module a profiled function belongs to, dotted (``proxy.dataplane.forward``,
     ``aiohttp.web_protocol``), or for a C function its name."""
     if filename == "~":
         text = re.sub(r"[<>{}]|built-in method |method |of |objects|'", "", function)

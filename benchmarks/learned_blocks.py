@@ -14,9 +14,9 @@ from array import array
 import orjson
 import xxhash
 
-from proxy.peek import Peek
-from proxy.routing.base import Decision, RouteRequest, Snapshot
 from proxy.routing.least_loaded import least_loaded
+from proxy.routing.peek import Peek
+from proxy.routing.policy import Decision, RouteRequest, Snapshot
 
 BLOCK = 16
 SLACK = 8

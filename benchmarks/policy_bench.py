@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from proxy.peek import peek_generation
-from proxy.routing.base import RouteRequest, Snapshot
+from proxy.routing.peek import peek_generation
+from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
 
 
@@ -88,7 +88,7 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
 
 def state_memory(prompts: int, max_tracked: int = 65_536) -> dict[str, Any]:
     """Bytes held by the policy after ``prompts`` distinct prompts (tracemalloc)."""
-    from proxy.routing.base import PrefixSettings
+    from proxy.routing.settings import PrefixSettings
 
     policy = PrefixPolicy(PrefixSettings(max_tracked=max_tracked))
     fleet = [_Replica(f"10.0.0.{i}:8000") for i in range(8)]

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from benchmarks.trace import TraceShape, build_groups, next_prompt
-from proxy.peek import peek_generation
-from proxy.routing.base import Decision, Policy, RouteRequest, Snapshot
+from proxy.routing.peek import peek_generation
+from proxy.routing.policy import Decision, Policy, RouteRequest, Snapshot
 from replica_entry.sim.prefix_cache import PrefixCache
 
 MODEL = "trl-policy-v1"

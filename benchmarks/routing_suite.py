@@ -13,8 +13,8 @@ from typing import Any
 from benchmarks.learned_blocks import LearnedBlocks
 from benchmarks.routing_sim import SimConfig, simulate
 from benchmarks.trace import TraceShape
-from proxy.routing.base import Policy
 from proxy.routing.least_loaded import LeastLoaded
+from proxy.routing.policy import Policy
 from proxy.routing.prefix import PrefixPolicy
 from proxy.routing.round_robin import RoundRobin
 

@@ -1,3 +1,15 @@
-"""rollout-proxy: one fast, safe front that makes N vLLM replicas look like one server to TRL."""
+"""rollout-proxy: one URL in front of N vLLM replicas, for TRL's AsyncGRPOTrainer with LoRA.
 
-__version__ = "0.1.0"
+Rooms, from the edge inwards (each package's docstring says what it holds and may import):
+
+- ``http``: the edge (routes, handlers, admin, auth, every answer the proxy builds itself);
+- ``dataplane``: client traffic to replicas (forward, limiter, fan-out, usage);
+- ``adapters``: keeping every replica on the policy versions TRL asks for;
+- ``fleet``: the replicas and their one owner (pool), health, breaker, sync, views, discovery;
+- ``routing``: pure policies that choose a replica;
+- ``upstream``: talking to replicas (parser, keep-alive connections, control-plane client).
+
+At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs``, ``metrics`` and
+``tally``. Imports point inwards only (http -> dataplane -> adapters -> fleet -> upstream; routing
+and the top-level helpers stand alone); the proxy never imports torch, vLLM, TRL or PEFT.
+"""

@@ -1,8 +1,10 @@
 """Assembles the proxy: settings -> components -> routes -> an aiohttp Application.
 
 ``build_app`` must be called with an event loop running (the upstream session binds to it).
-Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client, then the
-health loop (first probe round at once, so a fleet that is up is routable within milliseconds).
+Every shared object lives on the app under a ``web.AppKey``; one clock tells time for all of
+them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client,
+the adapter watcher, the health loop (first probe round at once, so a fleet that is up is
+routable within milliseconds), replica discovery.
 """
 
 from __future__ import annotations
@@ -18,28 +20,32 @@ from aiohttp import web
 from proxy.adapters.broadcast import Broadcaster, RetryPolicy
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
-from proxy.adapters.watcher import BucketSource, DirectorySource, Source, Watcher
-from proxy.admin import Admin
-from proxy.auth import KeyCheck
-from proxy.client import UpstreamClient
+from proxy.adapters.sources import BucketSource, DirectorySource, Source
+from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, RealClock
-from proxy.config import AdapterSettings, Settings
-from proxy.discovery import JobsDiscovery
-from proxy.fanout import FanOut
-from proxy.fleet import Fleet
-from proxy.forward import Forwarder
-from proxy.handlers import Handlers
-from proxy.health import HealthMonitor
-from proxy.limiter import Limiter
+from proxy.config import AdapterSettings, Settings, split_bucket
+from proxy.dataplane.fanout import FanOut
+from proxy.dataplane.forward import Forwarder
+from proxy.dataplane.limiter import Limiter
+from proxy.fleet.breaker import Breaker
+from proxy.fleet.discovery import JobsDiscovery
+from proxy.fleet.health import HealthMonitor
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.sync import FleetSync
+from proxy.http.admin import Admin
+from proxy.http.auth import KeyCheck
+from proxy.http.handlers import Handlers
+from proxy.http.responses import Redactor
+from proxy.http.routes import add_routes
 from proxy.logs import secret_values
 from proxy.metrics import Metrics
-from proxy.routing import build_policy
-from proxy.upstreams import ReplicaPool
+from proxy.routing.factory import build_policy
+from proxy.upstream.client import UpstreamClient
 
 log = logging.getLogger("proxy")
 
 POOL = web.AppKey("pool", ReplicaPool)
-FLEET = web.AppKey("fleet", Fleet)
+FLEET = web.AppKey("fleet", FleetSync)
 LIMITER = web.AppKey("limiter", Limiter)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", HealthMonitor)
@@ -48,11 +54,6 @@ ADAPTERS = web.AppKey("adapters", AdapterService)
 WATCHER = web.AppKey("watcher", Watcher)
 DISCOVERY = web.AppKey("discovery", JobsDiscovery)
 
-PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
-PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
-CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
-
-
 # How the app must be served (cli and tests alike): aiohttp cancels a handler whose client has
 # gone, which is what closes the upstream request and so cancels the generation on the replica.
 RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
@@ -60,8 +61,11 @@ RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True, "access_log": No
 
 def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
     clock = clock or RealClock()
-    pool = ReplicaPool(settings.replicas)
-    client = UpstreamClient(settings.upstream)
+    upstream = settings.upstream
+    pool = ReplicaPool(
+        settings.replicas, clock=clock, on_eject=lambda cause: metrics.record_ejection(cause)
+    )
+    client = UpstreamClient(upstream)
     limiter = Limiter(settings.limits, pool, clock)
     pool.on_change = limiter.wake
     policy = build_policy(settings.policy)
@@ -80,11 +84,25 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         lambda: adapters.stats(),
     )
     adapters = AdapterService(
-        broadcaster, metrics, secret_values(settings), has_source=source is not None
+        broadcaster,
+        metrics,
+        lambda replica: fleet.refresh_info(replica),
+        has_source=source is not None,
     )
-    fleet = Fleet(pool, client, adapters)
-    forwarder = Forwarder(pool, client, limiter, policy, metrics, adapters)
-    fanout = FanOut(pool, client, fleet, metrics, secret_values(settings))
+    fleet = FleetSync(pool, client, adapters)
+    breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
+    forwarder = Forwarder(
+        pool,
+        client.pool,
+        limiter,
+        policy,
+        metrics,
+        breaker,
+        adapters,
+        max_attempts=upstream.max_attempts,
+        request_timeout_s=upstream.request_timeout_s,
+    )
+    fanout = FanOut(pool, client, fleet)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet)
     handlers = Handlers(
         pool=pool,
@@ -97,6 +115,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         api_key=KeyCheck(settings.api_key, "API"),
         max_body_bytes=settings.max_body_bytes,
         policy=policy,
+        redactor=Redactor(secret_values(settings)),
     )
 
     app = web.Application(client_max_size=settings.max_body_bytes)
@@ -110,7 +129,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     if source is not None:
         app[WATCHER] = Watcher(source, clock, adapters.source_changed)
     if settings.discover is not None:
-        token = settings.upstream.token
+        token = upstream.token
         app[DISCOVERY] = JobsDiscovery(
             settings.discover,
             pool,
@@ -120,36 +139,12 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
             token=token.get_secret_value() if token is not None else None,
             namespace=settings.discover_namespace,
         )
-    _add_routes(app, handlers)
-    app.add_routes(Admin(pool, KeyCheck(settings.admin_key, "admin")).routes())
+    add_routes(app, handlers, Admin(pool, KeyCheck(settings.admin_key, "admin")))
     app.cleanup_ctx.append(_client_ctx)
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
     app.cleanup_ctx.append(_discovery_ctx)
     return app
-
-
-def _add_routes(app: web.Application, h: Handlers) -> None:
-    g = h.guarded
-    router = app.router
-    router.add_post("/v1/completions", g("completions", h.generation("completions", b"prompt")))
-    router.add_post(
-        "/v1/chat/completions",
-        g("chat_completions", h.generation("chat_completions", b"messages")),
-    )
-    router.add_post("/v1/load_lora_adapter", g("load_lora_adapter", h.load))
-    router.add_post("/v1/unload_lora_adapter", g("unload_lora_adapter", h.unload))
-    for path in CONTROL:
-        router.add_post(path, g(path.lstrip("/"), h.control))
-    router.add_get("/health", g("health", h.health, open_route=True))
-    router.add_get("/server_info", g("server_info", h.server_info))
-    router.add_get("/v1/models", g("models", h.models))
-    router.add_get("/metrics", g("metrics", h.metrics_page))
-    router.add_get("/proxy/status", g("status", h.status))
-    for path in PASSTHROUGH_GET:
-        router.add_get(path, g("passthrough", h.passthrough))
-    for path in PASSTHROUGH_POST:
-        router.add_post(path, g("passthrough", h.passthrough))
 
 
 async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -199,6 +194,7 @@ def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source 
     if settings.dir is not None:
         return DirectorySource(settings.dir, settings.watch_interval_s or 0.5)
     if settings.bucket is not None:
+        bucket_id, prefix = split_bucket(settings.bucket)
         interval = settings.watch_interval_s or 2.0
-        return BucketSource(settings.bucket, settings.mount_path, interval, hub_endpoint)
+        return BucketSource(bucket_id, prefix, settings.mount_path, interval, hub_endpoint)
     return None

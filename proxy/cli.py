@@ -18,10 +18,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from proxy.app import RUNNER_OPTIONS, build_app
-from proxy.config import _NESTED, _SECTIONS, Settings, env_name, flat_fields
+from proxy.config import Settings, describe_error, env_name, flat_fields
 from proxy.logs import configure_logging
 
-_SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
 _HELP = {
     "replicas": "comma-separated replica base URLs (http:// or https://)",
     "upstream_token": "bearer token added to every upstream request (HF Jobs ports need one)",
@@ -57,27 +56,6 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
             parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
     given = vars(parser.parse_args(list(argv)))
     return {key: value for key, value in given.items() if value is not None}
-
-
-def describe_error(error: ValidationError) -> str:
-    """One line per bad field: the flag, the env var, the value (masked if secret), the rule."""
-    reverse = {section_field: flat for flat, section_field in _SECTIONS.items()}
-    lines = []
-    for item in error.errors(include_url=False):
-        loc = tuple(str(part) for part in item["loc"])
-        flat = reverse.get((loc[0], loc[1]), loc[-1]) if len(loc) >= 2 else (loc[0] if loc else "?")
-        if flat in _NESTED:
-            flat = ".".join(loc)
-        given = item.get("input")
-        if flat == "policy" and isinstance(given, dict):
-            given = given.get("kind")
-        shown = "***" if flat in _SECRET_FIELDS else repr(given)
-        message = item["msg"]
-        if loc[0] == "policy" and item["type"] == "extra_forbidden":
-            message = "this setting applies only to --policy prefix"
-        flag = "--" + flat.replace("_", "-")
-        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {message}")
-    return "\n".join(lines)
 
 
 def load_settings(argv: Sequence[str]) -> Settings:

@@ -15,10 +15,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from proxy.routing.base import PolicySettings, PrefixSettings
+from proxy.routing.settings import PolicySettings, PrefixSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -79,8 +87,8 @@ class AdapterSettings(BaseModel):
     def _one_source(self) -> AdapterSettings:
         if self.dir is not None and self.bucket is not None:
             raise ValueError("give --adapters-dir or --adapters-bucket, not both")
-        if self.bucket is not None and len(self.bucket.strip("/").split("/")) < 2:
-            raise ValueError("--adapters-bucket must look like NAMESPACE/BUCKET[/PREFIX]")
+        if self.bucket is not None:
+            split_bucket(self.bucket)
         return self
 
 
@@ -166,9 +174,7 @@ class Settings(BaseSettings):
     @classmethod
     def _check_discover(cls, spec: str | None) -> str | None:
         if spec is not None:
-            from proxy.discovery import parse_spec
-
-            parse_spec(spec)
+            parse_discover_spec(spec)
         return spec
 
     @model_validator(mode="before")
@@ -214,6 +220,23 @@ def check_replica_url(url: str) -> str:
     if parts.query or parts.fragment:
         raise ValueError(f"replica URL {url!r} must not carry a query or fragment")
     return url
+
+
+def split_bucket(spec: str) -> tuple[str, str]:
+    """``NAMESPACE/BUCKET[/PREFIX]`` -> (``NAMESPACE/BUCKET``, ``PREFIX``); ValueError if not."""
+    parts = spec.strip("/").split("/")
+    if len(parts) < 2 or not all(parts[:2]):
+        raise ValueError(f"--adapters-bucket {spec!r} must look like NAMESPACE/BUCKET[/PREFIX]")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def parse_discover_spec(spec: str) -> tuple[str, str]:
+    """``hf-jobs:LABEL=VALUE`` -> (label, value); ValueError naming what is wrong."""
+    kind, _, selector = spec.partition(":")
+    label, _, value = selector.partition("=")
+    if kind != "hf-jobs" or not label or not value:
+        raise ValueError(f"--discover {spec!r} must look like hf-jobs:LABEL=VALUE")
+    return label, value
 
 
 def env_name(field: str) -> str:
@@ -279,3 +302,27 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"config file {path}: unknown setting(s) {', '.join(unknown)}")
     return data
+
+
+_SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line per bad field: the flag, the env var, the value (masked if secret), the rule."""
+    reverse = {section_field: flat for flat, section_field in _SECTIONS.items()}
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = tuple(str(part) for part in item["loc"])
+        flat = reverse.get((loc[0], loc[1]), loc[-1]) if len(loc) >= 2 else (loc[0] if loc else "?")
+        if flat in _NESTED:
+            flat = ".".join(loc)
+        given = item.get("input")
+        if flat == "policy" and isinstance(given, dict):
+            given = given.get("kind")
+        shown = "***" if flat in _SECRET_FIELDS else repr(given)
+        message = item["msg"]
+        if loc[0] == "policy" and item["type"] == "extra_forbidden":
+            message = "this setting applies only to --policy prefix"
+        flag = "--" + flat.replace("_", "-")
+        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {message}")
+    return "\n".join(lines)

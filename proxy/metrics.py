@@ -16,8 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from proxy.fleet.pool import EJECT_CAUSES, ReplicaPool
+from proxy.fleet.replica import Health
 from proxy.tally import Spread, Tally, TallyCollector
-from proxy.upstreams import Health, ReplicaPool
 
 PREFIX = "rollout_proxy_"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
@@ -164,6 +165,8 @@ class Metrics:
         self._ejections = Counter(
             PREFIX + "ejections", "Replicas ejected, by cause", ["cause"], registry=reg
         )
+        for cause in EJECT_CAUSES:  # every cause exported from the start, at 0
+            self._ejections.labels(cause)
         self._adapter_loads = Counter(
             PREFIX + "adapter_loads",
             "Adapter loads per replica, by outcome",

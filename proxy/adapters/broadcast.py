@@ -22,9 +22,11 @@ from typing import Literal
 import orjson
 
 from proxy.adapters.registry import Load, Registry, Unload, Version
-from proxy.client import TRANSPORT_ERRORS, Reply, UpstreamClient
 from proxy.clock import Clock
-from proxy.upstreams import Health, Replica, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
+from proxy.upstream.client import Reply, UpstreamClient
+from proxy.upstream.errors import TRANSPORT_ERRORS
 
 log = logging.getLogger("proxy.adapters")
 
@@ -42,9 +44,11 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    deadline_s: float = 60.0
-    min_s: float = 0.05
-    max_s: float = 0.25
+    """From ``AdapterSettings`` (where the defaults live)."""
+
+    deadline_s: float
+    min_s: float
+    max_s: float
 
 
 class Broadcaster:
@@ -80,7 +84,7 @@ class Broadcaster:
             try:
                 reply = await self.client.call(replica, "POST", "/v1/load_lora_adapter", body=body)
             except TRANSPORT_ERRORS as exc:
-                self.eject(replica, f"unreachable during adapter load ({type(exc).__name__})")
+                self._eject(replica, f"unreachable during adapter load ({type(exc).__name__})")
                 return Outcome(replica, "unreachable", None, attempts)
             if reply.status == 200:
                 if replace:
@@ -114,25 +118,21 @@ class Broadcaster:
         try:
             reply = await self.client.call(replica, "POST", "/v1/unload_lora_adapter", body=body)
         except TRANSPORT_ERRORS as exc:
-            self.eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
+            self._eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
             return False
         if reply.status in (200, 404):
             self.registry.mark_unloaded(replica.id, name)
-            replica.adapters.pop(name, None)
+            self.pool.adapter_gone(replica, name)
             return True
         log.warning("replica %s: unload of %s answered HTTP %d", replica.id, name, reply.status)
         return False
 
     def confirm(self, replica: Replica, version: Version) -> None:
         self.registry.mark_loaded(replica.id, version)
-        replica.adapters[version.name] = version.path
-        self.pool.refresh()  # requests waiting for this version may go now
+        self.pool.adapter_loaded(replica, version.name, version.path)
 
-    def eject(self, replica: Replica, error: str) -> None:
-        if replica.health is Health.HEALTHY:
-            log.warning("replica %s ejected: %s", replica.id, error)
-        self.pool.set_health(replica, Health.EJECTED, error)
-        replica.ok_streak = 0
+    def _eject(self, replica: Replica, error: str) -> None:
+        self.pool.eject(replica, "broadcast", error)
 
     def deadline(self) -> float:
         return self.clock.monotonic() + self.retry.deadline_s
@@ -149,7 +149,7 @@ class Broadcaster:
                     replica, command.version, deadline, replace=command.replace
                 )
                 if outcome.status != "ok":
-                    replica.last_error = _describe(outcome, command.version.name)
+                    self.pool.note_error(replica, _describe(outcome, command.version.name))
                     return False
         return True
 

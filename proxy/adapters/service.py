@@ -1,11 +1,14 @@
-"""The adapter service: the registry, its sources and the broadcaster, behind the HTTP routes.
+"""The adapter service: the registry, its sources and the broadcaster, behind TRL's calls.
 
-- ``load`` / ``unload``: TRL's calls, answered for the whole fleet (see ``broadcast``).
+- ``load`` / ``unload``: TRL's calls, carried out for the whole fleet (see ``broadcast``); they
+  return outcomes (``LoadResult``, ``UnloadResult``) that the HTTP edge turns into answers, and
+  raise ``BadAdapterRequest`` (400) or ``NoReplica`` (503).
 - ``source_changed``: a watcher found new or changed versions (pre-loaded on every replica
   before anyone asks) or versions whose directory went away (dropped, never replayed).
 - ``admit``: a replica that joins or comes back is given the window before it takes traffic.
 - ``out_of_step``: a replica answered "model does not exist" for a version it was believed to
   hold (it restarted between probes): forget it there and reconcile it in the background.
+No aiohttp here: this is a service, not the edge.
 """
 
 from __future__ import annotations
@@ -14,27 +17,46 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-from aiohttp import web
 
 from proxy.adapters.broadcast import Broadcaster, Outcome
-from proxy.adapters.registry import Fingerprint, Registry, Version
-from proxy.adapters.watcher import fingerprint
-from proxy.client import SYNC_ERRORS
-from proxy.errors import error_response
-from proxy.logs import redact
+from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
+from proxy.adapters.sources import fingerprint
+from proxy.fleet.replica import Replica
 from proxy.metrics import Metrics
-from proxy.replica_info import refresh_info
-from proxy.upstreams import Replica
+from proxy.upstream.errors import CONTROL_ERRORS
 
 log = logging.getLogger("proxy.adapters")
 
-_ECHO_LIMIT = 400
+_RETIRED_REMEMBERED = 256  # names of versions the proxy retired itself, kept for TRL's unloads
+
+
+class BadAdapterRequest(ValueError):
+    """A load or unload request that cannot be carried out as sent (answered 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    version: Version
+    outcomes: list[Outcome]
+    seconds: float
+    deadline_s: float  # how long lagging mounts were waited for
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadResult:
+    name: str
+    known: bool  # the proxy or a replica had it (else vLLM's 404 is the answer)
 
 
 class AdapterService:
@@ -42,14 +64,14 @@ class AdapterService:
         self,
         broadcaster: Broadcaster,
         metrics: Metrics,
-        secrets: tuple[str, ...],
+        refresh: Callable[[Replica], Awaitable[None]],
         *,
         has_source: bool,
     ) -> None:
         self.broadcaster = broadcaster
         self.registry: Registry = broadcaster.registry
         self.metrics = metrics
-        self.secrets = secrets
+        self._refresh = refresh  # re-read a replica's models (the fleet's info refresh)
         self.has_source = has_source
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
         self._reconciling: dict[str, asyncio.Task[None]] = {}
@@ -57,32 +79,36 @@ class AdapterService:
         self._locks: dict[str, asyncio.Lock] = {}
         # Versions the proxy retired itself (window moved on, directory gone): TRL's later
         # unload of one is answered 200, as if it had done it.
-        self._retired: deque[str] = deque(maxlen=256)
+        self._retired: deque[str] = deque(maxlen=_RETIRED_REMEMBERED)
         self.source_seen = False  # the source's first scan has been applied
 
-    # -- what routing asks -------------------------------------------------------------
+    # -- what routing and the fleet ask ---------------------------------------------------
 
     def knows(self, name: str) -> bool:
         return name in self.registry.versions or name in self._pending
 
+    @property
+    def epoch(self) -> int:
+        return self.registry.epoch
+
+    def limit(self, max_loras: int | None) -> None:
+        """The fleet's smallest ``max_loras`` (sets the default window)."""
+        self.registry.max_loras = max_loras
+
     # -- TRL's calls ---------------------------------------------------------------------
 
-    async def load(self, body: bytes) -> web.Response:
-        parsed = parse_adapter_request(body, need_path=True)
-        if isinstance(parsed, web.Response):
-            return parsed
-        name, path = parsed
-        if not self.broadcaster.pool.routable():
-            return error_response(
-                503,
-                "no replica is available; retry when /health answers 200",
-                headers={"Retry-After": "1"},
-            )
+    async def load(self, body: bytes) -> LoadResult:
+        name, path = parse_adapter_request(body, need_path=True)
+        self.broadcaster.pool.require_routable()
         files = await asyncio.to_thread(fingerprint, Path(path))
         version = Version(name, path, "client", files)
         started = time.perf_counter()
         outcomes = await asyncio.shield(self._start_load(version))
-        return self._answer(version, outcomes, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        took = sum(1 for o in outcomes if o.status == "ok")
+        if took and not any(o.status in ("failed", "lagging") for o in outcomes):
+            log.info("adapter %s loaded on %d replica(s) in %.2f s", name, took, seconds)
+        return LoadResult(version, outcomes, seconds, self.broadcaster.retry.deadline_s)
 
     def _start_load(self, version: Version) -> asyncio.Task[list[Outcome]]:
         pending = self._pending.get(version.name)
@@ -133,58 +159,8 @@ class AdapterService:
                 )
         return outcomes
 
-    def _answer(self, version: Version, outcomes: list[Outcome], seconds: float) -> web.Response:
-        took = [o for o in outcomes if o.status == "ok"]
-        failed = [o for o in outcomes if o.status == "failed"]
-        lagging = [o for o in outcomes if o.status == "lagging"]
-        details = {"replicas": [self._describe(o) for o in outcomes]}
-        rolled = f" (rolled back on {len(took)})" if took and (failed or lagging) else ""
-        if failed:
-            statuses = Counter(o.reply.status for o in failed if o.reply is not None)
-            status = statuses.most_common(1)[0][0] if statuses else 502
-            first = self._describe(failed[0])
-            message = (
-                f"load_lora_adapter failed on {len(failed)} of {len(outcomes)} "
-                f"replicas{rolled}; {first['replica']} answered {first['status']}: "
-                f"{first.get('body', '')}"
-            )
-            return error_response(status, redact(message, self.secrets), extra=details)
-        if lagging:
-            deadline = self.broadcaster.retry.deadline_s
-            message = (
-                f"adapter {version.name} did not become visible at {version.path} on "
-                f"{len(lagging)} of {len(outcomes)} replicas within {deadline:g} s (their "
-                f"bucket mount lags){rolled}; retry the load, or raise "
-                "--adapter-load-deadline"
-            )
-            return error_response(504, redact(message, self.secrets), extra=details)
-        if not took:
-            return error_response(
-                502, "no replica could be reached to load the adapter", extra=details
-            )
-        log.info("adapter %s loaded on %d replica(s) in %.2f s", version.name, len(took), seconds)
-        text = f"Success: LoRA adapter '{version.name}' added successfully."
-        return web.Response(text=text)
-
-    def _describe(self, outcome: Outcome) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "replica": outcome.replica.id,
-            "outcome": outcome.status,
-            "attempts": outcome.attempts,
-        }
-        if outcome.reply is not None:
-            out["status"] = outcome.reply.status
-            text = outcome.reply.body.decode("utf-8", "replace")[:_ECHO_LIMIT]
-            out["body"] = redact(text, self.secrets)
-        else:
-            out["status"] = None
-        return out
-
-    async def unload(self, body: bytes) -> web.Response:
-        parsed = parse_adapter_request(body, need_path=False)
-        if isinstance(parsed, web.Response):
-            return parsed
-        name, _ = parsed
+    async def unload(self, body: bytes) -> UnloadResult:
+        name, _ = parse_adapter_request(body, need_path=False)
         known = (
             name in self.registry.versions
             or name in self._retired
@@ -193,9 +169,7 @@ class AdapterService:
         async with self._exclusive(name):
             self.registry.remove(name)
             await self.broadcaster.unload_fleet(name)
-        if not known:
-            return error_response(404, f"The lora adapter '{name}' cannot be found.")
-        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+        return UnloadResult(name, known)
 
     async def _unload_everywhere(self, name: str) -> None:
         async with self._exclusive(name):
@@ -239,8 +213,7 @@ class AdapterService:
     def out_of_step(self, replica: Replica, name: str) -> None:
         log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id, name)
         self.registry.mark_unloaded(replica.id, name)
-        replica.adapters.pop(name, None)
-        self.broadcaster.pool.refresh()
+        self.broadcaster.pool.adapter_gone(replica, name)
         if replica.id not in self._reconciling:
             task = asyncio.create_task(self._reconcile(replica))
             self._reconciling[replica.id] = task
@@ -248,8 +221,8 @@ class AdapterService:
 
     async def _reconcile(self, replica: Replica) -> None:
         try:
-            await refresh_info(self.broadcaster.client, replica)
-        except SYNC_ERRORS as exc:  # the health loop takes over if it is really gone
+            await self._refresh(replica)
+        except CONTROL_ERRORS as exc:  # the health loop takes over if it is really gone
             log.warning("replica %s: reconcile failed: %s", replica.id, exc)
             return
         if await self.admit(replica):
@@ -270,7 +243,7 @@ class AdapterService:
             "newest": self.registry.newest(),
         }
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -287,22 +260,21 @@ class AdapterService:
 
 
 def _number(name: str) -> int:
-    from proxy.adapters.registry import version_number
-
     number = version_number(name)
     return number if number is not None else -1
 
 
-def parse_adapter_request(body: bytes, *, need_path: bool) -> tuple[str, str] | web.Response:
+def parse_adapter_request(body: bytes, *, need_path: bool) -> tuple[str, str]:
+    """``lora_name`` (and ``lora_path``) of a load or unload body; ``BadAdapterRequest`` if not."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        return error_response(400, f"request body is not valid JSON: {exc}")
+        raise BadAdapterRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        return error_response(400, "request body must be a JSON object")
+        raise BadAdapterRequest("request body must be a JSON object")
     name, path = data.get("lora_name"), data.get("lora_path", "")
     if not isinstance(name, str) or not name:
-        return error_response(400, "'lora_name' must be a non-empty string", param="lora_name")
+        raise BadAdapterRequest("'lora_name' must be a non-empty string", param="lora_name")
     if need_path and (not isinstance(path, str) or not path):
-        return error_response(400, "'lora_path' must be a non-empty string", param="lora_path")
+        raise BadAdapterRequest("'lora_path' must be a non-empty string", param="lora_path")
     return name, path if isinstance(path, str) else ""

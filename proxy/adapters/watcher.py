@@ -1,126 +1,20 @@
-"""Sources of adapter versions, polled: a (mounted) directory, or the Hub bucket API.
+"""Polling an adapter source and reporting what changed.
 
-A source answers "which complete versions exist now": name -> (path as the replicas see it,
-fingerprint). A version is complete when its directory holds ``adapter_config.json`` and a
-weights file; TRL publishes with an atomic rename, and a bucket mount shows files as they land,
-so an incomplete directory is simply not reported yet. ``Watcher`` diffs successive answers and
-reports additions (new or changed files) and removals; it runs in the app's lifecycle with an
-injected clock.
+``Watcher`` diffs successive answers of a ``sources.Source`` and reports additions (new or
+changed files) and removals; it runs in the app's lifecycle with an injected clock and survives
+its source's failures (logged once per distinct error, retried at the next interval).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Protocol
 
 from proxy.adapters.registry import Fingerprint
+from proxy.adapters.sources import Found, Source
 from proxy.clock import Clock
 
 log = logging.getLogger("proxy.watcher")
-
-CONFIG_FILE = "adapter_config.json"
-WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
-
-Found = dict[str, tuple[str, Fingerprint]]
-
-
-class Source(Protocol):
-    interval_s: float
-
-    def describe(self) -> str: ...
-
-    async def scan(self) -> Found: ...
-
-
-def fingerprint(path: Path) -> Fingerprint | None:
-    """(name, size, mtime_ns) of the adapter's files, or None if it is not complete."""
-    try:
-        entries = {entry.name: entry.stat() for entry in os.scandir(path) if entry.is_file()}
-    except OSError:
-        return None
-    if CONFIG_FILE not in entries or not any(name in entries for name in WEIGHT_FILES):
-        return None
-    return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in entries.items()))
-
-
-class DirectorySource:
-    """Subdirectories of ``root`` (TRL's ``<output_dir>/.vllm_lora`` on the bucket mount)."""
-
-    def __init__(self, root: Path, interval_s: float = 0.5) -> None:
-        self.root = root
-        self.interval_s = interval_s
-
-    def describe(self) -> str:
-        return f"directory {self.root}"
-
-    async def scan(self) -> Found:
-        return await asyncio.to_thread(self._scan)
-
-    def _scan(self) -> Found:
-        found: Found = {}
-        try:
-            entries = [entry for entry in os.scandir(self.root) if entry.is_dir()]
-        except OSError:
-            return found
-        for entry in entries:
-            files = fingerprint(Path(entry.path))
-            if files is not None:
-                found[entry.name] = (str(Path(entry.path).absolute()), files)
-        return found
-
-
-class BucketSource:
-    """``NS/BUCKET/PREFIX`` through the Hub bucket API, for a proxy that has no mount.
-
-    Paths sent to replicas are ``mount_path/PREFIX/NAME``: where the replicas mount the bucket.
-    """
-
-    def __init__(
-        self, spec: str, mount_path: str, interval_s: float = 2.0, endpoint: str | None = None
-    ) -> None:
-        parts = spec.strip("/").split("/")
-        if len(parts) < 2:
-            raise ValueError(f"--adapters-bucket {spec!r} must look like NAMESPACE/BUCKET[/PREFIX]")
-        self.bucket_id = "/".join(parts[:2])
-        self.prefix = "/".join(parts[2:])
-        self.mount_path = mount_path.rstrip("/")
-        self.interval_s = interval_s
-        self.endpoint = endpoint
-
-    def describe(self) -> str:
-        return f"bucket {self.bucket_id}/{self.prefix}"
-
-    async def scan(self) -> Found:
-        return await asyncio.to_thread(self._scan)
-
-    def _scan(self) -> Found:
-        from huggingface_hub import HfApi
-        from huggingface_hub._buckets import BucketFile
-
-        api = HfApi(endpoint=self.endpoint)
-        files: dict[str, list[tuple[str, int, int]]] = {}
-        prefix = f"{self.prefix}/" if self.prefix else ""
-        listing = api.list_bucket_tree(self.bucket_id, prefix=self.prefix or None, recursive=True)
-        for item in listing:
-            if not isinstance(item, BucketFile) or not item.path.startswith(prefix):
-                continue
-            parts = item.path[len(prefix) :].split("/")
-            if len(parts) != 2:
-                continue
-            mtime = int(item.mtime.timestamp() * 1e9) if item.mtime is not None else 0
-            files.setdefault(parts[0], []).append((parts[1], int(item.size), mtime))
-        found: Found = {}
-        for name, entries in files.items():
-            names = {entry[0] for entry in entries}
-            if CONFIG_FILE in names and names.intersection(WEIGHT_FILES):
-                path = "/".join(p for p in (self.mount_path, self.prefix, name) if p)
-                found[name] = (path, tuple(sorted(entries)))
-        return found
-
 
 OnChange = Callable[[dict[str, tuple[str, Fingerprint]], list[str]], Awaitable[None]]
 

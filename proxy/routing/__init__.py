@@ -1,27 +1,10 @@
-"""Routing policies: pure, synchronous functions of a snapshot of candidate replicas.
+"""Routing: pure policies that choose a replica for a request.
 
-A policy never awaits, never touches aiohttp objects and never reads a clock. It receives the
-replicas that may take the request (eligible and with a free slot) and the request's routing
-facts, and returns a Decision carrying the chosen replica id and the reason; the caller records
-the reason as a metric.
+Holds the policy protocol (``policy``: candidates, request facts, ``Decision(replica, reason)``),
+the settings union and the factory, the concrete policies (``prefix``, ``least_loaded``,
+``round_robin``), the consistent hash ring, the routing keys (block hashing, template learning)
+and ``peek``, which reads the facts routing needs from a generation body's raw bytes.
+
+Rules: synchronous and I/O-free; no await, no clock, no aiohttp. May import only the standard
+library, xxhash, orjson, pydantic and its own modules (``proxy.routing.*``).
 """
-
-from proxy.routing.base import (
-    Candidate,
-    Decision,
-    Policy,
-    PolicySettings,
-    RouteRequest,
-    Snapshot,
-    build_policy,
-)
-
-__all__ = [
-    "Candidate",
-    "Decision",
-    "Policy",
-    "PolicySettings",
-    "RouteRequest",
-    "Snapshot",
-    "build_policy",
-]

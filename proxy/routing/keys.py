@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from proxy.peek import Peek, skip_value
+from proxy.routing.peek import Peek, skip_value
 
 _VERSION_SUFFIX = re.compile(r"-v[0-9]+$")
 _FAMILY_CACHE_LIMIT = 4096

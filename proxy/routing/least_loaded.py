@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.peek import Peek
-from proxy.routing.base import Candidate, Decision, RouteRequest, Snapshot
+from proxy.routing.peek import Peek
+from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
 
 
 class LeastLoaded:

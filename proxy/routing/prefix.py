@@ -22,11 +22,12 @@ from operator import attrgetter
 
 import xxhash
 
-from proxy.peek import Peek
-from proxy.routing.base import Candidate, Decision, PrefixSettings, RouteRequest, Snapshot
 from proxy.routing.hashring import HashRing
-from proxy.routing.keys import KeyBuilder, KeySettings
+from proxy.routing.keys import KeyBuilder
 from proxy.routing.least_loaded import least_loaded
+from proxy.routing.peek import Peek
+from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
+from proxy.routing.settings import PrefixSettings
 
 
 class PrefixPolicy:
@@ -35,14 +36,7 @@ class PrefixPolicy:
     def __init__(self, settings: PrefixSettings | None = None) -> None:
         self.settings = settings or PrefixSettings()
         s = self.settings
-        self.keys = KeyBuilder(
-            KeySettings(
-                block_tokens=s.block_tokens,
-                chunk_bytes=s.chunk_bytes,
-                threshold=s.template_threshold,
-                max_tracked=s.max_tracked,
-            )
-        )
+        self.keys = KeyBuilder(s.key_settings())
         self._ring = HashRing((), s.vnodes)
         self._sticky: OrderedDict[int, str] = OrderedDict()
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.peek import Peek
-from proxy.routing.base import Decision, RouteRequest, Snapshot
+from proxy.routing.peek import Peek
+from proxy.routing.policy import Decision, RouteRequest, Snapshot
 
 
 class RoundRobin:

@@ -12,13 +12,11 @@ must run with runtime LoRA updating, ``VLLM_SERVER_DEV_MODE=1``, prefix caching 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
 import shutil
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,12 +146,3 @@ def assert_error(body: Json, status: int, err_type: str | None = None) -> str:
         assert error["type"] == err_type, body
     message: str = error["message"]
     return message
-
-
-async def eventually(predicate: Callable[[], bool], within_s: float = 5.0) -> None:
-    """Wait until ``predicate()`` holds, polling every 5 ms; fail after ``within_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)

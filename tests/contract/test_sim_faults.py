@@ -11,7 +11,8 @@ import pytest
 
 from replica_entry.sim import SIM_STATE, Faults
 from tests.contract.conftest import SimServer
-from tests.contract.support import assert_error, eventually, sim_only
+from tests.contract.support import assert_error, sim_only
+from tests.support.waiting import wait_for
 
 pytestmark = sim_only
 
@@ -103,13 +104,13 @@ async def test_delay_holds_a_request_in_flight_before_it_runs(
     async with sim_server(faults=Faults(delay_s=60.0)) as (url, app):
         state = app[SIM_STATE]
         task = asyncio.create_task(http.post(url + "/v1/completions", json=COMPLETION))
-        await eventually(lambda: state.engine.in_flight == 1)
+        await wait_for(lambda: state.engine.in_flight == 1)
         assert state.engine.running == 0
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
         # The replica notices the client left and gives the request up.
-        await eventually(lambda: state.engine.in_flight == 0)
+        await wait_for(lambda: state.engine.in_flight == 0)
         assert state.records[-1].cancelled
 
 
@@ -122,7 +123,7 @@ async def test_drop_mid_response_cuts_a_json_answer(
             with pytest.raises(aiohttp.ClientPayloadError):
                 await response.read()
         records = app[SIM_STATE].records
-        await eventually(lambda: records.dropped == 1)
+        await wait_for(lambda: records.dropped == 1)
         assert records[-1].dropped
 
 

@@ -10,7 +10,8 @@ import aiohttp
 
 from replica_entry.sim import SIM_STATE
 from tests.contract.conftest import SimServer
-from tests.contract.support import eventually, sim_only, sse_events
+from tests.contract.support import sim_only, sse_events
+from tests.support.waiting import wait_for
 
 pytestmark = sim_only
 
@@ -37,7 +38,7 @@ async def test_requests_arriving_while_paused_wait_for_resume(
         engine = app[SIM_STATE].engine
         await _post(http, url + "/pause?mode=keep")
         tasks = [asyncio.create_task(_complete(http, url, max_tokens=2)) for _ in range(3)]
-        await eventually(lambda: engine.waiting == 3)
+        await wait_for(lambda: engine.waiting == 3)
         assert engine.running == 0
         assert not any(task.done() for task in tasks)
         await _post(http, url + "/resume")
@@ -52,7 +53,7 @@ async def test_keep_freezes_running_requests_and_resume_finishes_them(
     async with sim_server(gen_token_s=0.003) as (url, app):
         engine = app[SIM_STATE].engine
         task = asyncio.create_task(_complete(http, url, max_tokens=200))
-        await eventually(lambda: engine.running == 1)
+        await wait_for(lambda: engine.running == 1)
         await _post(http, url + "/pause?mode=keep")
         assert engine.gate.frozen
         assert engine.running == 1
@@ -69,7 +70,7 @@ async def test_abort_ends_running_requests_with_finish_reason_abort(
     async with sim_server(gen_token_s=0.01) as (url, app):
         engine = app[SIM_STATE].engine
         task = asyncio.create_task(_complete(http, url, max_tokens=3000))
-        await eventually(lambda: engine.running == 1)
+        await wait_for(lambda: engine.running == 1)
         assert await _post(http, url + "/pause?mode=abort") == {"status": "paused"}
         assert engine.running == 0
         answer = await task
@@ -99,7 +100,7 @@ async def test_wait_returns_once_running_requests_are_done(
     async with sim_server(gen_token_s=0.005) as (url, app):
         engine = app[SIM_STATE].engine
         task = asyncio.create_task(_complete(http, url, max_tokens=40))
-        await eventually(lambda: engine.running == 1)
+        await wait_for(lambda: engine.running == 1)
         await _post(http, url + "/pause?mode=wait")
         assert engine.running == 0
         answer = await task

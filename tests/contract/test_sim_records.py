@@ -10,7 +10,8 @@ import aiohttp
 
 from replica_entry.sim import SIM_STATE
 from tests.contract.conftest import SimServer
-from tests.contract.support import eventually, sim_only
+from tests.contract.support import sim_only
+from tests.support.waiting import wait_for
 
 pytestmark = sim_only
 
@@ -91,7 +92,7 @@ async def test_counters_show_the_peak_in_flight(
         async with http.post(url + "/pause?mode=keep"):
             pass
         tasks = [asyncio.create_task(complete()) for _ in range(4)]
-        await eventually(lambda: engine.in_flight == 4)
+        await wait_for(lambda: engine.in_flight == 4)
         async with http.post(url + "/resume"):
             pass
         await asyncio.gather(*tasks)
@@ -107,11 +108,11 @@ async def test_a_client_that_leaves_mid_request_is_recorded_as_cancelled(
     async with sim_server(gen_token_s=0.01) as (url, app):
         state = app[SIM_STATE]
         task = asyncio.create_task(http.post(url + "/v1/completions", json=body))
-        await eventually(lambda: state.engine.running == 1)
+        await wait_for(lambda: state.engine.running == 1)
         task.cancel()
         with suppress(asyncio.CancelledError):
             await task
-        await eventually(lambda: state.records.cancelled == 1)
+        await wait_for(lambda: state.records.cancelled == 1)
         record = state.records[-1]
         assert record.cancelled
         assert record.status is None
@@ -127,5 +128,5 @@ async def test_a_stream_reader_that_leaves_is_recorded_as_cancelled(
         async with http.post(url + "/v1/completions", json=body) as response:
             await response.content.readuntil(b"\n\n")
             response.close()
-        await eventually(lambda: state.records.cancelled == 1)
+        await wait_for(lambda: state.records.cancelled == 1)
         assert state.engine.running == 0

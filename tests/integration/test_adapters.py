@@ -13,13 +13,13 @@ import orjson
 
 from proxy.app import ADAPTERS, POOL, WATCHER, build_app
 from proxy.config import Settings
-from proxy.forward import REPLICA_HEADER
-from tests.integration.test_fanout import listed, load, load_body
-from tests.integration.test_generation import post, records
+from proxy.dataplane.forward import REPLICA_HEADER
 from tests.support.adapters import write_adapter
-from tests.support.fleet import FAST_HEALTH, Stack, eventually, run_sim, run_stack, wait_for
+from tests.support.calls import listed, load, load_body, post, records
+from tests.support.fleet import FAST_HEALTH, Stack, run_sim, run_stack
 from tests.support.hub import LISTINGS, build_hub_app
 from tests.support.servers import serve
+from tests.support.waiting import eventually, wait_for
 
 PROMPT = list(range(200, 260))
 

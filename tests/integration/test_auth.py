@@ -8,9 +8,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.integration.test_generation import completion, post, records
 from tests.support.adapters import write_adapter
-from tests.support.fleet import run_stack, wait_for
+from tests.support.calls import completion, post, records
+from tests.support.fleet import run_stack
+from tests.support.waiting import wait_for
 
 UPSTREAM = "hf_upstream_TOKEN_1234567890"
 CLIENT_KEY = "client-KEY-abcdef"

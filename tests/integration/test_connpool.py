@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from proxy.connection import BadAnswer, ConnectError, Disconnected
-from proxy.connpool import ConnectionPool
-from tests.support.fleet import wait_for
+from proxy.upstream.client import KEEPALIVE_S
+from proxy.upstream.connpool import ConnectionPool
+from proxy.upstream.errors import BadAnswer, ConnectError, Disconnected
+from tests.support.waiting import wait_for
 
 Script = Callable[[int], Sequence[bytes]]  # request number -> the pieces of the answer
 
@@ -87,7 +88,7 @@ async def scripted(
 
 
 def pool(**kwargs: float) -> ConnectionPool:
-    settings = {"connect_timeout_s": 2.0, "request_timeout_s": 5.0, **kwargs}
+    settings = {"connect_timeout_s": 2.0, "request_timeout_s": 5.0, "idle_s": KEEPALIVE_S, **kwargs}
     return ConnectionPool(**settings)  # type: ignore[arg-type]
 
 
@@ -100,7 +101,10 @@ async def test_a_request_goes_out_as_given_and_the_connection_is_reused() -> Non
     body = b'{"model": "m", "prompt": [1, 2, 3]}'
     async with scripted(lambda n: [ok(b"answer %d" % n)]) as server:
         p = ConnectionPool(
-            connect_timeout_s=2, request_timeout_s=5, headers={"Authorization": "Bearer t0k"}
+            connect_timeout_s=2,
+            request_timeout_s=5,
+            idle_s=KEEPALIVE_S,
+            headers={"Authorization": "Bearer t0k"},
         )
         for n in (1, 2, 3):
             assert await post(p, server.url + "/prefix/", body) == (200, b"answer %d" % n)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from proxy.app import POOL, build_app
 from proxy.config import Settings
-from tests.support.fleet import FAST_HEALTH, run_sim, wait_for
+from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
 from tests.support.servers import serve
+from tests.support.waiting import wait_for
 
 TOKEN = "hf_discovery_token"
 

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import orjson
 
-from tests.integration.test_generation import completion, post
 from tests.support.adapters import write_adapter
-from tests.support.fleet import Stack, run_stack, wait_for
-
-
-async def listed(stack: Stack, index: int) -> list[str]:
-    async with stack.session.get(stack.sims[index].url + "/v1/models") as resp:
-        return [entry["id"] for entry in (await resp.json())["data"]]
-
-
-async def load(stack: Stack, body: dict[str, Any]) -> tuple[int, bytes, Any]:
-    return await post(stack, "/v1/load_lora_adapter", body)
-
-
-def load_body(name: str, path: Path) -> dict[str, Any]:
-    return {"lora_name": name, "lora_path": str(path), "load_inplace": False}
+from tests.support.calls import completion, listed, load, load_body, post
+from tests.support.fleet import run_stack
+from tests.support.waiting import wait_for
 
 
 async def test_trl_session_passes_through(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ import logging
 import aiohttp
 import pytest
 
-from proxy.forward import REPLICA_HEADER
-from tests.integration.test_generation import completion, metric_value, post, records
-from tests.support.fleet import eventually, run_stack, wait_for
+from proxy.dataplane.forward import REPLICA_HEADER
+from tests.support.calls import completion, metric_value, post, records
+from tests.support.fleet import run_stack
+from tests.support.waiting import eventually, wait_for
 
 
 async def test_dropped_buffered_answer_fails_over() -> None:

@@ -4,42 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import aiohttp
 import orjson
 import pytest
 
-from proxy.forward import REPLICA_HEADER
-from tests.support.fleet import Stack, eventually, run_stack, wait_for
-
-PROMPT = list(range(100, 164))
-
-
-def completion(model: str = "sim-model", **extra: Any) -> dict[str, Any]:
-    return {
-        "model": model,
-        "prompt": PROMPT,
-        "max_tokens": 8,
-        "temperature": 1.0,
-        "n": 1,
-        "return_token_ids": True,
-        "logprobs": 0,
-        **extra,
-    }
-
-
-async def post(stack: Stack, path: str, payload: Any, **kw: Any) -> tuple[int, bytes, Any]:
-    data = payload if isinstance(payload, bytes) else orjson.dumps(payload)
-    kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
-    async with stack.session.post(stack.proxy_url + path, data=data, **kw) as resp:
-        return resp.status, await resp.read(), resp.headers
-
-
-async def records(stack: Stack, index: int) -> list[dict[str, Any]]:
-    async with stack.session.get(stack.sims[index].url + "/sim/requests") as resp:
-        data = await resp.json()
-    return list(data["records"] if isinstance(data, dict) else data)
+from proxy.dataplane.forward import REPLICA_HEADER
+from tests.support.calls import completion, metric_value, metrics_text, post, records
+from tests.support.fleet import run_stack
+from tests.support.waiting import eventually, wait_for
 
 
 async def test_non_streaming_body_is_the_replicas_own() -> None:
@@ -91,21 +64,8 @@ async def test_failover_before_first_byte_and_passive_ejection() -> None:
         assert [status for status, _, _ in results] == [200] * 6
         assert all(headers[REPLICA_HEADER] != dead.id for _, _, headers in results)
         assert dead.id not in {r.id for r in stack.pool.routable()}
-        metrics = await _metrics(stack)
+        metrics = await metrics_text(stack)
         assert metric_value(metrics, "rollout_proxy_failovers_total") >= 1
-
-
-async def _metrics(stack: Stack) -> str:
-    async with stack.session.get(stack.proxy_url + "/metrics") as resp:
-        return await resp.text()
-
-
-def metric_value(text: str, name: str) -> float:
-    """The value of the first sample line starting with ``name`` (labels included in name)."""
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"metric {name} not found")
 
 
 async def test_client_disconnect_cancels_the_upstream_request() -> None:

@@ -6,9 +6,10 @@ import asyncio
 
 import orjson
 
-from proxy.forward import REPLICA_HEADER
-from tests.integration.test_generation import completion, post
-from tests.support.fleet import run_sim, run_stack, wait_for
+from proxy.dataplane.forward import REPLICA_HEADER
+from tests.support.calls import completion, post
+from tests.support.fleet import run_sim, run_stack
+from tests.support.waiting import wait_for
 
 ADMIN = {"Authorization": "Bearer admin-secret"}
 

@@ -6,8 +6,9 @@ import asyncio
 
 import orjson
 
-from tests.integration.test_generation import completion, post
-from tests.support.fleet import eventually, run_stack, wait_for
+from tests.support.calls import completion, post
+from tests.support.fleet import run_stack
+from tests.support.waiting import eventually, wait_for
 
 
 async def test_cap_queue_and_503_with_retry_after() -> None:

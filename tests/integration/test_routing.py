@@ -8,8 +8,8 @@ from collections import Counter
 
 import orjson
 
-from proxy.forward import REPLICA_HEADER, ROUTE_HEADER
-from tests.integration.test_generation import metric_value, post
+from proxy.dataplane.forward import REPLICA_HEADER, ROUTE_HEADER
+from tests.support.calls import metric_value, post
 from tests.support.fleet import Stack, run_stack
 
 TEMPLATE = [random.Random(1).randrange(1000) for _ in range(64)]

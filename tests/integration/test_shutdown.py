@@ -9,9 +9,10 @@ import sys
 
 import aiohttp
 
-from tests.integration.test_generation import completion
-from tests.support.fleet import eventually, run_sim, wait_for
+from tests.support.calls import completion
+from tests.support.fleet import run_sim
 from tests.support.servers import free_port
+from tests.support.waiting import eventually, wait_for
 
 
 async def start_proxy(*args: str) -> tuple[asyncio.subprocess.Process, str]:

@@ -16,9 +16,10 @@ from cryptography.x509.oid import NameOID
 from proxy.app import build_app
 from proxy.config import Settings
 from replica_entry.sim import SimSettings, build_sim_app
-from tests.integration.test_generation import completion
-from tests.support.fleet import FAST_HEALTH, eventually
+from tests.support.calls import completion
+from tests.support.fleet import FAST_HEALTH
 from tests.support.servers import serve
+from tests.support.waiting import eventually
 
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:

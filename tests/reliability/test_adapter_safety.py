@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from proxy.app import ADAPTERS
-from tests.integration.test_fanout import listed, load, load_body
-from tests.integration.test_generation import post
 from tests.support.adapters import write_adapter
-from tests.support.fleet import Stack, run_sim, run_stack, wait_for
+from tests.support.calls import listed, load, load_body, post
+from tests.support.fleet import Stack, run_sim, run_stack
+from tests.support.waiting import wait_for
 
 PROMPT = list(range(300, 350))
 

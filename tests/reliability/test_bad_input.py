@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.test_generation import completion
+from tests.support.calls import completion
 from tests.support.fleet import Stack
 from tests.support.threaded import threaded_stack
 

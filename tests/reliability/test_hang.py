@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.integration.test_generation import completion, post
-from tests.support.fleet import run_stack, wait_for
+from tests.support.calls import completion, post
+from tests.support.fleet import run_stack
+from tests.support.waiting import wait_for
 
 
 async def test_hanging_replica_is_ejected_and_its_requests_end_at_the_timeout() -> None:

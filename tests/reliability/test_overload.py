@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from tests.integration.test_generation import completion, post
-from tests.support.fleet import run_stack, wait_for
+from tests.support.calls import completion, post
+from tests.support.fleet import run_stack
+from tests.support.waiting import wait_for
 
 
 async def test_ten_times_the_cap() -> None:

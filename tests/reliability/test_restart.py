@@ -10,8 +10,9 @@ import aiohttp
 from benchmarks.loopback import serve, write_adapter
 from proxy.app import POOL, build_app
 from proxy.config import Settings
-from tests.integration.test_generation import completion
-from tests.support.fleet import FAST_HEALTH, eventually, run_sim, wait_for
+from tests.support.calls import completion
+from tests.support.fleet import FAST_HEALTH, run_sim
+from tests.support.waiting import eventually, wait_for
 
 
 async def test_restarted_proxy_rebuilds_replicas_and_versions(tmp_path: Path) -> None:

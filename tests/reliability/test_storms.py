@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from proxy.forward import REPLICA_HEADER
-from tests.integration.test_generation import completion, metric_value, post
-from tests.support.fleet import run_stack, wait_for
+from proxy.dataplane.forward import REPLICA_HEADER
+from tests.support.calls import completion, metric_value, post
+from tests.support.fleet import run_stack
 from tests.support.freeze import BACKLOG
+from tests.support.waiting import wait_for
 
 
 async def test_5xx_storm_fails_over_and_opens_the_circuit() -> None:

@@ -1,4 +1,8 @@
-"""A hand-driven Clock for tests: time moves only when ``advance`` is called."""
+"""A hand-driven clock for tests: time moves only when ``advance`` is called (or ``now`` is set).
+
+It is the proxy's ``Clock`` (monotonic, async sleep, timers) and, called, the simulated
+replica's wall clock (the mount lag is measured on file times).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +27,9 @@ class FakeClock:
         self._seq = itertools.count()
 
     def monotonic(self) -> float:
+        return self.now
+
+    def __call__(self) -> float:
         return self.now
 
     async def sleep(self, seconds: float) -> None:

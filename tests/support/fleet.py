@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,10 +12,13 @@ from aiohttp import web
 
 from proxy.app import POOL, RUNNER_OPTIONS, build_app
 from proxy.config import Settings
-from proxy.upstreams import ReplicaPool
+from proxy.fleet.pool import ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
 from tests.support.freeze import Relay, relay
 from tests.support.servers import serve
+from tests.support.waiting import eventually, wait_for
+
+__all__ = ["FAST_HEALTH", "Sim", "Stack", "eventually", "run_sim", "run_stack", "wait_for"]
 
 # Fast probing so ejection and readmission take tens of milliseconds in tests.
 FAST_HEALTH = {"health_interval": 0.05, "health_timeout": 0.5}
@@ -71,28 +73,6 @@ async def run_sim(port: int = 0, **settings: Any) -> AsyncIterator[Sim]:
         yield Sim(url, app, exits)
     finally:
         await exits.aclose()
-
-
-async def wait_for(predicate: Any, timeout: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` (sync) every 10 ms until true; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
-async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 5.0, what: str = "condition"
-) -> None:
-    """Await ``check()`` every 10 ms until it is true; fail after ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 @asynccontextmanager

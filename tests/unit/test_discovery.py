@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.discovery import JobsDiscovery, exposed_url, parse_spec
-from proxy.upstreams import ReplicaPool
+from proxy.config import parse_discover_spec as parse_spec
+from proxy.fleet.discovery import JobsDiscovery, exposed_url
+from proxy.fleet.pool import ReplicaPool
 from tests.support.clock import FakeClock
 
 
@@ -33,8 +34,9 @@ def test_exposed_url_picks_the_port() -> None:
 
 
 def test_jobs_come_and_go_static_replicas_stay() -> None:
-    pool = ReplicaPool(["http://static:8000"])
-    discovery = JobsDiscovery("hf-jobs:run=a", pool, FakeClock(), interval_s=5)
+    clock = FakeClock()
+    pool = ReplicaPool(["http://static:8000"], clock=clock)
+    discovery = JobsDiscovery("hf-jobs:run=a", pool, clock, interval_s=5)
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
     assert {r.id for r in pool} == {"static:8000", "j1--8000.hf.jobs:443", "j2--8000.hf.jobs:443"}
     busy = pool.get("j1--8000.hf.jobs:443")

@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.config import HealthSettings
-from proxy.health import ProbeState, Transition, next_state
-from proxy.upstreams import Health
+from proxy.fleet.health import ProbeState, Transition, next_state
+from proxy.fleet.replica import Health
 
 SETTINGS = HealthSettings(eject_after=3, readmit_after=2)
 

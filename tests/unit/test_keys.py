@@ -9,8 +9,8 @@ import tracemalloc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.peek import Peek, peek_generation
 from proxy.routing.keys import KeyBuilder, KeySettings, _common_prefix
+from proxy.routing.peek import Peek, peek_generation
 
 RNG = random.Random(7)
 TEMPLATE = [RNG.randrange(150_000) for _ in range(96)]

@@ -7,18 +7,18 @@ import asyncio
 import pytest
 
 from proxy.config import LimitSettings
-from proxy.limiter import Limiter, Rejected
-from proxy.upstreams import Health, Replica, ReplicaPool
+from proxy.dataplane.limiter import Limiter, Placement, Rejected
+from proxy.fleet.pool import ReplicaPool
 from tests.support.clock import FakeClock
 
 
 def make(
     n: int = 2, per_replica: int = 2, **limits: int | float
 ) -> tuple[Limiter, ReplicaPool, FakeClock]:
-    pool = ReplicaPool([f"http://127.0.0.1:{9000 + i}" for i in range(n)])
-    for replica in pool:
-        pool.set_health(replica, Health.HEALTHY)
     clock = FakeClock()
+    pool = ReplicaPool([f"http://127.0.0.1:{9000 + i}" for i in range(n)], clock=clock)
+    for replica in pool:
+        pool.admit(replica)
     settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)
     limiter = Limiter(settings, pool, clock)
     pool.on_change = limiter.wake
@@ -26,9 +26,9 @@ def make(
 
 
 def least_loaded(limiter: Limiter, pool: ReplicaPool):  # type: ignore[no-untyped-def]
-    def pick() -> Replica | None:
+    def pick() -> Placement | None:
         free = [r for r in pool.routable() if r.inflight < limiter.per_replica]
-        return min(free, key=lambda r: r.inflight) if free else None
+        return Placement(min(free, key=lambda r: r.inflight), "least_loaded") if free else None
 
     return pick
 
@@ -106,12 +106,12 @@ async def test_overall_cap_below_the_sum_of_replica_caps() -> None:
 async def test_replica_becoming_healthy_wakes_waiters() -> None:
     limiter, pool, _ = make(n=1, per_replica=1)
     replica = next(iter(pool))
-    pool.set_health(replica, Health.EJECTED)
+    pool.eject(replica, "probe", "down")
     waiter = asyncio.create_task(limiter.acquire(least_loaded(limiter, pool)))
     await asyncio.sleep(0)
     assert limiter.queued == 1
-    pool.set_health(replica, Health.HEALTHY)
-    assert await waiter is replica
+    pool.admit(replica)
+    assert (await waiter).replica is replica
 
 
 async def test_cancelled_waiter_leaves_no_trace() -> None:
@@ -125,4 +125,4 @@ async def test_cancelled_waiter_leaves_no_trace() -> None:
         await waiter
     assert limiter.queued == 0
     limiter.release(held)
-    assert limiter.inflight == 0 and held.inflight == 0
+    assert limiter.inflight == 0 and held.replica.inflight == 0

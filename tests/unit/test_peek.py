@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.peek import BadBody, peek_generation
+from proxy.routing.peek import BadBody, peek_generation
 
 json_values = st.recursive(
     st.none()

@@ -6,8 +6,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-from proxy.routing.base import PrefixSettings, RouteRequest, Snapshot
+from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
+from proxy.routing.settings import PrefixSettings
 
 
 @dataclass

@@ -16,18 +16,11 @@ import logging
 from typing import Any
 
 from proxy.clock import Clock
-from proxy.upstreams import ReplicaPool, replica_id
+from proxy.config import parse_discover_spec
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import replica_id
 
 log = logging.getLogger("proxy.discovery")
-
-
-def parse_spec(spec: str) -> tuple[str, str]:
-    """``hf-jobs:LABEL=VALUE`` -> (label, value); ValueError naming what is wrong."""
-    kind, _, selector = spec.partition(":")
-    label, _, value = selector.partition("=")
-    if kind != "hf-jobs" or not label or not value:
-        raise ValueError(f"--discover {spec!r} must look like hf-jobs:LABEL=VALUE")
-    return label, value
 
 
 def exposed_url(job: Any, port: int) -> str | None:
@@ -52,7 +45,7 @@ class JobsDiscovery:
         token: str | None = None,
         namespace: str | None = None,
     ) -> None:
-        self.label, self.value = parse_spec(spec)
+        self.label, self.value = parse_discover_spec(spec)
         self._pool = pool
         self._clock = clock
         self.interval_s = interval_s
@@ -115,4 +108,4 @@ class JobsDiscovery:
                 self.discovered.discard(rid)
             elif not replica.draining:
                 log.info("replica %s is going away: draining %d request(s)", rid, replica.inflight)
-                self._pool.set_draining(replica, True)
+                self._pool.drain(replica, True)

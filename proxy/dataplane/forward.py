@@ -11,31 +11,34 @@ bytes, and copy the answer back.
 - The slot is held until the response has been fully written or the client has gone. When the
   client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
   generation on the replica.
+- When no replica answers, ``NoAnswer`` or ``UpstreamTimeout`` is raised before anything was
+  written; the HTTP edge turns it into the client's error answer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
 
-from proxy.client import UpstreamClient
-from proxy.connection import Connection, ConnectTimeout, WireError
-from proxy.errors import error_response
-from proxy.limiter import Limiter
+from proxy.dataplane.limiter import Limiter, Placement
+from proxy.dataplane.usage import usage
+from proxy.fleet.breaker import Breaker
+from proxy.fleet.pool import EjectCause, ReplicaPool
+from proxy.fleet.replica import Health, Replica
 from proxy.metrics import Metrics
-from proxy.routing import Decision, Policy, RouteRequest, Snapshot
-from proxy.upstreams import Health, Replica, ReplicaPool
+from proxy.routing.policy import Policy, RouteRequest, Snapshot
+from proxy.upstream.connection import Connection
+from proxy.upstream.connpool import ConnectionPool
+from proxy.upstream.errors import ConnectTimeout, WireError
 
 log = logging.getLogger("proxy.forward")
 
-_USAGE_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*([0-9]+)')
-_USAGE_CACHED = re.compile(rb'"cached_tokens"\s*:\s*([0-9]+)')
 _PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
 REPLICA_HEADER = "X-Rollout-Replica"
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
@@ -43,6 +46,23 @@ ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 
 class OutOfStep(Protocol):
     def out_of_step(self, replica: Replica, name: str) -> None: ...
+
+
+class NoAnswer(Exception):
+    """No replica could answer (each error says which replica and what happened)."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors or ["no eligible replica"]))
+        self.errors = errors
+
+
+class UpstreamTimeout(Exception):
+    """The replica took longer than the request timeout, before the client saw a byte."""
+
+    def __init__(self, replica_id: str, timeout_s: float) -> None:
+        super().__init__(f"replica {replica_id} did not answer within {timeout_s:g} s")
+        self.replica_id = replica_id
+        self.timeout_s = timeout_s
 
 
 class _Failed(Exception):
@@ -56,30 +76,51 @@ class _Failed(Exception):
         self.answer = answer
 
 
+@dataclass(frozen=True, slots=True)
+class _Exchange:
+    """One client request being forwarded: what every attempt sends and reports."""
+
+    request: web.Request
+    route_name: str
+    model: str | None
+    path_qs: str
+    body: bytes
+    content_type: str
+    started: float
+
+
 class Forwarder:
     def __init__(
         self,
         pool: ReplicaPool,
-        client: UpstreamClient,
+        connections: ConnectionPool,
         limiter: Limiter,
         policy: Policy,
         metrics: Metrics,
+        breaker: Breaker,
         adapters: OutOfStep,
+        *,
+        max_attempts: int,
+        request_timeout_s: float,
     ) -> None:
         self._adapters = adapters
         self._pool = pool
-        self._client = client
+        self._connections = connections
         self._limiter = limiter
         self._policy = policy
         self._metrics = metrics
-        self._attempts = client.settings.max_attempts
+        self._breaker = breaker
+        self._attempts = max_attempts
+        self._timeout_s = request_timeout_s
 
-    def _decide(self, route: RouteRequest, tried: set[str]) -> Decision | None:
+    def _place(self, route: RouteRequest, tried: set[str]) -> Placement | None:
         cap = self._limiter.per_replica
         candidates = [r for r in self._eligible(route.model, tried) if r.inflight < cap]
         if not candidates:
             return None
-        return self._policy.select(Snapshot(candidates, self._pool.ids), route)
+        decision = self._policy.select(Snapshot(candidates, self._pool.ids), route)
+        replica = self._pool.get(decision.replica_id)
+        return None if replica is None else Placement(replica, decision.reason)
 
     def _eligible(self, model: str | None, tried: set[str]) -> Iterator[Replica]:
         """Routable replicas not tried yet that serve ``model`` (or have not listed models)."""
@@ -90,112 +131,90 @@ class Forwarder:
     async def forward(
         self, request: web.Request, route_name: str, body: bytes, route: RouteRequest
     ) -> web.StreamResponse:
-        started = time.perf_counter()
+        """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``."""
+        exchange = _Exchange(
+            request,
+            route_name,
+            route.model,
+            request.rel_url.raw_path_qs,
+            body,
+            request.headers.get("Content-Type", "application/json"),
+            time.perf_counter(),
+        )
         tried: set[str] = set()
         errors: list[str] = []
-        path_qs = request.rel_url.raw_path_qs
-        content_type = request.headers.get("Content-Type", "application/json")
-        chosen: list[Decision] = []
-
-        def pick() -> Replica | None:
-            decision = self._decide(route, tried)
-            if decision is None:
-                return None
-            chosen.append(decision)
-            return self._pool.get(decision.replica_id)
-
         last_answer: web.Response | None = None
         for _ in range(self._attempts):
             if tried and next(self._eligible(route.model, tried), None) is None:
                 break
-            replica = await self._limiter.acquire(pick)
-            reason = chosen[-1].reason
-            chosen.clear()
-            self._metrics.record_decision(reason)
+            placed = await self._limiter.acquire(lambda: self._place(route, tried))
+            replica = placed.replica
+            self._metrics.record_decision(placed.reason)
             try:
-                return await self._attempt(
-                    request,
-                    route_name,
-                    replica,
-                    reason,
-                    route.model,
-                    path_qs,
-                    body,
-                    content_type,
-                    started,
-                )
+                return await self._attempt(exchange, placed)
             except _Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
                 last_answer = exc.answer or last_answer
                 self._metrics.record_failover()
             finally:
-                self._limiter.release(replica)
+                self._limiter.release(placed)
         if last_answer is not None:
             await last_answer.prepare(request)
             await last_answer.write_eof()
             return last_answer
         self._metrics.record_rejection("upstream_failed")
-        return error_response(
-            502,
-            "no replica could answer: " + "; ".join(errors or ["no eligible replica"]),
-            headers={"Retry-After": "1"},
-        )
+        raise NoAnswer(errors)
 
-    async def _attempt(
-        self,
-        request: web.Request,
-        route_name: str,
-        replica: Replica,
-        reason: str,
-        model: str | None,
-        path_qs: str,
-        body: bytes,
-        content_type: str,
-        started: float,
-    ) -> web.StreamResponse:
+    async def _attempt(self, ex: _Exchange, placed: Placement) -> web.StreamResponse:
+        replica = placed.replica
         sent = time.perf_counter()
         try:
-            async with self._client.pool.request(
-                replica.url, request.method, path_qs, body, content_type
+            async with self._connections.request(
+                replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type
             ) as upstream:
                 ttfb = time.perf_counter()
-                status = upstream.status
-                headers = _response_headers(upstream.headers, replica, reason)
+                headers = _response_headers(upstream.headers, replica, placed.reason)
                 if upstream.content_length is not None:
-                    data = await upstream.read()
-                    done = time.perf_counter()
-                    if status == 404 and self._lost_adapter(replica, model, data):
-                        raise _Failed(f"replica no longer has {model}")
-                    answer = web.Response(status=status, body=data, headers=headers)
-                    if status >= 500:
-                        self._server_error(replica, status)
-                        raise _Failed(f"answered HTTP {status}", answer)
-                    replica.error_streak = 0
-                    response: web.StreamResponse = answer
-                    with contextlib.suppress(ConnectionError):  # the client has gone
-                        await response.prepare(request)
-                        await response.write_eof()
-                    self._usage(data)
+                    response, done = await self._whole(ex, upstream, headers, replica)
                 else:
-                    response, done = await self._stream(request, upstream, headers, replica)
+                    response, done = await self._stream(ex.request, upstream, headers, replica)
         except ConnectTimeout as exc:
             self._eject(replica, "connect_timeout", exc)
             raise _Failed("connect timed out") from None
         except TimeoutError:
             self._metrics.record_replica_error(replica.id, "timeout")
-            return error_response(
-                504,
-                f"replica {replica.id} did not answer within "
-                f"{self._client.settings.request_timeout_s:g} s",
-            )
+            raise UpstreamTimeout(replica.id, self._timeout_s) from None
         except WireError as exc:
             self._eject(replica, "transport", exc)
             raise _Failed(f"{type(exc).__name__}: {exc}") from None
         finished = time.perf_counter()
-        overhead = (finished - started) - (done - sent)
-        self._metrics.record_upstream(route_name, replica.id, ttfb - sent, max(overhead, 0.0))
+        overhead = (finished - ex.started) - (done - sent)
+        self._metrics.record_upstream(ex.route_name, replica.id, ttfb - sent, max(overhead, 0.0))
         return response
+
+    async def _whole(
+        self, ex: _Exchange, upstream: Connection, headers: dict[str, str], replica: Replica
+    ) -> tuple[web.StreamResponse, float]:
+        """A Content-Length answer: read whole, checked, sent to the client in one write."""
+        status = upstream.status
+        data = await upstream.read()
+        done = time.perf_counter()
+        if status == 404 and self._lost_adapter(replica, ex.model, data):
+            raise _Failed(f"replica no longer has {ex.model}")
+        answer = web.Response(status=status, body=data, headers=headers)
+        if status >= 500:
+            self._metrics.record_replica_error(replica.id, "5xx")
+            self._breaker.server_error(replica, status)
+            raise _Failed(f"answered HTTP {status}", answer)
+        self._breaker.answered(replica)
+        with contextlib.suppress(ConnectionError):  # the client has gone
+            await answer.prepare(ex.request)
+            await answer.write_eof()
+        counts = usage(data)
+        if counts is not None:
+            self._metrics.record_usage(*counts)
+        return answer, done
 
     async def _stream(
         self,
@@ -229,25 +248,6 @@ class Forwarder:
             await response.write_eof()
         return response, done
 
-    def _server_error(self, replica: Replica, status: int) -> None:
-        """Count a 5xx; ``breaker_failures`` in a row open the circuit (eject, cool down)."""
-        self._metrics.record_replica_error(replica.id, "5xx")
-        replica.error_streak += 1
-        settings = self._client.settings
-        if replica.error_streak >= settings.breaker_failures and replica.health is Health.HEALTHY:
-            log.warning(
-                "replica %s: %d server errors in a row (last HTTP %d): circuit open for %g s",
-                replica.id,
-                replica.error_streak,
-                status,
-                settings.breaker_cooldown_s,
-            )
-            replica.cooldown_until = time.monotonic() + settings.breaker_cooldown_s
-            replica.error_streak = 0
-            self._metrics.record_ejection("circuit")
-            self._pool.set_health(replica, Health.EJECTED, f"circuit open after HTTP {status}s")
-            replica.ok_streak = 0
-
     def _lost_adapter(self, replica: Replica, model: str | None, data: bytes) -> bool:
         """vLLM's "model does not exist" for an adapter the replica was believed to hold: it
         restarted unseen. Mark it out of step (reconciled in the background) and fail over."""
@@ -257,20 +257,10 @@ class Forwarder:
         self._adapters.out_of_step(replica, model)
         return True
 
-    def _eject(self, replica: Replica, kind: str, exc: BaseException) -> None:
-        self._metrics.record_replica_error(replica.id, kind)
+    def _eject(self, replica: Replica, cause: EjectCause, exc: BaseException) -> None:
+        self._metrics.record_replica_error(replica.id, cause)
         if replica.health is Health.HEALTHY:
-            log.warning("replica %s ejected: %s (%s)", replica.id, kind, type(exc).__name__)
-            self._metrics.record_ejection(kind)
-            self._pool.set_health(replica, Health.EJECTED, f"{kind}: {type(exc).__name__}")
-            replica.ok_streak = 0
-
-    def _usage(self, data: bytes) -> None:
-        tail = data[-600:]
-        prompt = _USAGE_PROMPT.search(tail)
-        if prompt is not None:
-            cached = _USAGE_CACHED.search(tail)
-            self._metrics.record_usage(int(prompt[1]), int(cached[1]) if cached else 0)
+            self._pool.eject(replica, cause, f"{cause}: {type(exc).__name__}")
 
 
 def _response_headers(upstream: dict[str, str], replica: Replica, reason: str) -> dict[str, str]:

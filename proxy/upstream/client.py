@@ -2,7 +2,7 @@
 
 Control-plane calls (health, info, fan-out) go through ``call`` on an aiohttp session. Generation
 traffic, the hot path, goes through ``pool``: lean HTTP/1.1 keep-alive connections
-(``proxy.connpool``) that send the client's bytes as they are and pass the answer on. Every
+(``proxy.upstream.connpool``) that send the client's bytes as they are and pass the answer on. Every
 request carries the upstream bearer token when one is configured; nothing from the client's own
 headers is copied here.
 """
@@ -11,27 +11,25 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
 
 from proxy.config import UpstreamSettings
-from proxy.connpool import ConnectionPool
-from proxy.upstreams import Replica
+from proxy.upstream.connpool import ConnectionPool
+from proxy.upstream.errors import ReplyError
 
-# What counts as "the replica could not be reached or dropped us" on a control-plane call (the
-# generation path's own client raises ``proxy.connection.WireError``).
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,
-    TimeoutError,
-)
 # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends, so a
 # request never goes out on a connection the replica is closing at that moment.
 KEEPALIVE_S = 4.0
-# A sync or info refresh also fails on a bad answer (RuntimeError) or bad JSON (ValueError).
-SYNC_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, RuntimeError, ValueError)
+
+
+class Target(Protocol):
+    """Where a control-plane call goes: a replica (anything with a base URL)."""
+
+    @property
+    def url(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +41,11 @@ class Reply:
     content_type: str
 
     def json(self) -> Any:
-        return orjson.loads(self.body)
+        """The body as JSON; ``ReplyError`` when it is not JSON."""
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise ReplyError(f"answer is not JSON: {exc}") from None
 
 
 def ssl_context(settings: UpstreamSettings) -> ssl.SSLContext:
@@ -92,18 +94,18 @@ class UpstreamClient:
 
     async def call(
         self,
-        replica: Replica,
+        target: Target,
         method: str,
         path_qs: str,
         *,
         body: bytes | None = None,
         timeout_s: float | None = None,
     ) -> Reply:
-        """Send one request and read the whole answer. Raises TRANSPORT_ERRORS on failure."""
+        """Send one request and read the whole answer. Raises ``TRANSPORT_ERRORS`` on failure."""
         timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         headers = {"Content-Type": "application/json"} if body is not None else None
         async with self.session.request(
-            method, replica.url + path_qs, data=body, headers=headers, timeout=timeout
+            method, target.url + path_qs, data=body, headers=headers, timeout=timeout
         ) as resp:
             data = await resp.read()
             return Reply(resp.status, data, resp.headers.get("Content-Type", ""))

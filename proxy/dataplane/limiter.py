@@ -1,14 +1,16 @@
 """In-flight slots per replica and overall, with a bounded FIFO wait queue.
 
-A request asks for a slot with a ``pick`` callable: given the current state, it names a replica
-that has a free slot (the routing policy over eligible replicas with spare capacity), or None.
+A request asks for a slot with a ``pick`` callable: given the current state, it places the
+request on a replica that has a free slot (the routing policy over eligible replicas with spare
+capacity: a ``Placement`` carrying the replica and the decision's reason), or returns None.
 - Fast path: nobody is waiting, the overall cap has room and ``pick`` names a replica: the slot is
   taken at once, with no allocation beyond the counter updates.
 - Otherwise the request joins the FIFO queue (or is refused at once when the queue is full).
   Each ``release`` and each fleet change (``wake``) hands freed slots to waiters in arrival
   order; a waiter whose pick finds nothing is skipped, so one request waiting for a busy adapter
   does not block others. A waiter still queued after ``queue_timeout_s`` is refused.
-Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released.
+Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released; the
+limiter is the one writer of ``Replica.inflight``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,24 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from proxy.clock import Clock
 from proxy.config import LimitSettings
-from proxy.upstreams import Replica, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
 
-Pick = Callable[[], Replica | None]
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a request goes, and why (the routing decision's reason)."""
+
+    replica: Replica
+    reason: str
+
+
+P = TypeVar("P", bound=Placement)
+Pick = Callable[[], P | None]
 
 # Waiters examined per wake-up before giving up; bounds the cost of one release.
 _SCAN_LIMIT = 64
@@ -38,9 +52,9 @@ class Rejected(Exception):
 
 
 @dataclass(eq=False, slots=True)
-class _Waiter:
-    pick: Pick
-    future: asyncio.Future[Replica] = field(default_factory=asyncio.Future)
+class _Waiter(Generic[P]):
+    pick: Pick[P]
+    future: asyncio.Future[P] = field(default_factory=asyncio.Future)
 
 
 class Limiter:
@@ -48,7 +62,7 @@ class Limiter:
         self._settings = settings
         self._pool = pool
         self._clock = clock
-        self._waiters: deque[_Waiter] = deque()
+        self._waiters: deque[_Waiter[Any]] = deque()
         self.inflight = 0
         self._cap = self.overall_cap()
 
@@ -64,24 +78,24 @@ class Limiter:
         cap = self._settings.max_inflight
         return cap if cap is not None else self.per_replica * max(len(self._pool), 1)
 
-    def try_acquire(self, pick: Pick) -> Replica | None:
+    def try_acquire(self, pick: Pick[P]) -> P | None:
         if self.inflight >= self._cap:
             return None
-        replica = pick()
-        if replica is not None:
+        placed = pick()
+        if placed is not None:
             self.inflight += 1
-            replica.inflight += 1
-        return replica
+            placed.replica.inflight += 1
+        return placed
 
-    async def acquire(self, pick: Pick) -> Replica:
-        """A replica with a slot held for the caller; raises Rejected when none can be had."""
+    async def acquire(self, pick: Pick[P]) -> P:
+        """A placement with a slot held for the caller; raises Rejected when none can be had."""
         if not self._waiters:
-            replica = self.try_acquire(pick)
-            if replica is not None:
-                return replica
+            placed = self.try_acquire(pick)
+            if placed is not None:
+                return placed
         if len(self._waiters) >= self._settings.queue_size:
             raise Rejected("queue_full", "the proxy's wait queue is full; retry shortly")
-        waiter = _Waiter(pick)
+        waiter: _Waiter[P] = _Waiter(pick)
         self._waiters.append(waiter)
         timer = self._clock.call_later(self._settings.queue_timeout_s, lambda: self._expire(waiter))
         try:
@@ -97,9 +111,9 @@ class Limiter:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    def release(self, replica: Replica) -> None:
+    def release(self, placed: Placement) -> None:
         self.inflight -= 1
-        replica.inflight -= 1
+        placed.replica.inflight -= 1
         if self._waiters:
             self.wake()
 
@@ -115,12 +129,12 @@ class Limiter:
             examined += 1
             if waiter.future.done():
                 continue
-            replica = self.try_acquire(waiter.pick)
-            if replica is not None:
+            placed = self.try_acquire(waiter.pick)
+            if placed is not None:
                 self._waiters.remove(waiter)
-                waiter.future.set_result(replica)
+                waiter.future.set_result(placed)
 
-    def _expire(self, waiter: _Waiter) -> None:
+    def _expire(self, waiter: _Waiter[P]) -> None:
         if not waiter.future.done():
             waiter.future.set_exception(
                 Rejected(

@@ -11,13 +11,13 @@ import logging
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
-from proxy import aggregate
-from proxy.auth import KeyCheck
-from proxy.config import check_replica_url
-from proxy.errors import error_response
-from proxy.handlers import Handler, json_response
-from proxy.upstreams import Replica, ReplicaPool
+from proxy.fleet import views
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
+from proxy.http.auth import KeyCheck
+from proxy.http.responses import error_response, json_response
 
 log = logging.getLogger("proxy.admin")
 
@@ -49,7 +49,7 @@ class Admin:
         ]
 
     async def list(self, request: web.Request) -> web.StreamResponse:
-        return json_response(200, [aggregate.replica_status(r) for r in self._pool])
+        return json_response(200, [views.replica_status(r) for r in self._pool])
 
     async def add(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -57,11 +57,11 @@ class Admin:
             url = data["url"] if isinstance(data, dict) else None
             if not isinstance(url, str):
                 raise ValueError('body must be {"url": "http://host:port"}')
-            replica = self._pool.add(check_replica_url(url))
+            replica = self._pool.add(url)
         except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
             return error_response(400, f"cannot add replica: {exc}")
         log.info("admin: replica %s added", replica.id)
-        return json_response(201, aggregate.replica_status(replica))
+        return json_response(201, views.replica_status(replica))
 
     def _find(self, request: web.Request) -> Replica | web.Response:
         replica = self._pool.get(request.match_info["rid"])
@@ -79,9 +79,9 @@ class Admin:
         replica = self._find(request)
         if isinstance(replica, web.Response):
             return replica
-        self._pool.set_draining(replica, draining)
+        self._pool.drain(replica, draining)
         log.info("admin: replica %s %s", replica.id, "draining" if draining else "undrained")
-        return json_response(200, aggregate.replica_status(replica))
+        return json_response(200, views.replica_status(replica))
 
     async def remove(self, request: web.Request) -> web.StreamResponse:
         replica = self._find(request)
@@ -93,4 +93,4 @@ class Admin:
             replica.id,
             replica.inflight,
         )
-        return json_response(200, aggregate.replica_status(replica))
+        return json_response(200, views.replica_status(replica))

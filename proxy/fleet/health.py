@@ -6,7 +6,8 @@ Rules kept by ``next_state``:
   (PENDING) is admitted on its first good probe;
 - admission is a request, not a fact: the loop first brings the replica in step with the fleet
   (models, paused state, adapters), and only then marks it healthy.
-Passive ejection (connection errors seen by the forwarder) goes through ``ReplicaPool.set_health``.
+The loop applies the result through the pool (``ReplicaPool.eject`` / ``admit``), the one owner
+of replica state; passive ejections (the forwarder, the breaker, fan-out) go the same way.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.client import SYNC_ERRORS, TRANSPORT_ERRORS, UpstreamClient
 from proxy.clock import Clock
 from proxy.config import HealthSettings
-from proxy.upstreams import Health, Replica, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Health, Replica
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.errors import CONTROL_ERRORS, TRANSPORT_ERRORS
 
 log = logging.getLogger("proxy.health")
 
@@ -57,7 +60,7 @@ def next_state(
     return state, Transition.NONE
 
 
-class FleetSync(Protocol):
+class Admission(Protocol):
     """What the monitor needs from the fleet: admission sync and a periodic info refresh."""
 
     async def admit(self, replica: Replica) -> bool: ...
@@ -74,7 +77,7 @@ class HealthMonitor:
         client: UpstreamClient,
         settings: HealthSettings,
         clock: Clock,
-        fleet: FleetSync,
+        fleet: Admission,
     ) -> None:
         self._pool = pool
         self._client = client
@@ -82,6 +85,7 @@ class HealthMonitor:
         self._clock = clock
         self._fleet = fleet
         self._admitting: set[str] = set()
+        self._info_at: dict[str, float] = {}  # replica id -> clock time of its last info refresh
 
     async def run(self) -> None:
         while True:
@@ -89,26 +93,22 @@ class HealthMonitor:
             await self._clock.sleep(self._settings.interval_s)
 
     async def probe_all(self) -> None:
+        for gone in self._info_at.keys() - set(self._pool.ids):
+            del self._info_at[gone]
         await asyncio.gather(*(self.probe(replica) for replica in self._pool))
 
     async def probe(self, replica: Replica) -> None:
         ok, error = await self._check(replica)
         prev = ProbeState(replica.health, replica.ok_streak, replica.fail_streak)
         state, transition = next_state(prev, ok, self._settings)
-        replica.ok_streak, replica.fail_streak = state.ok_streak, state.fail_streak
+        self._pool.note_probe(replica, state.ok_streak, state.fail_streak)
         if transition is Transition.EJECT:
-            log.warning(
-                "replica %s ejected after %d failed probes: %s",
-                replica.id,
-                state.fail_streak,
-                error,
-            )
-            self._pool.set_health(replica, Health.EJECTED, error)
+            self._pool.eject(replica, "probe", f"{error} ({state.fail_streak} in a row)")
         elif transition is Transition.ADMIT and replica.id not in self._admitting:
-            if self._clock.monotonic() >= replica.cooldown_until:
+            if not self._pool.cooling(replica):
                 await self._admit(replica)
         elif not ok and error:
-            replica.last_error = error
+            self._pool.note_error(replica, error)
         elif ok and replica.routable:
             await self._maybe_refresh(replica)
 
@@ -116,21 +116,19 @@ class HealthMonitor:
         self._admitting.add(replica.id)
         try:
             if await self._fleet.admit(replica) and self._pool.get(replica.id) is replica:
-                replica.info_at = self._clock.monotonic()
-                replica.last_error = ""
-                log.info("replica %s admitted", replica.id)
-                self._pool.set_health(replica, Health.HEALTHY)
+                self._info_at[replica.id] = self._clock.monotonic()
+                self._pool.admit(replica)
         finally:
             self._admitting.discard(replica.id)
 
     async def _maybe_refresh(self, replica: Replica) -> None:
         now = self._clock.monotonic()
-        if now - replica.info_at < self._settings.info_refresh_s:
+        if now - self._info_at.get(replica.id, float("-inf")) < self._settings.info_refresh_s:
             return
-        replica.info_at = now
+        self._info_at[replica.id] = now
         try:
             await self._fleet.refresh_info(replica)
-        except SYNC_ERRORS as exc:
+        except CONTROL_ERRORS as exc:
             log.warning("replica %s: info refresh failed: %s", replica.id, exc)
 
     async def _check(self, replica: Replica) -> tuple[bool, str]:

@@ -1,4 +1,6 @@
-"""What TRL reads as one server: ``/health``, ``/server_info`` and ``/v1/models`` of the fleet.
+"""Views of the fleet: what TRL reads as one server, and each replica's status.
+
+What TRL reads as one server: ``/health``, ``/server_info`` and ``/v1/models`` of the fleet.
 
 - ``/health``: 200 while at least one replica can take requests; the body says which are down.
 - ``/server_info``: the first routable replica's answer with ``data_parallel_size`` 1 (TRL would
@@ -6,6 +8,9 @@
   ``max_cpu_loras`` of the routable replicas; ``lora_config`` is null unless every one has LoRA.
 - ``/v1/models``: the base model first (TRL reads ``data[0].max_model_len``), then each adapter
   loaded on any routable replica, once.
+
+``replica_status``: one replica as ``/proxy/status`` and ``/admin/replicas`` show it (a drained
+replica says ``draining`` there as in ``/health``).
 """
 
 from __future__ import annotations
@@ -13,18 +18,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from proxy.upstreams import Replica, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
 
 _LORA_LIMITS = ("max_loras", "max_lora_rank", "max_cpu_loras")
 
 
 def health(pool: ReplicaPool) -> tuple[int, dict[str, Any]]:
     routable = pool.routable()
-    down = {
-        r.id: {"state": "draining" if r.draining else r.health.value, "error": r.last_error}
-        for r in pool
-        if not r.routable
-    }
+    down = {r.id: {"state": r.state, "error": r.last_error} for r in pool if not r.routable}
     status = 200 if routable else 503
     body = {
         "status": "ok" if routable else "unavailable",
@@ -102,7 +104,7 @@ def replica_status(replica: Replica) -> dict[str, Any]:
     return {
         "id": replica.id,
         "url": replica.url,
-        "state": "draining" if replica.draining and replica.routable else replica.health.value,
+        "state": replica.state,
         "routable": replica.routable,
         "draining": replica.draining,
         "inflight": replica.inflight,

@@ -1,47 +1,42 @@
-"""Thin HTTP handlers: authenticate, read, classify, delegate, record.
+"""Thin HTTP handlers: authenticate, read, classify, delegate, record, answer.
 
 Route classes: generation (routed to one replica), fan-out (every routable replica), aggregated
 (answered from the fleet's state), passthrough (an allowlist of vLLM's public routes, to one
-healthy replica), and the proxy's own ``/metrics`` and ``/proxy/status``. Routes outside the
-allowlist are not registered, so aiohttp answers 404 for them.
+healthy replica), and the proxy's own ``/metrics`` and ``/proxy/status``. Services return
+outcomes or raise domain errors; each is turned into an answer here, through
+``proxy.http.responses``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
-from proxy import aggregate
-from proxy.adapters.service import AdapterService
-from proxy.auth import KeyCheck
-from proxy.errors import error_response, model_not_found
-from proxy.fanout import FanOut
-from proxy.fleet import Fleet
-from proxy.forward import Forwarder
-from proxy.limiter import Limiter, Rejected
+from proxy.adapters.service import AdapterService, BadAdapterRequest
+from proxy.dataplane.fanout import FanOut
+from proxy.dataplane.forward import Forwarder, NoAnswer, UpstreamTimeout
+from proxy.dataplane.limiter import Limiter, Rejected
+from proxy.fleet import views
+from proxy.fleet.pool import NoReplica, ReplicaPool
+from proxy.fleet.sync import FleetSync
+from proxy.http import responses
+from proxy.http.auth import KeyCheck
+from proxy.http.responses import Redactor, error_response, json_response
 from proxy.metrics import Metrics
-from proxy.peek import BadBody, peek_generation
-from proxy.routing import Policy, RouteRequest
-from proxy.upstreams import ReplicaPool
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+from proxy.routing.peek import BadBody, peek_generation
+from proxy.routing.policy import Policy, RouteRequest
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
-
-
-def json_response(status: int, payload: object) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json")
 
 
 @dataclass(slots=True)
 class Handlers:
     pool: ReplicaPool
-    fleet: Fleet
+    fleet: FleetSync
     limiter: Limiter
     forwarder: Forwarder
     fanout: FanOut
@@ -50,6 +45,7 @@ class Handlers:
     api_key: KeyCheck
     max_body_bytes: int
     policy: Policy
+    redactor: Redactor
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the inbound key check and request metrics."""
@@ -72,14 +68,10 @@ class Handlers:
             return await request.read()
         except web.HTTPRequestEntityTooLarge:
             self.metrics.record_rejection("too_large")
-            return error_response(
-                413,
-                f"request body is larger than the proxy's limit of {self.max_body_bytes} "
-                "bytes (--max-body-bytes)",
-            )
+            return responses.too_large(self.max_body_bytes)
 
     def generation(self, route: str, prompt_key: bytes) -> Handler:
-        forward = self.forwarder.forward
+        forward = self._forward
 
         async def handle(request: web.Request) -> web.StreamResponse:
             body = await self._read(request)
@@ -93,61 +85,76 @@ class Handlers:
             model = peek.model
             if model is not None and self.fleet.unknown(model):
                 self.metrics.record_rejection("unknown_model")
-                return model_not_found(model)
+                return responses.model_not_found(model)
             headers = request.headers
             key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
             keys = () if key is not None else self.policy.route_keys(peek, model)
-            try:
-                return await forward(request, route, body, RouteRequest(model, key, keys))
-            except Rejected as exc:
-                return self._rejected(exc)
+            return await forward(request, route, body, RouteRequest(model, key, keys))
 
         return handle
 
-    def _rejected(self, exc: Rejected) -> web.Response:
-        self.metrics.record_rejection(exc.reason)
-        return error_response(503, str(exc), headers={"Retry-After": str(exc.retry_after_s)})
+    async def _forward(
+        self, request: web.Request, route: str, body: bytes, facts: RouteRequest
+    ) -> web.StreamResponse:
+        try:
+            return await self.forwarder.forward(request, route, body, facts)
+        except Rejected as exc:
+            self.metrics.record_rejection(exc.reason)
+            return responses.rejected(str(exc), exc.retry_after_s)
+        except NoAnswer as exc:
+            return responses.no_answer(self.redactor.text(str(exc)))
+        except UpstreamTimeout as exc:
+            return responses.upstream_timeout(str(exc))
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
         if isinstance(body, web.Response):
             return body
-        try:
-            return await self.forwarder.forward(request, "passthrough", body, RouteRequest(None))
-        except Rejected as exc:
-            return self._rejected(exc)
+        return await self._forward(request, "passthrough", body, RouteRequest(None))
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
-        return body if isinstance(body, web.Response) else await self.adapters.load(body)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            result = await self.adapters.load(body)
+        except BadAdapterRequest as exc:
+            return error_response(400, str(exc), param=exc.param)
+        except NoReplica:
+            return responses.no_replica()
+        return self.redactor.load_answer(result)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
-        return body if isinstance(body, web.Response) else await self.adapters.unload(body)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            result = await self.adapters.unload(body)
+        except BadAdapterRequest as exc:
+            return error_response(400, str(exc), param=exc.param)
+        return responses.unload_answer(result)
 
     async def control(self, request: web.Request) -> web.StreamResponse:
-        return await self.fanout.control(request.path, request.query_string)
+        try:
+            outcomes = await self.fanout.control(request.path, request.query_string)
+        except NoReplica:
+            return responses.no_replica()
+        return self.redactor.control_answer(request.path, outcomes)
 
     async def health(self, request: web.Request) -> web.StreamResponse:
-        status, body = aggregate.health(self.pool)
+        status, body = views.health(self.pool)
         return json_response(status, body)
 
     async def server_info(self, request: web.Request) -> web.StreamResponse:
-        info = aggregate.server_info(self.pool)
+        info = views.server_info(self.pool)
         if info is None:
-            return error_response(
-                503,
-                "no routable replica has reported its server info yet",
-                headers={"Retry-After": "1"},
-            )
+            return responses.not_reported("reported its server info")
         return json_response(200, info)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
-        listing = aggregate.models(self.pool)
+        listing = views.models(self.pool)
         if listing is None:
-            return error_response(
-                503, "no routable replica has listed its models yet", headers={"Retry-After": "1"}
-            )
+            return responses.not_reported("listed its models")
         return json_response(200, listing)
 
     async def metrics_page(self, request: web.Request) -> web.StreamResponse:
@@ -166,9 +173,9 @@ class Handlers:
                 "queued": self.limiter.queued,
                 "max_inflight": self.limiter.overall_cap(),
                 "max_inflight_per_replica": self.limiter.per_replica,
-                "paused": self.fleet.pause_query is not None,
+                "paused": self.fleet.paused,
                 "adapters": self.adapters.status(),
-                "replicas": [aggregate.replica_status(r) for r in self.pool],
+                "replicas": [views.replica_status(r) for r in self.pool],
                 "tasks": len(asyncio.all_tasks()),
             },
         )

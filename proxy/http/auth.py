@@ -7,7 +7,7 @@ import hmac
 from aiohttp import web
 from pydantic import SecretStr
 
-from proxy.errors import error_response
+from proxy.http.responses import error_response
 
 
 class KeyCheck:

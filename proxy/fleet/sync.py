@@ -2,38 +2,69 @@
 
 The proxy is the only writer of the state changes TRL makes (adapters, paused or not), so it
 remembers them and replays them into a replica that joins or comes back from ejection before
-that replica takes traffic. ``epoch`` (with the registry's) counts changes, so a sync that raced
-a pause, a resume or an adapter load runs again.
+that replica takes traffic. ``epoch`` (with the adapter window's) counts changes, so a sync that
+raced a pause, a resume or an adapter load runs again.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Protocol
 
-from proxy.adapters.service import AdapterService
-from proxy.client import SYNC_ERRORS, UpstreamClient
-from proxy.replica_info import max_loras, refresh_info
-from proxy.upstreams import Replica, ReplicaPool
+from proxy.fleet.info import max_loras, refresh_info
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.errors import CONTROL_ERRORS
 
 log = logging.getLogger("proxy.fleet")
 
 _SYNC_ROUNDS = 3
 
 
-class Fleet:
-    def __init__(self, pool: ReplicaPool, client: UpstreamClient, adapters: AdapterService):
+class NotInStep(Exception):
+    """A replica could not be brought in step with the fleet (the message says why)."""
+
+
+_SYNC_ERRORS: tuple[type[BaseException], ...] = (*CONTROL_ERRORS, NotInStep)
+
+
+class AdapterWindow(Protocol):
+    """What the sync needs from the adapter service."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def knows(self, name: str) -> bool: ...
+
+    def limit(self, max_loras: int | None) -> None: ...
+
+    async def admit(self, replica: Replica) -> bool: ...
+
+
+class FleetSync:
+    def __init__(self, pool: ReplicaPool, client: UpstreamClient, adapters: AdapterWindow):
         self.pool = pool
         self.client = client
         self.adapters = adapters
-        self.pause_query: str | None = None  # the query string of the last /pause, while paused
+        self._pause_query: str | None = None  # the query string of the last /pause, while paused
         self._bases: set[str] = set()  # base models replicas have listed
         self.epoch = 0
 
-    def changed(self) -> None:
+    @property
+    def paused(self) -> bool:
+        return self._pause_query is not None
+
+    def control_applied(self, path: str, query: str) -> None:
+        """``/pause``, ``/resume`` or ``/reset_prefix_cache`` went to the fleet: remember it."""
+        if path == "/pause":
+            self._pause_query = f"?{query}" if query else ""
+        elif path == "/resume":
+            self._pause_query = None
         self.epoch += 1
 
     def _epoch(self) -> tuple[int, int]:
-        return self.epoch, self.adapters.registry.epoch
+        return self.epoch, self.adapters.epoch
 
     def unknown(self, model: str) -> bool:
         """True only when the fleet has listed its models and none serves or loads ``model``.
@@ -47,14 +78,11 @@ class Fleet:
         return not any(replica.serves(model) for replica in self.pool)
 
     async def refresh_info(self, replica: Replica) -> None:
-        await refresh_info(self.client, replica)
+        await refresh_info(self.client, self.pool, replica)
         if replica.base_model is not None:
             self._bases.add(replica.base_model)
-        self._update_limits()
-
-    def _update_limits(self) -> None:
         limits = [m for m in map(max_loras, self.pool) if m is not None]
-        self.adapters.registry.max_loras = min(limits) if limits else None
+        self.adapters.limit(min(limits) if limits else None)
 
     async def admit(self, replica: Replica) -> bool:
         """Bring ``replica`` in step (models, adapters, paused); True when it may take traffic."""
@@ -63,20 +91,20 @@ class Fleet:
                 epoch = self._epoch()
                 await self.refresh_info(replica)
                 if not await self.adapters.admit(replica):
-                    raise RuntimeError(replica.last_error or "adapter window not loaded")
+                    raise NotInStep(replica.last_error or "adapter window not loaded")
                 await self._replay_pause(replica)
                 if epoch == self._epoch():  # nothing changed meanwhile: the replica is in step
                     return True
-        except SYNC_ERRORS as exc:
+        except _SYNC_ERRORS as exc:
             error = f"sync failed: {exc}"
             if error != replica.last_error:  # say it once, not on every probe
                 log.warning("replica %s not admitted: %s", replica.id, error)
-            replica.last_error = error
+            self.pool.note_error(replica, error)
             return False
         return False
 
     async def _replay_pause(self, replica: Replica) -> None:
-        if self.pause_query is not None:
-            reply = await self.client.call(replica, "POST", "/pause" + self.pause_query)
+        if self._pause_query is not None:
+            reply = await self.client.call(replica, "POST", "/pause" + self._pause_query)
             if reply.status != 200:
-                raise RuntimeError(f"replaying pause answered HTTP {reply.status}")
+                raise NotInStep(f"replaying pause answered HTTP {reply.status}")

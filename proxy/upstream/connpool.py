@@ -7,10 +7,10 @@ Leaving the block returns a connection whose answer was read to the end to the p
 (an error, a cancelled handler, a body left unread) is aborted, which is how a client's
 disconnect reaches the replica and cancels the generation there.
 
-- Idle connections are reused last-in first-out and closed after ``idle_s`` (4 s, below
-  uvicorn's 5 s keep-alive, so the replica does not close one as a request goes out on it). A
-  reused connection that the replica closed anyway before answering a byte is retried once on a
-  fresh connection; that is a stale keep-alive, not a failed replica.
+- Idle connections are reused last-in first-out and closed after ``idle_s`` (the client's
+  ``KEEPALIVE_S``, below uvicorn's 5 s keep-alive, so the replica does not close one as a request
+  goes out on it). A reused connection that the replica closed anyway before answering a byte is
+  retried once on a fresh connection; that is a stale keep-alive, not a failed replica.
 - ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
   bounds the whole request, body included (``TimeoutError``).
 - https:// replicas are reached over TLS with the given context; the URL's path, if any, is
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import urlsplit
 
-from proxy.connection import ConnectError, Connection, ConnectTimeout, Disconnected
+from proxy.upstream.connection import Connection
+from proxy.upstream.errors import ConnectError, ConnectTimeout, Disconnected
 
 USER_AGENT = "rollout-proxy"
 
@@ -48,7 +49,7 @@ class ConnectionPool:
         *,
         connect_timeout_s: float,
         request_timeout_s: float,
-        idle_s: float = 4.0,
+        idle_s: float,
         tls: ssl.SSLContext | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -95,23 +96,21 @@ class ConnectionPool:
     # -- internals --------------------------------------------------------------------------
 
     def _origin(self, url: str) -> Origin:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
+        parts = urlsplit(url)  # validated once where it entered (config.check_replica_url)
         https = parts.scheme == "https"
         port = parts.port or (443 if https else 80)
         host_header = parts.netloc.rpartition("@")[2]
         head = f"Host: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n{self._extra}"
         return Origin(
             key=f"{parts.scheme}://{host_header}",
-            host=parts.hostname,
+            host=parts.hostname or "",
             port=port,
             tls=(self._tls or ssl.create_default_context()) if https else None,
             prefix=parts.path.rstrip("/").encode("latin-1"),
             head=head.encode("latin-1"),
         )
 
-    def _take(self, origin: Origin) -> Connection | None:
+    def _take_idle(self, origin: Origin) -> Connection | None:
         idle = self._idle.get(origin.key)
         if not idle:
             return None
@@ -129,6 +128,25 @@ class ConnectionPool:
         if idle is None:
             idle = self._idle[connection.origin_key] = []
         idle.append(connection)
+
+    async def open(self, origin: Origin, wire: bytes) -> Connection:
+        """Send ``wire`` on an idle connection to ``origin`` or a new one; returns the connection
+        once the answer's head has arrived. A reused connection that the replica closed before
+        answering a byte (a stale keep-alive) is retried once on a fresh connection."""
+        deadline = self._loop.time() + self.request_timeout_s
+        connection = self._take_idle(origin)
+        if connection is not None:
+            try:
+                return await _send(connection, wire, deadline)
+            except Disconnected:
+                if connection.received:
+                    raise
+        return await _send(await self._connect(origin, deadline), wire, deadline)
+
+    def release(self, connection: Connection) -> None:
+        """End a request: keep the connection for the next one if its answer was read whole."""
+        if connection.finish():
+            self._put(connection)
 
     async def _connect(self, origin: Origin, deadline: float) -> Connection:
         timeout = min(self.connect_timeout_s, max(deadline - self._loop.time(), 0.0))
@@ -164,6 +182,15 @@ class ConnectionPool:
         self._sweeper = self._loop.call_later(self.idle_s / 2, self._sweep)
 
 
+async def _send(connection: Connection, wire: bytes, deadline: float) -> Connection:
+    try:
+        await connection.exchange(wire, deadline)
+    except BaseException:
+        connection.finish()
+        raise
+    return connection
+
+
 class Request:
     """One request on a pooled connection: ``async with`` it for the answer's connection."""
 
@@ -176,27 +203,8 @@ class Request:
         self._connection: Connection | None = None
 
     async def __aenter__(self) -> Connection:
-        pool = self._pool
-        deadline = pool._loop.time() + pool.request_timeout_s
-        connection = pool._take(self._origin)
-        if connection is not None:
-            try:
-                return await self._send(connection, deadline)
-            except Disconnected:
-                if connection.received:
-                    raise
-                # A stale keep-alive: the replica closed it as the request went out. Once more
-                # on a fresh connection.
-        return await self._send(await pool._connect(self._origin, deadline), deadline)
-
-    async def _send(self, connection: Connection, deadline: float) -> Connection:
-        self._connection = connection
-        try:
-            await connection.exchange(self._wire, deadline)
-        except BaseException:
-            connection.finish()
-            raise
-        return connection
+        self._connection = await self._pool.open(self._origin, self._wire)
+        return self._connection
 
     async def __aexit__(
         self,
@@ -204,6 +212,5 @@ class Request:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        connection = self._connection
-        if connection is not None and connection.finish():
-            self._pool._put(connection)
+        if self._connection is not None:
+            self._pool.release(self._connection)

@@ -1,0 +1,75 @@
+"""Reading a replica's own view: its models (base and adapters) and its server info.
+
+``parse_models`` is pure (a vLLM ``/v1/models`` answer -> what the pool records);
+``refresh_info`` asks the replica and hands the result to the pool, the owner of replica state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.replica import Replica
+from proxy.upstream.client import UpstreamClient
+from proxy.upstream.errors import ReplyError
+
+
+@dataclass(frozen=True, slots=True)
+class Models:
+    base_model: str
+    max_model_len: int | None
+    adapters: dict[str, str]  # lora name -> path (vLLM's ``root``)
+    entries: list[dict[str, Any]]
+
+
+async def refresh_info(client: UpstreamClient, pool: ReplicaPool, replica: Replica) -> None:
+    """Read the replica's models and server info. Raises ``CONTROL_ERRORS`` on failure."""
+    models = await client.call(replica, "GET", "/v1/models")
+    if models.status == 401:
+        raise ReplyError("/v1/models answered HTTP 401: check --upstream-token")
+    if models.status != 200:
+        raise ReplyError(f"/v1/models answered HTTP {models.status}")
+    parsed = parse_models(models.json())
+    pool.set_models(
+        replica,
+        base_model=parsed.base_model,
+        max_model_len=parsed.max_model_len,
+        adapters=parsed.adapters,
+        entries=parsed.entries,
+    )
+    info = await client.call(replica, "GET", "/server_info?config_format=json")
+    pool.set_server_info(replica, info.json() if info.status == 200 else None)
+
+
+def max_loras(replica: Replica) -> int | None:
+    """``lora_config.max_loras`` from the replica's server info, if it reported one."""
+    config = (replica.server_info or {}).get("vllm_config")
+    lora = config.get("lora_config") if isinstance(config, dict) else None
+    value = lora.get("max_loras") if isinstance(lora, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def parse_models(listing: Any) -> Models:
+    """The base model and adapters in a vLLM ``/v1/models`` answer; ``ReplyError`` if malformed."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        raise ReplyError("/v1/models answer has no 'data' list")
+    adapters: dict[str, str] = {}
+    base: dict[str, Any] | None = None
+    for entry in data:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            continue
+        if entry.get("parent") is not None:
+            adapters[entry["id"]] = str(entry.get("root") or "")
+        elif base is None:
+            base = entry
+    if base is None:
+        raise ReplyError("/v1/models lists no base model")
+    length = base.get("max_model_len")
+    return Models(
+        base_model=base["id"],
+        max_model_len=length if isinstance(length, int) else None,
+        adapters=adapters,
+        entries=[e for e in data if isinstance(e, dict)],
+    )

@@ -1,0 +1,40 @@
+"""The route table: every path the proxy answers, and the handler behind it.
+
+Only an allowlist of vLLM's public routes is registered; anything else (vLLM's dev-mode control
+routes included) is answered 404 by aiohttp.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from proxy.http.admin import Admin
+from proxy.http.handlers import Handlers
+
+PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
+PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
+CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
+
+
+def add_routes(app: web.Application, h: Handlers, admin: Admin) -> None:
+    g = h.guarded
+    router = app.router
+    router.add_post("/v1/completions", g("completions", h.generation("completions", b"prompt")))
+    router.add_post(
+        "/v1/chat/completions",
+        g("chat_completions", h.generation("chat_completions", b"messages")),
+    )
+    router.add_post("/v1/load_lora_adapter", g("load_lora_adapter", h.load))
+    router.add_post("/v1/unload_lora_adapter", g("unload_lora_adapter", h.unload))
+    for path in CONTROL:
+        router.add_post(path, g(path.lstrip("/"), h.control))
+    router.add_get("/health", g("health", h.health, open_route=True))
+    router.add_get("/server_info", g("server_info", h.server_info))
+    router.add_get("/v1/models", g("models", h.models))
+    router.add_get("/metrics", g("metrics", h.metrics_page))
+    router.add_get("/proxy/status", g("status", h.status))
+    for path in PASSTHROUGH_GET:
+        router.add_get(path, g("passthrough", h.passthrough))
+    for path in PASSTHROUGH_POST:
+        router.add_post(path, g("passthrough", h.passthrough))
+    app.add_routes(admin.routes())

@@ -1,0 +1,58 @@
+"""The policy interface and the facts a policy may read: candidates, the request, a decision."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.routing.peek import Peek
+
+
+class Candidate(Protocol):
+    """What a policy may know of a replica: its id and its current in-flight count."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def inflight(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """Routing facts of one request."""
+
+    model: str | None
+    routing_key: str | None = None  # from X-Routing-Key / X-Session-ID
+    keys: tuple[int, ...] = ()  # content keys, one per prompt (see routing.keys)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The replicas that may take the request now, and every member of the pool by id."""
+
+    candidates: Sequence[Candidate]  # eligible, with a free slot; never empty
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    replica_id: str
+    reason: str
+
+
+class Policy(Protocol):
+    name: str
+
+    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
+        """Content keys of a request; policies that do not use them return ()."""
+        ...
+
+    def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
+        """Choose one of ``snapshot.candidates``."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Sizes of the policy's tracked state, for gauges."""
+        ...

@@ -1,0 +1,201 @@
+"""One HTTP/1.1 keep-alive connection to a replica, and the answer being read on it.
+
+The generation path's upstream leg, kept lean on purpose: the request goes out as one write of
+bytes the caller prepared (request line, headers, the client's original body), and the answer
+is read by ``parser.AnswerParser`` (pure: bytes in, events out) just enough to pass it on. A
+whole answer that arrives in one read is complete without another wake-up of the reader.
+Everything else about HTTP (redirects, cookies, compression, proxies) is deliberately absent: a
+replica is a vLLM server or a stand-in for one.
+
+Failures are ``WireError`` subclasses (``proxy.upstream.errors``): ``Disconnected`` (the
+connection closed or reset before the answer was complete) and ``BadAnswer`` (not HTTP/1.x the
+parser accepts). A request's total time limit is enforced here (``TimeoutError``), so the caller
+needs no timer of its own. Reading from the replica pauses while more than ``PAUSE_AT`` bytes of
+a streamed answer wait for the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Final, cast
+
+from proxy.upstream.errors import BadAnswer, Disconnected
+from proxy.upstream.parser import AnswerParser, Head
+
+PAUSE_AT: Final = 1 << 20  # unread streamed bytes that pause reading from the replica
+RESUME_AT: Final = 1 << 18
+
+
+class Connection(asyncio.Protocol):
+    """An asyncio protocol carrying one request at a time; reusable when an answer completes."""
+
+    def __init__(self, origin_key: str) -> None:
+        self.origin_key = origin_key
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._loop = asyncio.get_running_loop()
+        self._parser = AnswerParser(self)
+        self._parts: deque[bytes] = deque()
+        self._unread = 0  # bytes in _parts
+        self._paused = False
+        self._streaming = False  # the body is consumed as it arrives: reading may pause
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._headed = False  # the current answer's head has arrived
+        self.received = False  # any byte of the current answer has arrived
+        # The current answer's head:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.content_length: int | None = None
+        self.keep_alive = True
+
+    # -- the parser's events ------------------------------------------------------------------
+
+    def on_head(self, head: Head) -> None:
+        self.status = head.status
+        self.headers = head.headers
+        self.content_length = head.content_length
+        self.keep_alive = head.keep_alive
+        self._headed = True
+
+    def on_body(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._unread += len(data)
+        if self._streaming and not self._paused and self._unread >= PAUSE_AT:
+            assert self.transport is not None
+            self._paused = True
+            self.transport.pause_reading()
+
+    def on_complete(self) -> None:
+        pass  # ``done`` on the parser says so; the waiter is woken after the feed
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self._parser.feed_eof() and self._error is None:
+            self._error = Disconnected(
+                f"connection closed by the replica ({type(exc).__name__ if exc else 'EOF'})"
+                if self.received
+                else "connection closed before any answer"
+            )
+        self._wake()
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser.done:
+            self.abort()  # bytes nobody asked for: the connection cannot be trusted any more
+            return
+        self.received = True
+        try:
+            self._parser.feed(data)
+        except BadAnswer as exc:
+            self._error = exc
+            self.abort()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost settles the answer
+
+    # -- the request ------------------------------------------------------------------------
+
+    async def exchange(self, request: bytes, deadline: float) -> None:
+        """Send ``request``; return once the answer's head has arrived (``status``, ...)."""
+        assert self.transport is not None
+        if self.closed:
+            raise Disconnected("connection closed before any answer")
+        self._parser.start()
+        self._headed = False
+        self.received = False
+        self._error = None
+        self._parts.clear()
+        self._unread = 0
+        self._streaming = False
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()
+        self._timer = self._loop.call_at(deadline, self._expire)
+        self.transport.write(request)
+        while not self._headed:
+            await self._wait()
+
+    @property
+    def complete(self) -> bool:
+        return self._parser.done and self._error is None
+
+    async def read(self) -> bytes:
+        """The whole body (the caller reads either this way or through ``chunks``)."""
+        while not self._parser.done:
+            await self._wait()
+        self._raise_error()
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, chunk coding removed. Reading from the replica pauses while
+        more than ``PAUSE_AT`` bytes wait for the caller."""
+        self._streaming = True
+        while True:
+            while self._parts:
+                part = self._parts.popleft()
+                self._unread -= len(part)
+                if self._paused and self._unread <= RESUME_AT and self.transport is not None:
+                    self._paused = False
+                    self.transport.resume_reading()
+                yield part
+            if self._parser.done:
+                self._raise_error()
+                return
+            await self._wait()
+
+    def finish(self) -> bool:
+        """End the request. True if the connection may carry another one."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        reusable = self.complete and self.keep_alive and not self.closed and not self._parts
+        if not reusable:
+            self._parser.stop()
+            self.abort()
+        return reusable
+
+    def abort(self) -> None:
+        """Drop the connection at once (the replica sees a disconnect and stops generating)."""
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _wait(self) -> None:
+        self._raise_error()
+        waiter = self._loop.create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+        self._raise_error()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _expire(self) -> None:
+        self._timer = None
+        if not self._parser.done:
+            self._error = TimeoutError("the replica did not finish its answer in time")
+            self.abort()
+            self._wake()

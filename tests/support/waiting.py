@@ -1,0 +1,36 @@
+"""Waiting on conditions in tests: poll a condition every 10 ms, fail with what was awaited.
+
+Tests wait on events and states, never on fixed sleeps; the timeouts are generous bounds for a
+busy machine, not expected durations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+POLL_S = 0.01
+
+
+async def wait_for(
+    predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition"
+) -> None:
+    """Until ``predicate()`` (sync) is true; AssertionError after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(POLL_S)
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 5.0, what: str = "condition"
+) -> None:
+    """Until ``await check()`` is true; AssertionError after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(POLL_S)
