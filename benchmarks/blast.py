@@ -3,8 +3,8 @@
 ``concurrency`` workers each send TRL-shaped completion requests back to back until ``requests``
 have been sent; prints one JSON line: count, errors, wall time, latency samples summary and the
 process's own CPU time, so the suite can check the generator is not the bottleneck. It sends
-through the proxy's own keep-alive client (``proxy.upstream.connpool``), which costs a fraction of an
-aiohttp client session per request.
+through the proxy's own keep-alive client (``proxy.upstream.connpool``), which costs a fraction
+of an aiohttp client session per request.
 
     python -m benchmarks.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
 """

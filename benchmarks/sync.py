@@ -21,6 +21,7 @@ import aiohttp
 
 from benchmarks.loopback import serve, write_adapter
 from proxy.app import POOL, build_app
+from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 
@@ -38,7 +39,7 @@ async def run_point(lag_s: float, replicas: int, repeats: int, seed: int) -> dic
             {"replicas": urls, "health_interval": 0.2, "adapter_window": repeats + 1}
         )
         app = build_app(settings)
-        proxy_url = await stack.enter_async_context(serve(app))
+        proxy_url = await stack.enter_async_context(serve_proxy(app))
         session = await stack.enter_async_context(aiohttp.ClientSession())
         while len(app[POOL].routable()) < replicas:
             await _sleep(0.02)

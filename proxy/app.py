@@ -34,10 +34,12 @@ from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.sync import FleetSync
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
+from proxy.http.bodies import BodyBudget
 from proxy.http.handlers import Handlers
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
-from proxy.logs import secret_values
+from proxy.http.server import ClientErrorLog, Guard, serving
+from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics import Metrics
 from proxy.routing.factory import build_policy
 from proxy.upstream.client import UpstreamClient
@@ -53,10 +55,9 @@ CLIENT = web.AppKey("client", UpstreamClient)
 ADAPTERS = web.AppKey("adapters", AdapterService)
 WATCHER = web.AppKey("watcher", Watcher)
 DISCOVERY = web.AppKey("discovery", JobsDiscovery)
-
-# How the app must be served (cli and tests alike): aiohttp cancels a handler whose client has
-# gone, which is what closes the upstream request and so cancels the generation on the replica.
-RUNNER_OPTIONS: dict[str, Any] = {"handler_cancellation": True, "access_log": None}
+GUARD = web.AppKey("guard", Guard)
+CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
+SETTINGS = web.AppKey("settings", Settings)
 
 
 def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
@@ -83,11 +84,13 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         policy.stats,
         lambda: adapters.stats(),
     )
+    failed = BackgroundErrors(metrics.record_background_error)
     adapters = AdapterService(
         broadcaster,
         metrics,
         lambda replica: fleet.refresh_info(replica),
         has_source=source is not None,
+        failed=failed,
     )
     fleet = FleetSync(pool, client, adapters)
     breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
@@ -103,7 +106,8 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         request_timeout_s=upstream.request_timeout_s,
     )
     fanout = FanOut(pool, client, fleet)
-    monitor = HealthMonitor(pool, client, settings.health, clock, fleet)
+    monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
+    guard = Guard(settings.client, metrics.record_rejection)
     handlers = Handlers(
         pool=pool,
         fleet=fleet,
@@ -113,12 +117,17 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         adapters=adapters,
         metrics=metrics,
         api_key=KeyCheck(settings.api_key, "API"),
-        max_body_bytes=settings.max_body_bytes,
+        client=settings.client,
         policy=policy,
         redactor=Redactor(secret_values(settings)),
+        guard=guard,
+        bodies=BodyBudget(settings.client.max_body_bytes_in_flight),
     )
 
-    app = web.Application(client_max_size=settings.max_body_bytes)
+    app = web.Application(client_max_size=settings.client.max_body_bytes)
+    app[SETTINGS] = settings
+    app[GUARD] = guard
+    app[CLIENT_LOG] = ClientErrorLog(metrics.record_bad_input, clock.monotonic)
     app[POOL] = pool
     app[FLEET] = fleet
     app[LIMITER] = limiter
@@ -127,13 +136,14 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     app[CLIENT] = client
     app[ADAPTERS] = adapters
     if source is not None:
-        app[WATCHER] = Watcher(source, clock, adapters.source_changed)
+        app[WATCHER] = Watcher(source, clock, adapters.source_changed, failed)
     if settings.discover is not None:
         token = upstream.token
         app[DISCOVERY] = JobsDiscovery(
             settings.discover,
             pool,
             clock,
+            failed=failed,
             interval_s=settings.discover_interval,
             endpoint=settings.hub_endpoint,
             token=token.get_secret_value() if token is not None else None,
@@ -188,6 +198,25 @@ async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _health_ctx(app: web.Application) -> AsyncIterator[None]:
     async with _running(app[HEALTH].run(), "health-monitor"):
         yield
+
+
+def serve(
+    app: web.Application,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    shutdown_timeout: float = 2.0,
+) -> contextlib.AbstractAsyncContextManager[str]:
+    """Serve an app ``build_app`` made, with its connection guard and client-error log."""
+    return serving(
+        app,
+        app[GUARD],
+        app[CLIENT_LOG],
+        app[SETTINGS].client,
+        host=host,
+        port=port,
+        shutdown_timeout=shutdown_timeout,
+    )
 
 
 def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source | None:

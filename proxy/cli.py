@@ -14,11 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from aiohttp import web
 from pydantic import ValidationError
 
-from proxy.app import RUNNER_OPTIONS, build_app
+from proxy.app import build_app
+from proxy.app import serve as serve_app
 from proxy.config import Settings, describe_error, env_name, flat_fields
+from proxy.http.server import raise_fd_limit
 from proxy.logs import configure_logging
 
 _HELP = {
@@ -74,37 +75,38 @@ def load_settings(argv: Sequence[str]) -> Settings:
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then stop accepting and let in-flight requests finish."""
     app = build_app(settings)
-    runner = web.AppRunner(
-        app,
-        handle_signals=False,
-        shutdown_timeout=settings.shutdown_timeout,
-        **RUNNER_OPTIONS,
-    )
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, backlog=4096)
-    await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    log.info(
-        "rollout-proxy listening on http://%s:%d with %d replica(s)",
-        settings.host,
-        settings.port,
-        len(settings.replicas),
-    )
-    print(f"proxy ready on http://{settings.host}:{settings.port}", flush=True)
-    await stop.wait()
-    log.info(
-        "shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout
-    )
-    await runner.cleanup()
+    host, port = settings.host, settings.port
+    async with serve_app(
+        app, host=host, port=port, shutdown_timeout=settings.shutdown_timeout
+    ) as url:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("rollout-proxy listening on %s with %d replica(s)", url, len(settings.replicas))
+        print(f"proxy ready on {url}", flush=True)
+        await stop.wait()
+        log.info(
+            "shutting down: finishing in-flight requests (up to %.0f s)", settings.shutdown_timeout
+        )
     log.info("shutdown complete")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     settings = load_settings(sys.argv[1:] if argv is None else argv)
     configure_logging(settings)
+    soft, _ = raise_fd_limit()
+    needed = settings.client.max_connections + 2 * settings.limits.max_inflight_per_replica * max(
+        len(settings.replicas), 1
+    )
+    if soft < needed:
+        log.warning(
+            "the open-files limit is %d, below the %d that --max-client-connections and the "
+            "replicas' connections may need: raise it (ulimit -n) or lower "
+            "--max-client-connections",
+            soft,
+            needed,
+        )
     if not settings.replicas:
         log.warning("no replicas configured: add some with --replicas or the admin API")
     try:

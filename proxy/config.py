@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -67,6 +68,30 @@ class UpstreamSettings(BaseModel):
     max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
     breaker_failures: Annotated[int, Field(ge=1)] = 5
     breaker_cooldown_s: PositiveFloat = 10.0
+    max_answer_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+
+
+class ClientSettings(BaseModel):
+    """What one client (or many) may cost the proxy: connections, time, memory, CPU."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_connections: Annotated[int, Field(ge=1)] = 4096
+    keepalive_timeout_s: PositiveFloat = 75.0
+    head_timeout_s: PositiveFloat = 10.0
+    body_timeout_s: PositiveFloat = 60.0
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
+    max_body_bytes_in_flight: Annotated[int, Field(ge=1024)] = 1024 * 1024 * 1024
+    max_prompt_elements: Annotated[int, Field(ge=16)] = 16_384
+
+    @model_validator(mode="after")
+    def _budget_holds_a_body(self) -> ClientSettings:
+        if self.max_body_bytes_in_flight < self.max_body_bytes:
+            raise ValueError(
+                "--max-body-bytes-in-flight must be at least --max-body-bytes "
+                f"({self.max_body_bytes})"
+            )
+        return self
 
 
 class AdapterSettings(BaseModel):
@@ -111,6 +136,14 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "max_attempts": ("upstream", "max_attempts"),
     "breaker_failures": ("upstream", "breaker_failures"),
     "breaker_cooldown": ("upstream", "breaker_cooldown_s"),
+    "max_answer_bytes": ("upstream", "max_answer_bytes"),
+    "max_client_connections": ("client", "max_connections"),
+    "client_keepalive_timeout": ("client", "keepalive_timeout_s"),
+    "client_head_timeout": ("client", "head_timeout_s"),
+    "client_body_timeout": ("client", "body_timeout_s"),
+    "max_body_bytes": ("client", "max_body_bytes"),
+    "max_body_bytes_in_flight": ("client", "max_body_bytes_in_flight"),
+    "max_prompt_elements": ("client", "max_prompt_elements"),
     "adapters_dir": ("adapters", "dir"),
     "adapters_bucket": ("adapters", "bucket"),
     "adapters_mount": ("adapters", "mount_path"),
@@ -127,7 +160,7 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "template_threshold": ("policy", "template_threshold"),
     "max_tracked": ("policy", "max_tracked"),
 }
-_NESTED = ("health", "limits", "upstream", "policy", "adapters")
+_NESTED = ("health", "limits", "upstream", "client", "policy", "adapters")
 
 
 class Settings(BaseSettings):
@@ -142,7 +175,6 @@ class Settings(BaseSettings):
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     api_key: SecretStr | None = None
     admin_key: SecretStr | None = None
-    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -154,6 +186,7 @@ class Settings(BaseSettings):
     health: HealthSettings = HealthSettings()
     limits: LimitSettings = LimitSettings()
     upstream: UpstreamSettings = UpstreamSettings()
+    client: ClientSettings = ClientSettings()
     adapters: AdapterSettings = AdapterSettings()
 
     @field_validator("replicas", mode="before")
@@ -212,13 +245,34 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+_URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def hide_credentials(text: str) -> str:
+    """``text`` with the ``user:password@`` part of any URL in it replaced by ``***@``."""
+    return _URL_CREDENTIALS.sub("***@", text)
+
+
 def check_replica_url(url: str) -> str:
-    """Raise ValueError unless ``url`` is an absolute http(s) URL with a host."""
+    """Raise ValueError unless ``url`` is an absolute http(s) URL with a host, a valid port, and
+    no credentials, query or fragment. Messages never show credentials."""
+    shown = hide_credentials(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"replica URL {url!r} must look like http://HOST:PORT or https://HOST")
+        raise ValueError(f"replica URL {shown!r} must look like http://HOST:PORT or https://HOST")
+    if "@" in parts.netloc:
+        raise ValueError(
+            f"replica URL {shown!r} must not carry credentials (user:password@): "
+            "give the token with --upstream-token (PROXY_UPSTREAM_TOKEN) instead"
+        )
     if parts.query or parts.fragment:
-        raise ValueError(f"replica URL {url!r} must not carry a query or fragment")
+        raise ValueError(f"replica URL {shown!r} must not carry a query or fragment")
+    try:
+        parts.port  # noqa: B018  (urlsplit checks the port only when asked)
+    except ValueError as exc:
+        raise ValueError(f"replica URL {shown!r} has a bad port: {exc}") from None
+    if any(ord(c) < 33 or ord(c) > 126 for c in url):
+        raise ValueError(f"replica URL {shown!r} must be printable ASCII without spaces")
     return url
 
 
@@ -319,8 +373,8 @@ def describe_error(error: ValidationError) -> str:
         given = item.get("input")
         if flat == "policy" and isinstance(given, dict):
             given = given.get("kind")
-        shown = "***" if flat in _SECRET_FIELDS else repr(given)
-        message = item["msg"]
+        shown = "***" if flat in _SECRET_FIELDS else hide_credentials(repr(given))
+        message = hide_credentials(item["msg"])
         if loc[0] == "policy" and item["type"] == "extra_forbidden":
             message = "this setting applies only to --policy prefix"
         flag = "--" + flat.replace("_", "-")

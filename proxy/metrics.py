@@ -21,6 +21,31 @@ from proxy.fleet.replica import Health
 from proxy.tally import Spread, Tally, TallyCollector
 
 PREFIX = "rollout_proxy_"
+# Fixed label sets, exported from the start (at 0) so dashboards and alerts always find them.
+REJECTION_REASONS = (
+    "queue_full",
+    "queue_timeout",
+    "too_large",
+    "bad_request",
+    "unauthorized",
+    "unknown_model",
+    "upstream_failed",
+    "too_many_connections",
+    "body_budget",
+    "body_timeout",
+    "local_resources",
+)
+BAD_INPUT_KINDS = (
+    "too_long",
+    "bad_method",
+    "bad_request_line",
+    "bad_target",
+    "bad_header",
+    "bad_framing",
+    "bad_message",
+    "other",
+)
+BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters")
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 _OVERHEAD_BUCKETS = (
     0.00005,
@@ -151,6 +176,24 @@ class Metrics:
             ["reason"],
             registry=reg,
         )
+        for reason in REJECTION_REASONS:
+            self._rejections.labels(reason)
+        self._bad_input = Counter(
+            PREFIX + "bad_client_requests",
+            "Requests aiohttp could not parse, by kind (logged once per kind per minute)",
+            ["kind"],
+            registry=reg,
+        )
+        for kind in BAD_INPUT_KINDS:
+            self._bad_input.labels(kind)
+        self._background_errors = Counter(
+            PREFIX + "background_errors",
+            "Exceptions a background task survived (logged), by task",
+            ["task"],
+            registry=reg,
+        )
+        for task in BACKGROUND_TASKS:
+            self._background_errors.labels(task)
         self._replica_errors = Counter(
             PREFIX + "replica_errors",
             "Upstream failures per replica, by kind",
@@ -237,6 +280,12 @@ class Metrics:
 
     def record_rejection(self, reason: str) -> None:
         self._child(self._rejections, reason).inc()
+
+    def record_bad_input(self, kind: str) -> None:
+        self._child(self._bad_input, kind).inc()
+
+    def record_background_error(self, task: str) -> None:
+        self._child(self._background_errors, task).inc()
 
     def record_replica_error(self, replica: str, kind: str) -> None:
         self._child(self._replica_errors, replica, kind).inc()

@@ -26,7 +26,7 @@ from proxy.clock import Clock
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
-from proxy.upstream.errors import TRANSPORT_ERRORS
+from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 
 log = logging.getLogger("proxy.adapters")
 
@@ -84,6 +84,9 @@ class Broadcaster:
             try:
                 reply = await self.client.call(replica, "POST", "/v1/load_lora_adapter", body=body)
             except TRANSPORT_ERRORS as exc:
+                if is_local(exc):  # the proxy's own limit: a failed load, no replica to blame
+                    log.warning("adapter load on %s not sent: %s", replica.id, exc)
+                    return Outcome(replica, "failed", None, attempts)
                 self._eject(replica, f"unreachable during adapter load ({type(exc).__name__})")
                 return Outcome(replica, "unreachable", None, attempts)
             if reply.status == 200:
@@ -118,7 +121,8 @@ class Broadcaster:
         try:
             reply = await self.client.call(replica, "POST", "/v1/unload_lora_adapter", body=body)
         except TRANSPORT_ERRORS as exc:
-            self._eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
+            if not is_local(exc):
+                self._eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
             return False
         if reply.status in (200, 404):
             self.registry.mark_unloaded(replica.id, name)

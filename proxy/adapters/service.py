@@ -28,6 +28,7 @@ import orjson
 from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
+from proxy.clock import Failed
 from proxy.fleet.replica import Replica
 from proxy.metrics import Metrics
 from proxy.upstream.errors import CONTROL_ERRORS
@@ -67,11 +68,13 @@ class AdapterService:
         refresh: Callable[[Replica], Awaitable[None]],
         *,
         has_source: bool,
+        failed: Failed,
     ) -> None:
         self.broadcaster = broadcaster
         self.registry: Registry = broadcaster.registry
         self.metrics = metrics
         self._refresh = refresh  # re-read a replica's models (the fleet's info refresh)
+        self._failed = failed  # reports an exception a background task of ours survived
         self.has_source = has_source
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
         self._reconciling: dict[str, asyncio.Task[None]] = {}
@@ -218,6 +221,7 @@ class AdapterService:
             task = asyncio.create_task(self._reconcile(replica))
             self._reconciling[replica.id] = task
             task.add_done_callback(lambda _: self._reconciling.pop(replica.id, None))
+            task.add_done_callback(self._report)
 
     async def _reconcile(self, replica: Replica) -> None:
         try:
@@ -247,6 +251,13 @@ class AdapterService:
         task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._report)
+
+    def _report(self, task: asyncio.Task[Any]) -> None:
+        """A background task of ours ended with an exception: report it (it is not re-raised,
+        so it cannot take anything else down)."""
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._failed("adapters", exc)
 
     async def close(self) -> None:
         tasks = [

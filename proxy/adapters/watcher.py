@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from proxy.adapters.registry import Fingerprint
 from proxy.adapters.sources import Found, Source
-from proxy.clock import Clock
+from proxy.clock import Clock, Failed, run_every
 
 log = logging.getLogger("proxy.watcher")
 
@@ -23,18 +23,23 @@ class Watcher:
     """Polls a source; calls ``on_change(added_or_changed, removed)`` after its first scan and
     whenever the answer moves."""
 
-    def __init__(self, source: Source, clock: Clock, on_change: OnChange) -> None:
+    def __init__(self, source: Source, clock: Clock, on_change: OnChange, failed: Failed) -> None:
         self.source = source
         self._clock = clock
+        self._failed = failed
         self._on_change = on_change
         self.known: Found = {}
         self.scans = 0
         self.last_error = ""
 
     async def run(self) -> None:
-        while True:
-            await self.poll()
-            await self._clock.sleep(self.source.interval_s)
+        await run_every(
+            self._clock,
+            lambda: self.source.interval_s,
+            self.poll,
+            task="watcher",
+            failed=self._failed,
+        )
 
     async def poll(self) -> None:
         try:

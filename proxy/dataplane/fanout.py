@@ -16,7 +16,7 @@ from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.fleet.sync import FleetSync
 from proxy.upstream.client import Reply, UpstreamClient
-from proxy.upstream.errors import TRANSPORT_ERRORS
+from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,8 @@ class FanOut:
         try:
             reply = await self._client.call(replica, "POST", path_qs, body=body)
         except TRANSPORT_ERRORS as exc:
+            if is_local(exc):  # the proxy's own limit, not the replica's fault: no ejection
+                return Outcome(replica, None, f"not sent: the proxy ran out of resources ({exc})")
             error = f"unreachable ({type(exc).__name__}) during {path_qs.split('?')[0]}"
             self._pool.eject(replica, "fanout", error)
             return Outcome(replica, None, f"{error}; ejected until it recovers")

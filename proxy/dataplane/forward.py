@@ -12,7 +12,11 @@ bytes, and copy the answer back.
   client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
   generation on the replica.
 - When no replica answers, ``NoAnswer`` or ``UpstreamTimeout`` is raised before anything was
-  written; the HTTP edge turns it into the client's error answer.
+  written; the HTTP edge turns it into the client's error answer. A local lack of resources
+  (``LocalResourceError``: the proxy's own file descriptors) is raised as it is: no replica is
+  blamed for it.
+- HEAD (allowed on the pass-through GET routes) is forwarded as HEAD and answered with the
+  replica's status and headers, without a body, as soon as its head arrives.
 """
 
 from __future__ import annotations
@@ -202,7 +206,11 @@ class Forwarder:
         done = time.perf_counter()
         if status == 404 and self._lost_adapter(replica, ex.model, data):
             raise _Failed(f"replica no longer has {ex.model}")
-        answer = web.Response(status=status, body=data, headers=headers)
+        if ex.request.method == "HEAD":  # the replica's head, its Content-Length included
+            headers["Content-Length"] = str(upstream.content_length)
+            answer = web.Response(status=status, headers=headers)
+        else:
+            answer = web.Response(status=status, body=data, headers=headers)
         if status >= 500:
             self._metrics.record_replica_error(replica.id, "5xx")
             self._breaker.server_error(replica, status)

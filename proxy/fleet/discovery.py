@@ -15,7 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
-from proxy.clock import Clock
+from proxy.clock import Clock, Failed, run_every
 from proxy.config import parse_discover_spec
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
@@ -39,6 +39,7 @@ class JobsDiscovery:
         pool: ReplicaPool,
         clock: Clock,
         *,
+        failed: Failed,
         interval_s: float,
         port: int = 8000,
         endpoint: str | None = None,
@@ -48,6 +49,7 @@ class JobsDiscovery:
         self.label, self.value = parse_discover_spec(spec)
         self._pool = pool
         self._clock = clock
+        self._failed = failed
         self.interval_s = interval_s
         self._port = port
         self._endpoint = endpoint
@@ -57,9 +59,9 @@ class JobsDiscovery:
         self.last_error = ""
 
     async def run(self) -> None:
-        while True:
-            await self.poll()
-            await self._clock.sleep(self.interval_s)
+        await run_every(
+            self._clock, lambda: self.interval_s, self.poll, task="discovery", failed=self._failed
+        )
 
     async def poll(self) -> None:
         try:

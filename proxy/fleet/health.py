@@ -18,12 +18,12 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.clock import Clock
+from proxy.clock import Clock, Failed, run_every
 from proxy.config import HealthSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.errors import CONTROL_ERRORS, TRANSPORT_ERRORS
+from proxy.upstream.errors import CONTROL_ERRORS, TRANSPORT_ERRORS, is_local
 
 log = logging.getLogger("proxy.health")
 
@@ -78,27 +78,43 @@ class HealthMonitor:
         settings: HealthSettings,
         clock: Clock,
         fleet: Admission,
+        failed: Failed,
     ) -> None:
         self._pool = pool
         self._client = client
         self._settings = settings
         self._clock = clock
         self._fleet = fleet
+        self._failed = failed
         self._admitting: set[str] = set()
         self._info_at: dict[str, float] = {}  # replica id -> clock time of its last info refresh
 
     async def run(self) -> None:
-        while True:
-            await self.probe_all()
-            await self._clock.sleep(self._settings.interval_s)
+        await run_every(
+            self._clock,
+            lambda: self._settings.interval_s,
+            self.probe_all,
+            task="health",
+            failed=self._failed,
+        )
 
     async def probe_all(self) -> None:
+        """One probe round; a probe that fails unexpectedly is reported, the others go on."""
         for gone in self._info_at.keys() - set(self._pool.ids):
             del self._info_at[gone]
-        await asyncio.gather(*(self.probe(replica) for replica in self._pool))
+        results = await asyncio.gather(
+            *(self.probe(replica) for replica in self._pool), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                self._failed("health", result)
+            elif isinstance(result, BaseException):
+                raise result
 
     async def probe(self, replica: Replica) -> None:
         ok, error = await self._check(replica)
+        if ok is None:  # the proxy's own resources ran out: says nothing about the replica
+            return
         prev = ProbeState(replica.health, replica.ok_streak, replica.fail_streak)
         state, transition = next_state(prev, ok, self._settings)
         self._pool.note_probe(replica, state.ok_streak, state.fail_streak)
@@ -131,12 +147,15 @@ class HealthMonitor:
         except CONTROL_ERRORS as exc:
             log.warning("replica %s: info refresh failed: %s", replica.id, exc)
 
-    async def _check(self, replica: Replica) -> tuple[bool, str]:
+    async def _check(self, replica: Replica) -> tuple[bool | None, str]:
         try:
             reply = await self._client.call(
                 replica, "GET", "/health", timeout_s=self._settings.timeout_s
             )
         except TRANSPORT_ERRORS as exc:
+            if is_local(exc):
+                log.warning("replica %s not probed: %s (the proxy's own limit)", replica.id, exc)
+                return None, ""
             return False, f"probe failed: {type(exc).__name__}"
         if reply.status != 200:
             return False, f"probe answered HTTP {reply.status}"

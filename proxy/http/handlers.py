@@ -10,6 +10,7 @@ outcomes or raise domain errors; each is turned into an answer here, through
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.adapters.service import AdapterService, BadAdapterRequest
+from proxy.config import ClientSettings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder, NoAnswer, UpstreamTimeout
 from proxy.dataplane.limiter import Limiter, Rejected
@@ -25,12 +27,36 @@ from proxy.fleet.pool import NoReplica, ReplicaPool
 from proxy.fleet.sync import FleetSync
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
+from proxy.http.bodies import BodyBudget
 from proxy.http.responses import Redactor, error_response, json_response
+from proxy.http.server import Guard
 from proxy.metrics import Metrics
 from proxy.routing.peek import BadBody, peek_generation
 from proxy.routing.policy import Policy, RouteRequest
+from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
+
+log = logging.getLogger("proxy.http")
+
+
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def _unsafe_request(request: web.Request) -> web.Response | None:
+    """A 400 for a request the proxy cannot pass on as it came: a non-ASCII request target or
+    Content-Type (they are forwarded verbatim), or a routing key that is not printable text."""
+    if not _printable_ascii(request.rel_url.raw_path_qs):
+        return error_response(400, "the request target must be printable ASCII (percent-encode)")
+    content_type = request.headers.get("Content-Type", "")
+    if not _printable_ascii(content_type):
+        return error_response(400, "the Content-Type header must be printable ASCII")
+    for name in ROUTING_KEY_HEADERS:
+        value = request.headers.get(name)
+        if value is not None and not value.isprintable():
+            return error_response(400, f"the {name} header must be printable text")
+    return None
 
 
 @dataclass(slots=True)
@@ -43,55 +69,98 @@ class Handlers:
     adapters: AdapterService
     metrics: Metrics
     api_key: KeyCheck
-    max_body_bytes: int
+    client: ClientSettings
     policy: Policy
     redactor: Redactor
+    guard: Guard
+    bodies: BodyBudget
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
-        """Wrap ``handler`` with the inbound key check and request metrics."""
-        api_key, metrics = self.api_key, self.metrics
+        """Wrap ``handler`` with the inbound key check, request metrics, and the connection's
+        busy mark (its head timer is off while a request is being handled)."""
+        api_key, metrics, guard = self.api_key, self.metrics, self.guard
 
         async def run(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
-            if not open_route and not api_key.allows(request):
-                metrics.record_rejection("unauthorized")
-                response: web.StreamResponse = api_key.refusal()
-            else:
-                response = await handler(request)
+            connection = guard.busy(request.transport)
+            try:
+                if not open_route and not api_key.allows(request):
+                    metrics.record_rejection("unauthorized")
+                    response: web.StreamResponse = api_key.refusal()
+                else:
+                    response = await handler(request)
+            finally:
+                if connection is not None:
+                    connection.finished()
             metrics.record_request(route, response.status, time.perf_counter() - started)
             return response
 
         return run
 
     async def _read(self, request: web.Request) -> bytes | web.Response:
-        try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
+        """The request body, within the body limit, the body timeout and the memory budget.
+
+        The body's bytes stay reserved in ``bodies`` until ``_done(body)``."""
+        limit, length = self.client.max_body_bytes, request.content_length
+        if length is not None and length > limit:
             self.metrics.record_rejection("too_large")
-            return responses.too_large(self.max_body_bytes)
+            return responses.too_large(limit)
+        reserved = length if length is not None else limit
+        if not self.bodies.reserve(reserved):
+            self.metrics.record_rejection("body_budget")
+            return responses.body_budget_full(self.bodies.limit)
+        try:
+            async with asyncio.timeout(self.client.body_timeout_s):
+                body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.bodies.release(reserved)
+            self.metrics.record_rejection("too_large")
+            return responses.too_large(limit)
+        except TimeoutError:
+            self.bodies.release(reserved)
+            self.metrics.record_rejection("body_timeout")
+            return responses.body_timeout(self.client.body_timeout_s)
+        except BaseException:
+            self.bodies.release(reserved)
+            raise
+        self.bodies.release(reserved - len(body))
+        return body
+
+    def _done(self, body: bytes) -> None:
+        self.bodies.release(len(body))
 
     def generation(self, route: str, prompt_key: bytes) -> Handler:
-        forward = self._forward
-
         async def handle(request: web.Request) -> web.StreamResponse:
+            bad = _unsafe_request(request)
+            if bad is not None:
+                self.metrics.record_rejection("bad_request")
+                return bad
             body = await self._read(request)
             if isinstance(body, web.Response):
                 return body
             try:
-                peek = peek_generation(body, prompt_key)
-            except BadBody as exc:
-                self.metrics.record_rejection("bad_request")
-                return error_response(400, str(exc), param=exc.param)
-            model = peek.model
-            if model is not None and self.fleet.unknown(model):
-                self.metrics.record_rejection("unknown_model")
-                return responses.model_not_found(model)
-            headers = request.headers
-            key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
-            keys = () if key is not None else self.policy.route_keys(peek, model)
-            return await forward(request, route, body, RouteRequest(model, key, keys))
+                return await self._generate(request, route, prompt_key, body)
+            finally:
+                self._done(body)
 
         return handle
+
+    async def _generate(
+        self, request: web.Request, route: str, prompt_key: bytes, body: bytes
+    ) -> web.StreamResponse:
+        try:
+            peek = peek_generation(body, prompt_key, self.client.max_prompt_elements)
+        except BadBody as exc:
+            self.metrics.record_rejection("bad_request")
+            return error_response(400, str(exc), param=exc.param)
+        model = peek.model
+        if model is not None and self.fleet.unknown(model):
+            self.metrics.record_rejection("unknown_model")
+            return responses.model_not_found(model)
+        headers = request.headers
+        key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
+        keys = () if key is not None else self.policy.route_keys(peek, model)
+        return await self._forward(request, route, body, RouteRequest(model, key, keys))
 
     async def _forward(
         self, request: web.Request, route: str, body: bytes, facts: RouteRequest
@@ -105,12 +174,23 @@ class Handlers:
             return responses.no_answer(self.redactor.text(str(exc)))
         except UpstreamTimeout as exc:
             return responses.upstream_timeout(str(exc))
+        except LocalResourceError as exc:
+            self.metrics.record_rejection("local_resources")
+            log.warning("%s (raise the open-files limit: ulimit -n)", exc)
+            return responses.local_resources(f"{exc}; retry shortly")
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        bad = _unsafe_request(request)
+        if bad is not None:
+            self.metrics.record_rejection("bad_request")
+            return bad
         body = await self._read(request)
         if isinstance(body, web.Response):
             return body
-        return await self._forward(request, "passthrough", body, RouteRequest(None))
+        try:
+            return await self._forward(request, "passthrough", body, RouteRequest(None))
+        finally:
+            self._done(body)
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         body = await self._read(request)
@@ -122,6 +202,8 @@ class Handlers:
             return error_response(400, str(exc), param=exc.param)
         except NoReplica:
             return responses.no_replica()
+        finally:
+            self._done(body)
         return self.redactor.load_answer(result)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
@@ -132,11 +214,18 @@ class Handlers:
             result = await self.adapters.unload(body)
         except BadAdapterRequest as exc:
             return error_response(400, str(exc), param=exc.param)
+        finally:
+            self._done(body)
         return responses.unload_answer(result)
 
     async def control(self, request: web.Request) -> web.StreamResponse:
+        bad = _unsafe_request(request)
+        if bad is not None:
+            self.metrics.record_rejection("bad_request")
+            return bad
+        query = request.rel_url.raw_query_string
         try:
-            outcomes = await self.fanout.control(request.path, request.query_string)
+            outcomes = await self.fanout.control(request.path, query)
         except NoReplica:
             return responses.no_replica()
         return self.redactor.control_answer(request.path, outcomes)

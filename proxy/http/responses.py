@@ -28,6 +28,7 @@ _TYPES = {
     403: "PermissionDeniedError",
     404: "NotFoundError",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     413: "RequestEntityTooLarge",
     502: "BadGateway",
     503: "ServiceUnavailable",
@@ -88,9 +89,38 @@ def not_reported(what: str) -> web.Response:
 
 
 def too_large(limit: int) -> web.Response:
-    return error_response(
+    answer = error_response(
         413, f"request body is larger than the proxy's limit of {limit} bytes (--max-body-bytes)"
     )
+    answer.force_close()  # the rest of the body is not read: this connection cannot go on
+    return answer
+
+
+def body_timeout(seconds: float) -> web.Response:
+    answer = error_response(
+        408, f"request body did not arrive within {seconds:g} s (--client-body-timeout)"
+    )
+    answer.force_close()
+    return answer
+
+
+def body_budget_full(limit: int) -> web.Response:
+    return error_response(
+        503,
+        f"the proxy holds {limit} bytes of request bodies already "
+        "(--max-body-bytes-in-flight); retry shortly",
+        headers=RETRY_SOON,
+    )
+
+
+def not_found(path_known: bool, method: str) -> web.Response:
+    if path_known:
+        return error_response(405, f"method {method} is not allowed on this route")
+    return error_response(404, "no such route on the proxy (it forwards vLLM's public API only)")
+
+
+def local_resources(message: str) -> web.Response:
+    return error_response(503, message, headers=RETRY_SOON)
 
 
 def rejected(message: str, retry_after_s: int) -> web.Response:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from proxy.http import responses
 from proxy.http.admin import Admin
 from proxy.http.handlers import Handlers
 
@@ -37,4 +38,17 @@ def add_routes(app: web.Application, h: Handlers, admin: Admin) -> None:
         router.add_get(path, g("passthrough", h.passthrough))
     for path in PASSTHROUGH_POST:
         router.add_post(path, g("passthrough", h.passthrough))
-    app.add_routes(admin.routes())
+    for route in admin.routes():  # the admin API checks its own key
+        assert isinstance(route, web.RouteDef)
+        handler = g("admin", route.handler, open_route=True)
+        web.RouteDef(route.method, route.path, handler, route.kwargs).register(router)
+    known = frozenset(
+        info["path"] for resource in router.resources() if "path" in (info := resource.get_info())
+    )
+
+    async def not_found(request: web.Request) -> web.StreamResponse:
+        """Every other path (405 for a known path asked with another method)."""
+        return responses.not_found(request.path in known, request.method)
+
+    # Last, so it only catches what no route above takes (aiohttp tries resources in order).
+    router.add_route("*", "/{tail:.*}", g("not_found", not_found, open_route=True))

@@ -22,6 +22,8 @@ templates are matched with one ``startswith`` per request.
 Cost per prompt, steady state: one ``startswith`` over the template, one block match, one xxh64:
 a few microseconds whatever the prompt's length. While no template matches (warm-up, or traffic
 with no shared part) add one longest-common-prefix search over ``recent`` prompts.
+Work is bounded whatever the request: a batch is keyed by its first ``KEYED_PROMPTS`` prompts and
+a key reads at most the first ``KEY_WINDOW`` bytes of a prompt.
 Memory: at most ``max_tracked`` successor sets of at most ``threshold + 1`` ints, ``recent``
 prompt references and ``max_templates`` templates per family: bounded by configuration.
 """
@@ -34,10 +36,14 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from proxy.routing.peek import Peek, skip_value
+from proxy.routing.peek import Peek, elements
 
 _VERSION_SUFFIX = re.compile(r"-v[0-9]+$")
 _FAMILY_CACHE_LIMIT = 4096
+# Bounded work per request: a batch is routed by the keys of its first prompts, and a key reads
+# at most the first KEY_WINDOW bytes of a prompt (a template longer than that is not learned).
+KEYED_PROMPTS = 32
+KEY_WINDOW = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +94,17 @@ class KeyBuilder:
         buf, start, end = peek.buffer, peek.start, peek.end
         kind = peek.kind
         if kind == "tokens":
-            return (self.key(buf, start + 1, end - 1, family, tokens=True),)
+            return (self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=True),)
         if kind == "text":
-            return (self.key(buf, start + 1, end - 1, family, tokens=False),)
+            return (self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=False),)
         if kind == "messages":
-            return (self.key(buf, start, end, family, tokens=False),)
+            return (self.key(buf, start, _window(start, end), family, tokens=False),)
         if kind in ("batch_tokens", "batch_text"):
             return tuple(
-                self.key(buf, lo + 1, hi - 1, family, tokens=kind == "batch_tokens")
-                for lo, hi in _elements(buf, start, end)
+                self.key(
+                    buf, lo + 1, _window(lo + 1, hi - 1), family, tokens=kind == "batch_tokens"
+                )
+                for lo, hi in elements(buf, start, end, KEYED_PROMPTS)
             )
         return ()
 
@@ -222,15 +230,6 @@ def _common_prefix(a: bytes, b: bytes, first: int = 64) -> int:
     return lo
 
 
-def _elements(buf: bytes, start: int, end: int) -> list[tuple[int, int]]:
-    """Spans of the elements of the JSON list at ``buf[start:end]``."""
-    spans: list[tuple[int, int]] = []
-    pos = start + 1
-    while True:
-        while buf[pos : pos + 1] in (b" ", b"\n", b"\t", b"\r", b","):
-            pos += 1
-        if pos >= end - 1 or buf[pos : pos + 1] == b"]":
-            return spans
-        value_end = skip_value(buf, pos)
-        spans.append((pos, value_end))
-        pos = value_end
+def _window(lo: int, hi: int) -> int:
+    """The end of the part of a prompt a key may read."""
+    return min(hi, lo + KEY_WINDOW)

@@ -3,14 +3,19 @@
 The body is forwarded as the bytes it came in; the proxy only needs ``model``, ``stream`` and
 where the prompt (``prompt`` or ``messages``) lies. The prompt is what grows (thousands of token
 ids), so it is never turned into Python objects:
-1. a compiled pattern finds the ``"prompt":`` key and the value is skipped with ``bytes.find``
-   (a flat token-id list is three C-level scans);
+1. a compiled pattern finds the ``"prompt":`` key and the value is skipped: a flat token-id list
+   or a string with C-level ``bytes.find``; nested values one structural character at a time;
 2. the body with that value replaced by ``0`` is a small document: ``orjson`` parses it, which
    validates the rest of the JSON and yields ``model`` and ``stream``;
 3. the parse must show the placeholder under the top-level key; if it does not (the key was found
    inside a nested object, duplicate keys, odd shapes), or anything above fails, the body is
    parsed whole and re-serialised, and the spans refer to that canonical copy (``Peek.buffer``).
-So the cost does not grow with the prompt, and correctness never depends on the fast path.
+
+Bounded work, whatever the body's shape (a request must not hold the event loop): skipping a
+value visits at most ``max_elements`` structural characters (brackets, braces, strings) in
+Python; a body is parsed whole, or the rest beside the prompt parsed, only when it holds at most
+``max_elements`` arrays and objects (counted with C-level ``bytes.count``). A body beyond these
+bounds is refused with ``BadBody`` (400) naming the limit. Everything else costs C-level scans.
 
 Contract: a body that is not a JSON object, or whose ``model``/prompt has the wrong type, raises
 ``BadBody`` with a message for the client (answered 400); anything malformed inside the prompt
@@ -27,11 +32,12 @@ import orjson
 
 PromptKind = Literal["tokens", "text", "batch_tokens", "batch_text", "messages", "empty"]
 
+DEFAULT_MAX_ELEMENTS = 16_384
 _WS = re.compile(rb"[ \t\r\n]*")
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 _STRUCT = re.compile(rb'["\[\]{}]')
 _CLOSER = {ord("["): ord("]"), ord("{"): ord("}")}
+_BACKSLASH = 92
 _MAX_DEPTH = 512
 _KEYS = {
     key: re.compile(rb'"' + key + rb'"[ \t\r\n]*:[ \t\r\n]*') for key in (b"prompt", b"messages")
@@ -50,6 +56,25 @@ class _ScanError(Exception):
     """The fast path could not read the body (malformed, or a shape it does not handle)."""
 
 
+class _Budget:
+    """Structural characters a scan may still visit in Python."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def spend(self, n: int = 1) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise BadBody(
+                f"the prompt holds more than {self.limit} JSON arrays, objects and strings; "
+                "split the request (the proxy bounds its work per request: "
+                "--max-prompt-elements)"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class Peek:
     """What routing reads from one generation request."""
@@ -62,40 +87,58 @@ class Peek:
     end: int
 
 
-def peek_generation(body: bytes, prompt_key: bytes) -> Peek:
+def peek_generation(
+    body: bytes, prompt_key: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> Peek:
     """``model``, ``stream`` and the span of ``prompt_key``'s value (``prompt``/``messages``)."""
-    found = _fast(body, prompt_key)
+    found = _fast(body, prompt_key, max_elements)
     if found is not None:
         return found
-    canonical = _canonical(body)
-    found = _fast(canonical, prompt_key)
+    canonical = _canonical(body, max_elements)
+    found = _fast(canonical, prompt_key, max_elements)
     if found is None:
         name = prompt_key.decode()
         raise BadBody(f"'{name}' is required", param=name)
     return found
 
 
-def _fast(body: bytes, prompt_key: bytes) -> Peek | None:
+def _containers(data: bytes) -> int:
+    return data.count(b"[") + data.count(b"{")
+
+
+def _too_complex(max_elements: int) -> BadBody:
+    return BadBody(
+        f"the request body holds more than {max_elements} JSON arrays and objects; "
+        "the proxy bounds its work per request (--max-prompt-elements)"
+    )
+
+
+def _fast(body: bytes, prompt_key: bytes, max_elements: int) -> Peek | None:
     match = _KEYS[prompt_key].search(body)
     if match is None:
         return None
     start = match.end()
     try:
-        end = skip_value(body, start)
-        rest = orjson.loads(body[:start] + b"0" + body[end:])
+        end = skip_value(body, start, _Budget(max_elements))
+        rest = body[:start] + b"0" + body[end:]
+        if _containers(rest) > max_elements:
+            raise _too_complex(max_elements)
+        parsed = orjson.loads(rest)
     except (_ScanError, orjson.JSONDecodeError):
         return None
-    if not isinstance(rest, dict):
+    if not isinstance(parsed, dict):
         return None
-    placeholder = rest.get(prompt_key.decode())
+    placeholder = parsed.get(prompt_key.decode())
     if type(placeholder) is not int or placeholder != 0:
         return None
-    model = _model(rest.get("model"))
-    stream = _stream(rest.get("stream"))
+    model = _model(parsed.get("model"))
+    stream = _stream(parsed.get("stream"))
     return Peek(model, stream, _classify(body, start, prompt_key), body, start, end)
 
 
-def _canonical(body: bytes) -> bytes:
+def _canonical(body: bytes, max_elements: int) -> bytes:
+    if _containers(body) > max_elements:
+        raise _too_complex(max_elements)
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -124,23 +167,41 @@ def _ws(body: bytes, pos: int) -> int:
     return match.end() if match is not None else pos
 
 
-def skip_value(body: bytes, pos: int) -> int:
+def skip_value(body: bytes, pos: int, budget: _Budget | None = None) -> int:
     """Index just past the JSON value starting at ``pos``."""
+    budget = budget if budget is not None else _Budget(DEFAULT_MAX_ELEMENTS)
     first = body[pos : pos + 1]
     if first == b'"':
-        match = _STRING.match(body, pos)
-        if match is None:
-            raise _ScanError("unterminated string")
-        return match.end()
+        return _skip_string(body, pos, budget)
     if first in (b"[", b"{"):
-        return _skip_container(body, pos)
+        return _skip_container(body, pos, budget)
     match = _SCALAR.match(body, pos)
     if match is None or match.end() == pos:
         raise _ScanError("expected a value")
     return match.end()
 
 
-def _skip_container(body: bytes, pos: int) -> int:
+def _skip_string(body: bytes, pos: int, budget: _Budget) -> int:
+    """Index just past the string starting at ``pos``: a C-level find per quote; each quote
+    and each run of backslashes before one costs one unit of the budget."""
+    index = pos + 1
+    while True:
+        budget.spend()
+        quote = body.find(b'"', index)
+        if quote < 0:
+            raise _ScanError("unterminated string")
+        slashes, back = 0, quote - 1
+        while back > pos and body[back] == _BACKSLASH:
+            slashes += 1
+            back -= 1
+            if slashes % 64 == 0:
+                budget.spend()
+        if slashes % 2 == 0:
+            return quote + 1
+        index = quote + 1
+
+
+def _skip_container(body: bytes, pos: int, budget: _Budget) -> int:
     if body[pos] == ord("["):
         # Fast path: a flat list of numbers (token ids) has no quote, bracket or brace inside.
         close = body.find(b"]", pos + 1)
@@ -149,15 +210,13 @@ def _skip_container(body: bytes, pos: int) -> int:
     stack: list[int] = []
     index = pos
     while True:
+        budget.spend()
         match = _STRUCT.search(body, index)
         if match is None:
             raise _ScanError("unterminated container")
         char = body[match.start()]
         if char == ord('"'):
-            string = _STRING.match(body, match.start())
-            if string is None:
-                raise _ScanError("unterminated string")
-            index = string.end()
+            index = _skip_string(body, match.start(), budget)
             continue
         index = match.end()
         if char in _CLOSER:
@@ -168,6 +227,22 @@ def _skip_container(body: bytes, pos: int) -> int:
             raise _ScanError("mismatched bracket")
         if not stack:
             return index
+
+
+def elements(buf: bytes, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+    """Spans of the first ``limit`` elements of the JSON list at ``buf[start:end]``."""
+    spans: list[tuple[int, int]] = []
+    budget = _Budget(DEFAULT_MAX_ELEMENTS)
+    pos = start + 1
+    while len(spans) < limit:
+        while buf[pos : pos + 1] in (b" ", b"\n", b"\t", b"\r", b","):
+            pos += 1
+        if pos >= end - 1 or buf[pos : pos + 1] == b"]":
+            return spans
+        value_end = skip_value(buf, pos, budget)
+        spans.append((pos, value_end))
+        pos = value_end
+    return spans
 
 
 def _classify(body: bytes, start: int, prompt_key: bytes) -> PromptKind:

@@ -20,9 +20,15 @@ from proxy.config import UpstreamSettings
 from proxy.upstream.connpool import ConnectionPool
 from proxy.upstream.errors import ReplyError
 
+# A control-plane answer (health, models, server info, fan-out, metrics) is read whole: its cap.
+CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
 # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends, so a
 # request never goes out on a connection the replica is closing at that moment.
 KEEPALIVE_S = 4.0
+
+
+class AnswerTooLong(aiohttp.ClientPayloadError):
+    """A control-plane answer longer than ``CONTROL_ANSWER_LIMIT`` (a transport error)."""
 
 
 class Target(Protocol):
@@ -84,6 +90,7 @@ class UpstreamClient:
             connect_timeout_s=settings.connect_timeout_s,
             request_timeout_s=settings.request_timeout_s,
             idle_s=KEEPALIVE_S,
+            max_answer_bytes=settings.max_answer_bytes,
             tls=tls,
             headers=headers,
         )
@@ -101,11 +108,20 @@ class UpstreamClient:
         body: bytes | None = None,
         timeout_s: float | None = None,
     ) -> Reply:
-        """Send one request and read the whole answer. Raises ``TRANSPORT_ERRORS`` on failure."""
+        """Send one request and read the whole answer (at most ``CONTROL_ANSWER_LIMIT`` bytes).
+        Raises ``TRANSPORT_ERRORS`` on failure."""
         timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         headers = {"Content-Type": "application/json"} if body is not None else None
         async with self.session.request(
             method, target.url + path_qs, data=body, headers=headers, timeout=timeout
         ) as resp:
-            data = await resp.read()
-            return Reply(resp.status, data, resp.headers.get("Content-Type", ""))
+            length = resp.content_length
+            if length is not None and length > CONTROL_ANSWER_LIMIT:
+                raise AnswerTooLong(f"answer of {length} bytes (limit {CONTROL_ANSWER_LIMIT})")
+            parts, size = [], 0
+            async for part in resp.content.iter_any():
+                size += len(part)
+                if size > CONTROL_ANSWER_LIMIT:
+                    raise AnswerTooLong(f"answer longer than {CONTROL_ANSWER_LIMIT} bytes")
+                parts.append(part)
+            return Reply(resp.status, b"".join(parts), resp.headers.get("Content-Type", ""))

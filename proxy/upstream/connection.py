@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Final, cast
 
 from proxy.upstream.errors import BadAnswer, Disconnected
-from proxy.upstream.parser import AnswerParser, Head
+from proxy.upstream.parser import DEFAULT_MAX_BODY, AnswerParser, Head
 
 PAUSE_AT: Final = 1 << 20  # unread streamed bytes that pause reading from the replica
 RESUME_AT: Final = 1 << 18
@@ -31,13 +31,13 @@ RESUME_AT: Final = 1 << 18
 class Connection(asyncio.Protocol):
     """An asyncio protocol carrying one request at a time; reusable when an answer completes."""
 
-    def __init__(self, origin_key: str) -> None:
+    def __init__(self, origin_key: str, max_body: int = DEFAULT_MAX_BODY) -> None:
         self.origin_key = origin_key
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
         self._loop = asyncio.get_running_loop()
-        self._parser = AnswerParser(self)
+        self._parser = AnswerParser(self, max_body)
         self._parts: deque[bytes] = deque()
         self._unread = 0  # bytes in _parts
         self._paused = False
@@ -105,12 +105,14 @@ class Connection(asyncio.Protocol):
 
     # -- the request ------------------------------------------------------------------------
 
-    async def exchange(self, request: bytes, deadline: float) -> None:
-        """Send ``request``; return once the answer's head has arrived (``status``, ...)."""
+    async def exchange(self, request: bytes, deadline: float, *, head: bool = False) -> None:
+        """Send ``request``; return once the answer's head has arrived (``status``, ...).
+
+        ``head``: the request is a HEAD, so its answer has no body."""
         assert self.transport is not None
         if self.closed:
             raise Disconnected("connection closed before any answer")
-        self._parser.start()
+        self._parser.start(head=head)
         self._headed = False
         self.received = False
         self._error = None

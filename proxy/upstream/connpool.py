@@ -12,7 +12,8 @@ disconnect reaches the replica and cancels the generation there.
   goes out on it). A reused connection that the replica closed anyway before answering a byte is
   retried once on a fresh connection; that is a stale keep-alive, not a failed replica.
 - ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
-  bounds the whole request, body included (``TimeoutError``).
+  bounds the whole request, body included (``TimeoutError``); an answer read whole (it has a
+  Content-Length) may be at most ``max_answer_bytes`` long.
 - https:// replicas are reached over TLS with the given context; the URL's path, if any, is
   prefixed to every request target.
 """
@@ -26,7 +27,14 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from proxy.upstream.connection import Connection
-from proxy.upstream.errors import ConnectError, ConnectTimeout, Disconnected
+from proxy.upstream.errors import (
+    LOCAL_ERRNOS,
+    ConnectError,
+    ConnectTimeout,
+    Disconnected,
+    LocalResourceError,
+)
+from proxy.upstream.parser import DEFAULT_MAX_BODY
 
 USER_AGENT = "rollout-proxy"
 
@@ -50,12 +58,14 @@ class ConnectionPool:
         connect_timeout_s: float,
         request_timeout_s: float,
         idle_s: float,
+        max_answer_bytes: int = DEFAULT_MAX_BODY,
         tls: ssl.SSLContext | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self.idle_s = idle_s
+        self.max_answer_bytes = max_answer_bytes
         self._tls = tls
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._origins: dict[str, Origin] = {}
@@ -78,7 +88,7 @@ class ConnectionPool:
             content_type.encode("latin-1"),
             len(body),
         )
-        return Request(self, origin, head + body if body else head)
+        return Request(self, origin, head + body if body else head, method == "HEAD")
 
     def close(self) -> None:
         if self._sweeper is not None:
@@ -129,7 +139,7 @@ class ConnectionPool:
             idle = self._idle[connection.origin_key] = []
         idle.append(connection)
 
-    async def open(self, origin: Origin, wire: bytes) -> Connection:
+    async def open(self, origin: Origin, wire: bytes, *, head: bool = False) -> Connection:
         """Send ``wire`` on an idle connection to ``origin`` or a new one; returns the connection
         once the answer's head has arrived. A reused connection that the replica closed before
         answering a byte (a stale keep-alive) is retried once on a fresh connection."""
@@ -137,11 +147,11 @@ class ConnectionPool:
         connection = self._take_idle(origin)
         if connection is not None:
             try:
-                return await _send(connection, wire, deadline)
+                return await _send(connection, wire, deadline, head)
             except Disconnected:
                 if connection.received:
                     raise
-        return await _send(await self._connect(origin, deadline), wire, deadline)
+        return await _send(await self._connect(origin, deadline), wire, deadline, head)
 
     def release(self, connection: Connection) -> None:
         """End a request: keep the connection for the next one if its answer was read whole."""
@@ -153,7 +163,7 @@ class ConnectionPool:
         try:
             async with asyncio.timeout(timeout):
                 transport, connection = await self._loop.create_connection(
-                    lambda: Connection(origin.key),
+                    lambda: Connection(origin.key, self.max_answer_bytes),
                     origin.host,
                     origin.port,
                     ssl=origin.tls,
@@ -163,6 +173,8 @@ class ConnectionPool:
             raise ConnectTimeout(f"no connection to {origin.key} within {timeout:g} s") from None
         except OSError as exc:
             reason = exc.strerror or str(exc) or type(exc).__name__
+            if exc.errno in LOCAL_ERRNOS:
+                raise LocalResourceError(f"the proxy cannot open a connection: {reason}") from None
             raise ConnectError(f"cannot connect to {origin.key}: {reason}") from None
         connection.connection_made(transport)  # uvloop may call it only after this returns
         self.opened += 1
@@ -182,9 +194,9 @@ class ConnectionPool:
         self._sweeper = self._loop.call_later(self.idle_s / 2, self._sweep)
 
 
-async def _send(connection: Connection, wire: bytes, deadline: float) -> Connection:
+async def _send(connection: Connection, wire: bytes, deadline: float, head: bool) -> Connection:
     try:
-        await connection.exchange(wire, deadline)
+        await connection.exchange(wire, deadline, head=head)
     except BaseException:
         connection.finish()
         raise
@@ -194,16 +206,17 @@ async def _send(connection: Connection, wire: bytes, deadline: float) -> Connect
 class Request:
     """One request on a pooled connection: ``async with`` it for the answer's connection."""
 
-    __slots__ = ("_connection", "_origin", "_pool", "_wire")
+    __slots__ = ("_connection", "_head", "_origin", "_pool", "_wire")
 
-    def __init__(self, pool: ConnectionPool, origin: Origin, wire: bytes) -> None:
+    def __init__(self, pool: ConnectionPool, origin: Origin, wire: bytes, head: bool) -> None:
         self._pool = pool
         self._origin = origin
         self._wire = wire
+        self._head = head
         self._connection: Connection | None = None
 
     async def __aenter__(self) -> Connection:
-        self._connection = await self._pool.open(self._origin, self._wire)
+        self._connection = await self._pool.open(self._origin, self._wire, head=self._head)
         return self._connection
 
     async def __aexit__(

@@ -8,7 +8,12 @@ be used (a status the caller cannot work with, a body that is not the JSON it ne
 
 from __future__ import annotations
 
+import errno
+
 import aiohttp
+
+# The proxy's own resources ran out (file descriptors, buffers, memory): not a replica's fault.
+LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class WireError(Exception):
@@ -29,6 +34,27 @@ class Disconnected(WireError):
 
 class BadAnswer(WireError):
     """The replica's bytes are not an HTTP/1.x answer this client accepts."""
+
+
+class LocalResourceError(Exception):
+    """The proxy could not open a connection for lack of its own resources (EMFILE, ...)."""
+
+
+def is_local(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) is the proxy running out of its own resources."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short cause chain; bounded against cycles
+        if seen is None:
+            return False
+        if isinstance(seen, LocalResourceError):
+            return True
+        os_error = getattr(seen, "os_error", None)  # aiohttp.ClientConnectorError
+        if isinstance(seen, OSError) and seen.errno in LOCAL_ERRNOS:
+            return True
+        if isinstance(os_error, OSError) and os_error.errno in LOCAL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class ReplyError(Exception):

@@ -1,31 +1,40 @@
 """Parsing a replica's HTTP/1.1 answer: bytes in, events out, no I/O.
 
-``AnswerParser.feed(data)`` reads whatever bytes have arrived and reports, on its ``AnswerSink``,
-the answer's head (status, headers, framing), each body part (transfer coding removed) and the
-answer's end. ``feed_eof()`` says whether the connection closing completes the answer (a body
-delimited by the close) or cuts it. A malformed answer raises ``BadAnswer``.
+Built on httptools (llhttp, strict by default: one Content-Length, never with Transfer-Encoding,
+digits only and no overflow, CRLF line ends, no NUL or bare LF in headers, 3-digit statuses),
+behind a thin layer that adds what llhttp leaves to its caller:
 
-Rules kept here: one answer per ``start()``; a head must end within ``MAX_HEAD`` bytes; body by
-Content-Length, by chunked coding or until the connection closes (never kept alive then); 204 and
-304 have no body; no byte may follow a complete answer. Tested without sockets
-(``tests/unit/test_answer_parser.py``).
+- an answer to HEAD has no body, whatever its Content-Length says (``start(head=True)``): it is
+  complete with its head, and its connection is not reused (llhttp cannot be told to skip a
+  body, so the answer is cut off there);
+- interim answers (1xx, but 101) are skipped, as a client must; 101 and any status outside
+  100-599 are refused;
+- transfer codings other than ``chunked`` are refused (the proxy passes bodies as they are);
+- the head (status line and headers) and trailers may take at most ``MAX_HEAD`` bytes; a
+  Content-Length above ``max_body`` is refused before any of it is read;
+- keep-alive is decided inside the callbacks (llhttp's ``Connection`` token rules);
+- no byte may follow a complete answer.
+
+``AnswerParser.feed(data)`` reports on its ``AnswerSink`` the answer's head, each body part
+(transfer coding removed) and its end; ``feed_eof()`` says whether the connection closing
+completes the answer (a body delimited by the close) or cuts it. Any malformed answer raises
+``BadAnswer``, whose message describes the fault without echoing the replica's bytes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Protocol
+
+import httptools
 
 from proxy.upstream.errors import BadAnswer
 
-MAX_HEAD = 64 * 1024  # an answer's status line and headers together
-_HEX: Final = b"0123456789abcdefABCDEF"
-
-# Where the parser is in the answer.
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _UNTIL_CLOSE, _DONE = range(8)
+MAX_HEAD = 64 * 1024  # an answer's status line and headers together (and its trailers)
+DEFAULT_MAX_BODY = 256 * 1024 * 1024  # a Content-Length answer is read whole: this is its cap
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Head:
     status: int
     headers: dict[str, str]  # lower-cased names
@@ -41,160 +50,138 @@ class AnswerSink(Protocol):
     def on_complete(self) -> None: ...
 
 
+class _HeadDone(Exception):
+    """Stops llhttp after the head of an answer to HEAD (it would wait for a body)."""
+
+
 class AnswerParser:
-    """Parses one answer at a time; ``start`` before each."""
+    """Parses one answer per ``start()``; llhttp's callbacks are methods of this class."""
 
-    __slots__ = ("_buffer", "_keep_alive", "_remaining", "_sink", "_state")
+    __slots__ = (
+        "_done",
+        "_head_bytes",
+        "_headers",
+        "_is_head",
+        "_llhttp",
+        "_max_body",
+        "_seen_head",
+        "_sink",
+        "_until_close",
+    )
 
-    def __init__(self, sink: AnswerSink) -> None:
+    def __init__(self, sink: AnswerSink, max_body: int = DEFAULT_MAX_BODY) -> None:
         self._sink = sink
-        self._state = _DONE
-        self._buffer = bytearray()
-        self._remaining = 0  # body bytes (or chunk bytes) still to come
-        self._keep_alive = True
+        self._max_body = max_body
+        self._llhttp: httptools.HttpResponseParser | None = None
+        self._done = True
+        self._is_head = False
+        self._seen_head = False
+        self._until_close = False
+        self._headers: dict[str, str] = {}
+        self._head_bytes = 0
 
     @property
     def done(self) -> bool:
-        return self._state == _DONE
+        return self._done
 
-    @property
-    def started_body(self) -> bool:
-        return self._state != _HEAD
-
-    def start(self) -> None:
-        self._state = _HEAD
-        self._buffer.clear()
-        self._remaining = 0
+    def start(self, *, head: bool = False) -> None:
+        """Expect a new answer (to a HEAD request when ``head``)."""
+        self._llhttp = httptools.HttpResponseParser(self)
+        self._done = False
+        self._is_head = head
+        self._seen_head = False
+        self._until_close = False
+        self._headers = {}
+        self._head_bytes = 0
 
     def stop(self) -> None:
         """Abandon the answer being read (its connection is being dropped)."""
-        self._state = _DONE
-        self._buffer.clear()
+        self._done = True
+        self._llhttp = None
 
     def feed_eof(self) -> bool:
         """The connection closed: True when that completes the answer."""
-        if self._state == _UNTIL_CLOSE:
-            self._state = _DONE
-            self._sink.on_complete()
+        if self._done:
             return True
-        return self._state == _DONE
+        if self._until_close and self._seen_head:
+            self._finish()
+            return True
+        return False
 
     def feed(self, data: bytes) -> None:
-        if self._state == _HEAD:
-            self._buffer += data
-            end = self._buffer.find(b"\r\n\r\n")
-            if end > MAX_HEAD or (end < 0 and len(self._buffer) > MAX_HEAD):
-                raise BadAnswer(f"answer head longer than {MAX_HEAD} bytes")
-            if end < 0:
-                return
-            head = bytes(self._buffer[:end])
-            data = bytes(self._buffer[end + 4 :])
-            self._buffer.clear()
-            self._parse_head(head)
-            if not data:
-                return
-        state = self._state
-        if state == _LENGTH:
-            self._take_length(data)
-        elif state == _UNTIL_CLOSE:
-            self._sink.on_body(data)
-        elif state == _DONE:
+        llhttp = self._llhttp
+        if self._done or llhttp is None:
             raise BadAnswer("bytes after a complete answer")
-        else:
-            self._buffer += data
-            self._decode_chunks()
+        try:
+            llhttp.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _HeadDone):
+                return
+            if isinstance(cause, BadAnswer):
+                raise cause from None
+            raise BadAnswer(f"answer rejected ({type(cause).__name__})") from None
+        except httptools.HttpParserUpgrade:
+            raise BadAnswer("the replica switched protocols") from None
+        except httptools.HttpParserError as exc:
+            raise BadAnswer(f"not an HTTP/1.1 answer llhttp accepts: {exc}") from None
 
-    def _finish(self) -> None:
-        self._state = _DONE
-        self._sink.on_complete()
+    # -- llhttp callbacks (raising stops the parse; ``feed`` turns it into BadAnswer) -----------
 
-    def _take_length(self, data: bytes) -> None:
-        if len(data) > self._remaining:
-            raise BadAnswer("more body bytes than Content-Length announced")
-        self._sink.on_body(data)
-        self._remaining -= len(data)
-        if self._remaining == 0:
+    def on_message_begin(self) -> None:
+        if self._done:
+            raise BadAnswer("bytes after a complete answer")
+
+    def on_status(self, status: bytes) -> None:
+        self._count(len(status) + 16)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        if not self._seen_head:
+            self._headers[name.decode("latin-1").lower()] = value.decode("latin-1").strip(" \t")
+
+    def on_headers_complete(self) -> None:
+        llhttp = self._llhttp
+        assert llhttp is not None
+        status = llhttp.get_status_code()
+        if status == 101 or not 100 <= status <= 599:
+            raise BadAnswer(f"unexpected status {status}")
+        if status < 200:  # interim: skipped; the real answer follows
+            self._headers = {}
+            self._head_bytes = 0
+            return
+        self._seen_head = True
+        headers = self._headers
+        transfer = headers.get("transfer-encoding")
+        if transfer is not None and transfer.strip().lower() != "chunked":
+            raise BadAnswer("unsupported Transfer-Encoding (only chunked is accepted)")
+        length_text = headers.get("content-length")
+        no_body = self._is_head or status in (204, 304)
+        length = int(length_text) if length_text is not None and transfer is None else None
+        if length is not None and length > self._max_body and not no_body:
+            raise BadAnswer(f"Content-Length {length} is above the limit of {self._max_body}")
+        keep_alive = llhttp.should_keep_alive() and not self._is_head
+        self._until_close = transfer is None and length is None and not no_body
+        if self._until_close:
+            keep_alive = False
+        self._sink.on_head(Head(status, headers, length, keep_alive))
+        if self._is_head:
+            self._finish()
+            raise _HeadDone
+
+    def on_body(self, data: bytes) -> None:
+        if self._seen_head:
+            self._sink.on_body(data)
+
+    def on_message_complete(self) -> None:
+        if self._seen_head and not self._done:
             self._finish()
 
-    def _parse_head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        status_line = lines[0]
-        version, _, rest = status_line.partition(b" ")
-        code = rest[:3]
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise BadAnswer(f"not an HTTP/1.x status line: {status_line[:80]!r}")
-        status = int(code)
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip():
-                raise BadAnswer(f"malformed header line: {line[:80]!r}")
-            headers[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
-        connection = headers.get("connection", "").lower()
-        http10 = version == b"HTTP/1.0"
-        keep_alive = connection == "keep-alive" if http10 else connection != "close"
-        if 100 <= status < 200:
-            raise BadAnswer(f"unexpected interim answer HTTP {status}")
-        transfer = headers.get("transfer-encoding")
-        length = headers.get("content-length")
-        content_length = None
-        if status in (204, 304):
-            state = _DONE
-        elif transfer is not None:
-            if transfer.lower() != "chunked":
-                raise BadAnswer(f"unsupported Transfer-Encoding {transfer!r}")
-            state = _CHUNK_SIZE
-        elif length is not None:
-            if not length.isdigit():
-                raise BadAnswer(f"bad Content-Length {length!r}")
-            content_length = self._remaining = int(length)
-            state = _LENGTH if self._remaining else _DONE
-        else:
-            keep_alive = False
-            state = _UNTIL_CLOSE
-        self._state = state
-        self._sink.on_head(Head(status, headers, content_length, keep_alive))
-        if state == _DONE:
-            self._sink.on_complete()
+    def _count(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD:
+            raise BadAnswer(f"answer head or trailers longer than {MAX_HEAD} bytes")
 
-    def _decode_chunks(self) -> None:
-        buffer = self._buffer
-        while buffer:
-            state = self._state
-            if state == _CHUNK_DATA:
-                take = min(self._remaining, len(buffer))
-                self._sink.on_body(bytes(buffer[:take]))
-                del buffer[:take]
-                self._remaining -= take
-                if self._remaining == 0:
-                    self._state = _CHUNK_END
-            elif state == _CHUNK_END:
-                if len(buffer) < 2:
-                    return
-                if buffer[:2] != b"\r\n":
-                    raise BadAnswer("chunk not followed by CRLF")
-                del buffer[:2]
-                self._state = _CHUNK_SIZE
-            elif state == _CHUNK_SIZE:
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > 1024:
-                        raise BadAnswer("chunk size line too long")
-                    return
-                size_text = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                del buffer[: end + 2]
-                if not size_text or size_text.strip(_HEX) or len(size_text) > 15:
-                    raise BadAnswer(f"bad chunk size {size_text[:20]!r}")
-                size = int(size_text, 16)
-                self._remaining = size
-                self._state = _CHUNK_DATA if size else _TRAILER
-            else:  # _TRAILER: trailer fields (none from vLLM) end with an empty line
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    return
-                del buffer[: end + 2]
-                if end == 0:
-                    self._finish()
-                    if buffer:
-                        raise BadAnswer("bytes after a complete answer")
-                    return
+    def _finish(self) -> None:
+        self._done = True
+        self._sink.on_complete()

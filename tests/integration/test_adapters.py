@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 
 from proxy.app import ADAPTERS, POOL, WATCHER, build_app
+from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from proxy.dataplane.forward import REPLICA_HEADER
 from tests.support.adapters import write_adapter
@@ -114,7 +115,7 @@ async def test_leftovers_from_an_earlier_run_are_unloaded_at_start(tmp_path: Pat
             {"replicas": [sim.url], "adapters_dir": str(adapters), **FAST_HEALTH}
         )
         app = build_app(settings)
-        async with serve(app):
+        async with serve_proxy(app):
             await wait_for(lambda: len(app[POOL].routable()) == 1, what="admission")
         async with session.get(sim.url + "/v1/models") as resp:
             ids = [e["id"] for e in (await resp.json())["data"]]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proxy.app import POOL, build_app
+from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
@@ -44,7 +45,7 @@ async def test_replicas_join_and_leave_with_their_jobs() -> None:
         )
         app = build_app(settings)
         pool = app[POOL]
-        async with serve(app):
+        async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [a.id], what="a discovered")
             second = hub.create("team", replica_spec("exp1"))
             hub.exposed[second.name] = b.url

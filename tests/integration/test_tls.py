@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from proxy.app import build_app
+from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import SimSettings, build_sim_app
 from tests.support.calls import completion
@@ -66,8 +67,8 @@ async def test_https_replica_with_ca_bundle(tmp_path: Path) -> None:
         )
         untrusted = Settings.model_validate({"replicas": [replica_url], **FAST_HEALTH})
         async with (
-            serve(build_app(trusted)) as good_url,
-            serve(build_app(untrusted)) as bad_url,
+            serve_proxy(build_app(trusted)) as good_url,
+            serve_proxy(build_app(untrusted)) as bad_url,
             aiohttp.ClientSession() as session,
         ):
 

@@ -10,12 +10,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.app import POOL, RUNNER_OPTIONS, build_app
+from proxy.app import POOL, build_app, serve
 from proxy.config import Settings
 from proxy.fleet.pool import ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
 from tests.support.freeze import Relay, relay
-from tests.support.servers import serve
+from tests.support.servers import serve as serve_sim
 from tests.support.waiting import eventually, wait_for
 
 __all__ = ["FAST_HEALTH", "Sim", "Stack", "eventually", "run_sim", "run_stack", "wait_for"]
@@ -68,7 +68,7 @@ async def run_sim(port: int = 0, **settings: Any) -> AsyncIterator[Sim]:
     sim_settings = SimSettings(**settings, faults=Faults(**(faults or {})))
     app = build_sim_app(sim_settings)
     exits = AsyncExitStack()
-    url = await exits.enter_async_context(serve(app, port=port))
+    url = await exits.enter_async_context(serve_sim(app, port=port))
     try:
         yield Sim(url, app, exits)
     finally:
@@ -96,7 +96,7 @@ async def run_stack(
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
         app = build_app(settings)
-        url = await exits.enter_async_context(serve(app, **RUNNER_OPTIONS))
+        url = await exits.enter_async_context(serve(app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         stack = Stack(replicas, url, app, session, exits, links)
         if ready:

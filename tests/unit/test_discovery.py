@@ -36,7 +36,10 @@ def test_exposed_url_picks_the_port() -> None:
 def test_jobs_come_and_go_static_replicas_stay() -> None:
     clock = FakeClock()
     pool = ReplicaPool(["http://static:8000"], clock=clock)
-    discovery = JobsDiscovery("hf-jobs:run=a", pool, clock, interval_s=5)
+    failures: list[BaseException] = []
+    discovery = JobsDiscovery(
+        "hf-jobs:run=a", pool, clock, failed=lambda _, exc: failures.append(exc), interval_s=5
+    )
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
     assert {r.id for r in pool} == {"static:8000", "j1--8000.hf.jobs:443", "j2--8000.hf.jobs:443"}
     busy = pool.get("j1--8000.hf.jobs:443")

@@ -1,0 +1,305 @@
+"""Serving the app: what a client connection may cost, and how bad input is logged.
+
+aiohttp parses and answers; this module bounds what one client (or many) can hold:
+- ``max_connections`` client connections at once; the next one is answered 503 and closed
+  (counted as ``rollout_proxy_rejections_total{reason="too_many_connections"}``);
+- ``head_timeout_s``: a connection that starts sending a request head must finish it in time
+  (measured from its first byte; slow-loris heads are closed);
+- ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
+  a connection that never completes a head);
+- the body timeout and byte budgets are the handlers' (``handlers.Handlers.read``);
+- a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
+  ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
+  (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
+
+Every connection goes through a ``GuardedConnection``, a thin protocol in front of aiohttp's
+(one extra call per read); handlers tell it when a request starts and ends (``Guard.busy``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+from aiohttp import web
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadHttpMethod,
+    BadStatusLine,
+    ContentLengthError,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
+
+from proxy.config import ClientSettings
+from proxy.logs import redact_tokens
+
+log = logging.getLogger("proxy.server")
+
+LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
+BAD_INPUT_LOG_EVERY_S = 60.0
+_REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+)
+_REFUSAL_BODY = (
+    b'{"error":{"message":"the proxy has too many client connections; retry shortly",'
+    b'"type":"ServiceUnavailable","param":null,"code":503}}'
+)
+# Bad client input, by kind (``proxy.metrics.BAD_INPUT_KINDS``, the metric's label values).
+_BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
+    (LineTooLong, "too_long"),
+    (BadHttpMethod, "bad_method"),
+    (BadStatusLine, "bad_request_line"),
+    (InvalidURLError, "bad_target"),
+    (InvalidHeader, "bad_header"),
+    (TransferEncodingError, "bad_framing"),
+    (ContentLengthError, "bad_framing"),
+    (BadHttpMessage, "bad_message"),
+)
+
+
+def bad_input_kind(exc: BaseException) -> str:
+    for cls, kind in _BAD_INPUT:
+        if isinstance(exc, cls):
+            return kind
+    return "other"
+
+
+class ClientErrorLog(logging.Logger):
+    """aiohttp's server logger: bad client input is a counted WARNING once per kind per
+    interval, with no traceback; everything else (our own bugs) is logged as usual."""
+
+    def __init__(self, count: Callable[[str], None], clock: Callable[[], float]) -> None:
+        super().__init__("proxy.clients")
+        self.parent = logging.getLogger("proxy")
+        self._count = count
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            self._bad_input(exc)
+        else:
+            super().exception(msg, *args, **kwargs)
+
+    def _bad_input(self, exc: HttpProcessingError) -> None:
+        kind = bad_input_kind(exc)
+        self._count(kind)
+        now = self._clock()
+        if now - self._last.get(kind, float("-inf")) < BAD_INPUT_LOG_EVERY_S:
+            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+            return
+        self._last[kind] = now
+        more = self._suppressed.pop(kind, 0)
+        detail = redact_tokens(repr(str(exc.message)[:200]))
+        note = f" ({more} more since the last report)" if more else ""
+        self.warning("bad request from a client (%s): %s%s", kind, detail, note)
+
+
+class GuardedConnection(asyncio.Protocol):
+    """aiohttp's protocol for one client connection, behind a head timer."""
+
+    __slots__ = ("_busy", "_guard", "_inner", "_timer", "transport")
+
+    def __init__(self, guard: Guard, inner: asyncio.Protocol) -> None:
+        self._guard = guard
+        self._inner = inner
+        self._busy = 0  # requests being handled on this connection
+        self._timer: asyncio.TimerHandle | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self._guard.opened(self)
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._guard.closed(self)
+        self._inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy and self._timer is None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._guard.head_timeout_s, self._head_expired)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def started(self) -> None:
+        self._busy += 1
+        self._disarm()
+
+    def finished(self) -> None:
+        self._busy -= 1
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_expired(self) -> None:
+        self._timer = None
+        if not self._busy and self.transport is not None:
+            self._guard.head_timeouts += 1
+            self.transport.close()
+
+
+class Guard:
+    """Client connections: the cap, and a way from a request back to its connection."""
+
+    def __init__(self, settings: ClientSettings, reject: Callable[[str], None]) -> None:
+        self.max_connections = settings.max_connections
+        self.head_timeout_s = settings.head_timeout_s
+        self._reject = reject
+        self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
+        self.head_timeouts = 0
+
+    @property
+    def connections(self) -> int:
+        return len(self._open)
+
+    def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        def make() -> asyncio.Protocol:
+            if len(self._open) >= self.max_connections:
+                self._reject("too_many_connections")
+                return _Refusal()
+            return GuardedConnection(self, inner())
+
+        return make
+
+    def opened(self, connection: GuardedConnection) -> None:
+        assert connection.transport is not None
+        self._open[connection.transport] = connection
+
+    def closed(self, connection: GuardedConnection) -> None:
+        if connection.transport is not None:
+            self._open.pop(connection.transport, None)
+
+    def busy(self, transport: asyncio.BaseTransport | None) -> GuardedConnection | None:
+        """The connection a request arrived on, marked busy until ``finished()``."""
+        connection = self._open.get(transport) if transport is not None else None
+        if connection is not None:
+            connection.started()
+        return connection
+
+
+class _Refusal(asyncio.Protocol):
+    """Answers 503 and closes: the connection cap is reached."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).write(_REFUSAL % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+        cast(asyncio.Transport, transport).close()
+
+
+class GuardedSite(web.BaseSite):
+    """A TCP site whose connections go through the guard."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        guard: Guard,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        backlog: int = 4096,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
+        self._guard = guard
+        self._host, self._port = host, port
+
+    @property
+    def name(self) -> str:
+        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self._guard.factory(server),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=True,
+        )
+        sockets = self._server.sockets
+        if sockets:
+            self._port = sockets[0].getsockname()[1]
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+
+def runner_options(
+    settings: ClientSettings, logger: logging.Logger, shutdown_timeout: float
+) -> dict[str, Any]:
+    """How the app is served (cli and tests alike). aiohttp cancels a handler whose client has
+    gone, which closes the upstream request and so cancels the generation on the replica."""
+    return {
+        "handler_cancellation": True,
+        "access_log": None,
+        "keepalive_timeout": settings.keepalive_timeout_s,
+        "lingering_time": LINGER_S,
+        "logger": logger,
+        "shutdown_timeout": shutdown_timeout,
+    }
+
+
+@asynccontextmanager
+async def serving(
+    app: web.Application,
+    guard: Guard,
+    logger: logging.Logger,
+    settings: ClientSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    shutdown_timeout: float = 2.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[str]:
+    """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up."""
+    runner = web.AppRunner(
+        app, handle_signals=False, **runner_options(settings, logger, shutdown_timeout)
+    )
+    await runner.setup()
+    site = GuardedSite(runner, guard, host, port, ssl_context=ssl_context)
+    await site.start()
+    try:
+        yield f"{'https' if ssl_context else 'http'}://{host}:{site.port}"
+    finally:
+        await runner.cleanup()
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raise the soft open-files limit to the hard one; returns (soft, hard) as set."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-files limit from %d: %s", soft, exc)
+    return soft, hard
