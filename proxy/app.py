@@ -42,6 +42,7 @@ from proxy.http.server import ClientErrorLog, Guard, serving
 from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics import Metrics
 from proxy.routing.factory import build_policy
+from proxy.supervise import restarts_so_far
 from proxy.upstream.client import UpstreamClient
 
 log = logging.getLogger("proxy")
@@ -84,6 +85,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         policy.stats,
         lambda: adapters.stats(),
     )
+    metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)
     adapters = AdapterService(
         broadcaster,

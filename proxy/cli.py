@@ -21,6 +21,7 @@ from proxy.app import serve as serve_app
 from proxy.config import Settings, describe_error, env_name, flat_fields
 from proxy.http.server import raise_fd_limit
 from proxy.logs import configure_logging
+from proxy.supervise import supervise
 
 _HELP = {
     "replicas": "comma-separated replica base URLs (http:// or https://)",
@@ -34,6 +35,7 @@ _HELP = {
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
     "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
     "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",
+    "supervise": "run the proxy as a child process and restart it on the same port if it dies",
 }
 
 log = logging.getLogger("proxy")
@@ -49,7 +51,7 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     for name in flat_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
-        if name == "tls_verify":
+        if name in ("tls_verify", "supervise"):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
@@ -93,8 +95,14 @@ async def serve(settings: Settings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings = load_settings(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    settings = load_settings(args)
     configure_logging(settings)
+    if settings.supervise:
+        if settings.port == 0:
+            print("rollout-proxy: --supervise needs a fixed --port", file=sys.stderr)
+            return 2
+        return supervise(args)
     soft, _ = raise_fd_limit()
     needed = settings.client.max_connections + 2 * settings.limits.max_inflight_per_replica * max(
         len(settings.replicas), 1

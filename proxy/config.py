@@ -176,6 +176,7 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     admin_key: SecretStr | None = None
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
+    supervise: bool = False
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None

@@ -236,6 +236,11 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=reg,
         )
+        self._restarts = Counter(
+            PREFIX + "restarts",
+            "Times the supervisor restarted the proxy (--supervise) before this process",
+            registry=reg,
+        )
         self._reconciles = Counter(
             PREFIX + "reconciliations",
             "Replicas brought in step with the adapter window",
@@ -280,6 +285,9 @@ class Metrics:
 
     def record_rejection(self, reason: str) -> None:
         self._child(self._rejections, reason).inc()
+
+    def record_restarts(self, count: int) -> None:
+        self._restarts.inc(count)
 
     def record_bad_input(self, kind: str) -> None:
         self._child(self._bad_input, kind).inc()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from proxy.http.server import Guard
 from proxy.metrics import Metrics
 from proxy.routing.peek import BadBody, peek_generation
 from proxy.routing.policy import Policy, RouteRequest
+from proxy.supervise import restarts_so_far
 from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
@@ -266,5 +268,9 @@ class Handlers:
                 "adapters": self.adapters.status(),
                 "replicas": [views.replica_status(r) for r in self.pool],
                 "tasks": len(asyncio.all_tasks()),
+                "pid": os.getpid(),
+                "restarts": restarts_so_far(),
+                "client_connections": self.guard.connections,
+                "body_bytes_held": self.bodies.held,
             },
         )

@@ -47,6 +47,11 @@ class FakeClock:
         heapq.heappush(self._timers, (self.now + seconds, next(self._seq), timer, callback))
         return timer
 
+    @property
+    def timers(self) -> int:
+        """Timers (and sleeps) waiting to fire: a loop that has gone to sleep shows here."""
+        return sum(1 for _, _, timer, _ in self._timers if not timer.cancelled)
+
     def advance(self, seconds: float) -> None:
         """Move time forward, firing due timers in order."""
         target = self.now + seconds

@@ -83,17 +83,20 @@ async def run_stack(
     sims: list[dict[str, Any]] | None = None,
     ready: bool = True,
     relays: bool = False,
+    extra: tuple[str, ...] = (),
     **proxy_settings: Any,
 ) -> AsyncIterator[Stack]:
     """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
 
     ``relays``: the proxy reaches each replica through a freezable relay (``stack.relays``).
+    ``extra``: more replica URLs (other servers: e.g. ``tests.support.crafted``), after the sims.
     """
     async with AsyncExitStack() as exits:
         specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]
         replicas = [await exits.enter_async_context(run_sim(**spec)) for spec in specs]
         links = [await exits.enter_async_context(relay(s.url)) for s in replicas] if relays else []
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
+        urls += extra
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
         app = build_app(settings)
         url = await exits.enter_async_context(serve(app))
@@ -101,6 +104,6 @@ async def run_stack(
         stack = Stack(replicas, url, app, session, exits, links)
         if ready:
             await wait_for(
-                lambda: len(stack.pool.routable()) == len(replicas), what="all replicas routable"
+                lambda: len(stack.pool.routable()) == len(urls), what="all replicas routable"
             )
         yield stack

@@ -24,7 +24,17 @@ ALLOWED = {
     "fleet": {"clock", "config", "upstream"},
     "adapters": {"clock", "metrics", "fleet", "upstream"},
     "dataplane": {"clock", "config", "metrics", "routing", "fleet", "upstream"},
-    "http": {"adapters", "config", "dataplane", "fleet", "logs", "metrics", "routing", "upstream"},
+    "http": {
+        "adapters",
+        "config",
+        "dataplane",
+        "fleet",
+        "logs",
+        "metrics",
+        "routing",
+        "supervise",
+        "upstream",
+    },
 }
 
 

@@ -80,3 +80,15 @@ def test_unknown_config_file_key(tmp_path: Path, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         load_settings(["--config", str(config)])
     assert "unknown setting(s) prot" in capsys.readouterr().err
+
+
+def test_a_replica_url_with_credentials_is_refused_and_never_shown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        load_settings(["--replicas", "http://alice:s3cr3t@replica:8000"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--replicas" in err and "--upstream-token" in err
+    assert "s3cr3t" not in err and "alice" not in err
+    assert "http://***@replica:8000" in err

@@ -1,0 +1,110 @@
+"""The proxy restarts itself: ``--supervise`` brings a killed proxy back on the same port."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import pytest
+
+from proxy.supervise import Backoff, child_argv
+from tests.support.fleet import run_sim
+from tests.support.servers import free_port
+from tests.support.waiting import eventually
+
+RESTART_BOUND_S = 20.0  # "within a couple of seconds" on a quiet machine; room for a busy one
+
+
+def test_backoff_doubles_while_children_die_young_and_resets_after_a_healthy_run() -> None:
+    backoff = Backoff(first_s=0.5, max_s=4.0, healthy_s=60.0)
+    assert [backoff.delay(1.0) for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert backoff.delay(120.0) == 0.5
+
+
+def test_the_child_never_supervises_itself() -> None:
+    argv = child_argv(["--port", "9000", "--supervise"])
+    assert argv[-1] == "--no-supervise" and "--supervise" not in argv
+
+
+@asynccontextmanager
+async def supervised(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "proxy", "--port", str(port), "--supervise", *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield process, f"http://127.0.0.1:{port}"
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 30)
+
+
+async def status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
+    try:
+        async with session.get(url + "/proxy/status", timeout=aiohttp.ClientTimeout(2)) as r:
+            result: dict[str, Any] = await r.json()
+            return result
+    except (aiohttp.ClientError, TimeoutError):
+        return None
+
+
+async def test_a_killed_proxy_comes_back_on_the_same_port() -> None:
+    args = ("--health-interval", "0.1")
+    async with (
+        run_sim() as sim,
+        aiohttp.ClientSession() as session,
+        supervised("--replicas", sim.url, *args) as (sup, url),
+    ):
+        first: dict[str, Any] = {}
+
+        async def up() -> bool:
+            answer = await status(session, url)
+            if answer is not None and answer["replicas"][0]["routable"]:
+                first.update(answer)
+                return True
+            return False
+
+        await eventually(up, timeout=RESTART_BOUND_S, what="the proxy to serve")
+        assert first["restarts"] == 0 and first["pid"] != sup.pid
+        os.kill(first["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        second: dict[str, Any] = {}
+
+        async def back() -> bool:
+            answer = await status(session, url)
+            if answer is not None and answer["pid"] != first["pid"]:
+                second.update(answer)
+                return True
+            return False
+
+        await eventually(back, timeout=RESTART_BOUND_S, what="the proxy to come back")
+        assert second["restarts"] == 1
+        assert time.monotonic() - killed < RESTART_BOUND_S
+        async with session.get(url + "/metrics") as resp:
+            assert "rollout_proxy_restarts_total 1.0" in await resp.text()
+        sup.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(sup.wait(), 30) == 0
+
+
+@pytest.mark.parametrize("bad", [["--queue-size", "-1"]])
+def test_a_bad_setting_is_not_restarted(bad: list[str]) -> None:
+    port = free_port()
+    started = time.monotonic()
+    code = subprocess.run(
+        [sys.executable, "-m", "proxy", "--port", str(port), "--supervise", *bad],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    ).returncode
+    assert code == 2 and time.monotonic() - started < 30
