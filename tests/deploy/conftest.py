@@ -14,6 +14,7 @@ from deploy.cli import Runtime, main
 from deploy.jobs import HubJobs
 from deploy.plan import RunPlan
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+from tests.support.hub_buckets import build_cas_app
 from tests.support.hub_jobs import BackgroundServers, JobsHub, build_jobs_hub_app, require_bearer
 
 TOKEN = "hf_standin_0123456789abcdef"
@@ -49,7 +50,7 @@ class Stand:
     hub: JobsHub
     url: str
     servers: BackgroundServers
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: FakeClock
     published: list[tuple[str, str]] = field(default_factory=list)
 
     def replica(self, job_name: str, *, token: str = TOKEN, unhealthy: bool = False) -> str:
@@ -83,5 +84,7 @@ def servers() -> Iterator[BackgroundServers]:
 
 @pytest.fixture
 def stand(servers: BackgroundServers) -> Stand:
-    hub = JobsHub(token=TOKEN)
-    return Stand(hub, servers.start(build_jobs_hub_app(hub)), servers)
+    clock = FakeClock()
+    hub = JobsHub(token=TOKEN, clock=clock.monotonic)
+    hub.buckets.cas_url = servers.start(build_cas_app(hub.buckets))
+    return Stand(hub, servers.start(build_jobs_hub_app(hub)), servers, clock)

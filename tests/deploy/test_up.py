@@ -12,12 +12,12 @@ UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-
 
 def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
-    stand.hub.script("r1-replica-1", "SCHEDULING", "SCHEDULING", "SCHEDULING", "RUNNING")
+    stand.hub.script("r1-replica-1", Step("SCHEDULING", seconds=15), "RUNNING")
 
     result = stand.cli(*UP, "--replicas", "2", "--", "--max-steps", "500")
 
     assert result.code == 0, result.err
-    assert stand.hub.buckets["alice/rl"]["private"] is True
+    assert stand.hub.buckets.buckets["alice/rl"].private is True
     assert stand.published == [("alice/rl", "r1/code")]
     replica = stand.hub.named("r1-replica-0").spec
     assert replica["dockerImage"] == "vllm/vllm-openai:latest"
@@ -207,11 +207,13 @@ def test_logs_prints_each_jobs_lines(stand: Stand) -> None:
     stand.replica("r1-replica-0")
     stand.hub.script("r1-replica-0", "RUNNING", logs=[f"line {n}" for n in range(10)])
     assert stand.cli(*UP, "--replicas", "1").code == 0
+    # A job's log stream stays open while it runs (the client then reads for 5 s): an ended one.
+    stand.hub.named("r1-replica-0").move_to("ERROR", "exit code 1")
 
     result = stand.cli("logs", "--run-name", "r1", "--role", "replica", "--tail", "2")
 
     assert result.code == 0, result.err
-    assert "== r1-replica-0 (job 000000000000000066500001, RUNNING) ==" in result.out
+    assert "== r1-replica-0 (job 000000000000000066500001, ERROR) ==" in result.out
     assert "[r1-replica-0] line 8\n[r1-replica-0] line 9\n" in result.out
     assert "line 7" not in result.out and "Job started" not in result.out
 
