@@ -34,22 +34,28 @@ from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
-from deploy.wheel import publish_wheel
+from deploy.wheel import Builder, build_wheel, publish_wheel
 
 RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None]], None]
 
 
-def publish_code(jobs: HubJobs, plan: RunPlan, say: Callable[[str], None]) -> None:
+def publish_code(
+    jobs: HubJobs, plan: RunPlan, say: Callable[[str], None], build: Builder = build_wheel
+) -> None:
     """Build the wheel and upload it into the run's folder of the bucket (``--code wheel``)."""
     root = source_root()
     if plan.install.source != "wheel" or root is None:
         say(f"code: {plan.install.requirement or 'already in the images'}")
         return
     say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
-    destination = publish_wheel(jobs, plan.bucket, root, project_version("wheel"), plan.code_dir)
+    destination = publish_wheel(
+        jobs, plan.bucket, root, project_version("wheel"), plan.code_dir, build=build
+    )
     say(f"uploaded hf://buckets/{plan.bucket}/{destination}")
+
+
+Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None], Builder], None]
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Runtime:
     probe: health.Prober = health.get
     token: Callable[[], str | None] = get_token
     publish: Publisher = publish_code
+    build: Builder = build_wheel
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -195,7 +202,7 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
         probe=runtime.probe,
         clock=runtime.clock,
         say=runtime.say,
-        publish=lambda: runtime.publish(jobs, plan, runtime.say),
+        publish=lambda: runtime.publish(jobs, plan, runtime.say, runtime.build),
         ready_timeout_s=args.ready_timeout,
         poll_s=args.poll_interval,
         keep=args.keep,

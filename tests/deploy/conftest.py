@@ -1,23 +1,38 @@
-"""Fixtures: the Jobs stand-in and simulated replicas served from a background thread, a fake
-clock, and ``Cli`` to run ``deploy.cli.main`` against them with the real huggingface_hub client."""
+"""Fixtures: the Hub stand-in (Jobs, Buckets, Xet storage) and simulated replicas served from a
+background thread, a fake clock, and ``Stand.cli`` to run ``deploy.cli.main`` against them with
+the real huggingface_hub client. Only the wheel's build is replaced (by ``WHEEL``'s bytes): its
+upload goes through huggingface_hub and hf_xet over HTTP, as in a real run."""
 
 from __future__ import annotations
 
 import io
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from deploy.cli import Runtime, main
-from deploy.jobs import HubJobs
-from deploy.plan import RunPlan
+from deploy.install import wheel_filename
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 from tests.support.hub_buckets import build_cas_app
 from tests.support.hub_jobs import BackgroundServers, JobsHub, build_jobs_hub_app, require_bearer
 
 TOKEN = "hf_standin_0123456789abcdef"
+WHEEL_PATH = "r1/code/" + wheel_filename("0.1.0")
+# Stands for the built wheel: incompressible bytes (stored as is) and text (LZ4-compressed by
+# hf_xet), so an upload exercises both ways a xorb holds a chunk.
+WHEEL = random.Random(17).randbytes(200_000) + b"rollout-proxy wheel contents\n" * 4_000
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _xet_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """hf_xet's local cache in a temporary directory, not the user's home."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_XET_CACHE", str(tmp_path_factory.mktemp("xet-cache")))
+        yield
 
 
 class FakeClock:
@@ -51,7 +66,7 @@ class Stand:
     url: str
     servers: BackgroundServers
     clock: FakeClock
-    published: list[tuple[str, str]] = field(default_factory=list)
+    built: list[Path] = field(default_factory=list)
 
     def replica(self, job_name: str, *, token: str = TOKEN, unhealthy: bool = False) -> str:
         """A simulated replica behind the bearer check, as ``job_name``'s exposed port."""
@@ -63,14 +78,19 @@ class Stand:
         self.hub.expose(job_name, url)
         return url
 
-    def publish(self, jobs: HubJobs, plan: RunPlan, say: object) -> None:
-        self.published.append((plan.bucket, plan.code_dir))
+    def build(self, root: Path, out_dir: Path, version: str) -> Path:
+        """Stands for ``pip wheel``: ``WHEEL`` under the name the real build gives."""
+        self.built.append(root)
+        wheel = out_dir / wheel_filename(version)
+        wheel.write_bytes(WHEEL)
+        return wheel
+
+    def uploaded(self, bucket: str = "alice/rl", path: str = WHEEL_PATH) -> bytes:
+        return self.hub.buckets.read(bucket, path)
 
     def cli(self, *argv: str, token: str | None = TOKEN) -> Result:
         out, err = io.StringIO(), io.StringIO()
-        runtime = Runtime(
-            clock=self.clock, token=lambda: token, publish=self.publish, out=out, err=err
-        )
+        runtime = Runtime(clock=self.clock, token=lambda: token, build=self.build, out=out, err=err)
         code = main([*argv[:1], "--hub-endpoint", self.url, *argv[1:]], runtime)
         return Result(code, out.getvalue(), err.getvalue())
 

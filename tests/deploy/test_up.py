@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from tests.deploy.conftest import TOKEN, Stand
+from tests.deploy.conftest import TOKEN, WHEEL, Stand
 from tests.support.hub_jobs import Step
 
 UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-name", "r1")
@@ -18,7 +18,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
 
     assert result.code == 0, result.err
     assert stand.hub.buckets.buckets["alice/rl"].private is True
-    assert stand.published == [("alice/rl", "r1/code")]
+    assert stand.uploaded() == WHEEL
     replica = stand.hub.named("r1-replica-0").spec
     assert replica["dockerImage"] == "vllm/vllm-openai:latest"
     assert replica["flavor"] == "h200"

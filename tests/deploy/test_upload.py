@@ -1,0 +1,66 @@
+"""``deploy up`` puts the wheel into the bucket through the real client's upload path (a Xet write
+token, the CAS upload, the NDJSON ``/batch`` commit), and an upload that fails stops the run
+before any job is launched, with a message that says what to do."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.deploy.conftest import TOKEN, WHEEL, WHEEL_PATH, Stand
+
+UP = ("up", "--bucket", "alice/rl", "--model", "m", "--run-name", "r1", "--replicas", "1")
+
+
+def test_the_wheel_reaches_the_bucket_over_http(stand: Stand) -> None:
+    stand.replica("r1-replica-0")
+
+    result = stand.cli(*UP)
+
+    assert result.code == 0, result.err
+    assert stand.uploaded() == WHEEL
+    entry = stand.hub.buckets.buckets["alice/rl"].files[WHEEL_PATH]
+    assert entry.size == len(WHEEL)
+    cas = stand.hub.buckets.requests
+    assert any(line.startswith("POST /v1/xorbs/") for line in cas), cas
+    assert any(line.endswith("/shards") for line in cas), cas
+    assert f"uploaded hf://buckets/alice/rl/{WHEEL_PATH}" in result.out
+    script = stand.hub.named("r1-replica-0").spec["command"][2]
+    assert f"/lora/{WHEEL_PATH}" in script
+
+
+@pytest.mark.parametrize(
+    ("route", "status", "hint"),
+    [
+        ("xet-write-token", 403, "write access to the bucket alice/rl"),
+        ("xorbs", 403, "write access to the bucket alice/rl"),
+        ("batch", 422, "run `deploy up` again"),
+        ("shards", 400, "run `deploy up` again"),
+    ],
+)
+def test_a_failed_upload_stops_the_run_and_says_what_to_do(
+    stand: Stand, route: str, status: int, hint: str
+) -> None:
+    stand.hub.buckets.fail(route, status, "refused by the stand-in")
+
+    result = stand.cli(*UP)
+
+    assert result.code == 1
+    assert f"uploading the wheel to hf://buckets/alice/rl/{WHEEL_PATH} failed" in result.err
+    assert hint in result.err
+    assert "--code pypi" in result.err
+    assert "Traceback" not in result.err and TOKEN not in result.err
+    assert stand.hub.jobs == {}
+
+
+def test_without_hf_xet_the_upload_says_how_to_get_it(
+    stand: Stand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "hf_xet", None)  # what a platform without its wheel has
+
+    result = stand.cli(*UP)
+
+    assert result.code == 1
+    assert "pip install hf_xet" in result.err
+    assert stand.hub.jobs == {}
