@@ -150,11 +150,21 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
 def trainer_spec(
     plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
 ) -> JobSpec:
-    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``."""
+    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``.
+
+    The sidecar proxy sends the job's ``HF_TOKEN`` secret to the replicas (their exposed ports
+    demand it) and listens on the exposed port, so ``deploy up`` and ``deploy status`` can see
+    whether it routes to them; TRL talks to it on 127.0.0.1.
+    """
+    expose: tuple[int, ...] = ()
     if proxy_url is not None:
         target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
     else:
-        target = ["--sidecar-replicas", ",".join(replica_urls)]
+        target = [
+            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
+            *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
+        ]
+        expose = (PORT,)
     argv = [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
         *target,
@@ -172,6 +182,7 @@ def trainer_spec(
         labels=plan.labels("trainer"),
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=(TOKEN_SECRET,),
+        expose=expose,
     )
 
 

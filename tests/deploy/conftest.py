@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import io
 import random
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -53,6 +54,36 @@ class FakeClock:
         return 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
+def fake_proxy(replicas: list[dict[str, Any]]) -> web.Application:
+    """A proxy's ``/health`` and ``/proxy/status`` (what ``deploy`` reads) for ``replicas``."""
+    status = {
+        "policy": "prefix",
+        "routing": {"tracked_prefixes": 12, "templates": 1, "sticky_keys": 4},
+        "inflight": 3,
+        "queued": 0,
+        "adapters": {
+            "window": 5,
+            "wanted": ["trl-policy-v7"],
+            "loading": [],
+            "newest": "trl-policy-v7",
+        },
+        "replicas": replicas,
+    }
+    routable = any(replica["routable"] for replica in replicas)
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok" if routable else "unavailable"},
+                                 status=200 if routable else 503)  # fmt: skip
+
+    async def proxy_status(request: web.Request) -> web.Response:
+        return web.json_response(status)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/proxy/status", proxy_status)
+    return app
+
+
 @dataclass
 class Result:
     code: int
@@ -72,6 +103,27 @@ class Stand:
         """A simulated replica behind the bearer check, as ``job_name``'s exposed port."""
         app = build_sim_app(SimSettings(faults=Faults(unhealthy=unhealthy)))
         return self.exposed(job_name, app, token=token)
+
+    def fleet(self, replicas: int, run: str = "r1") -> list[str]:
+        """``replicas`` healthy replicas of run ``run``, and its trainer's sidecar proxy routing
+        to all of them."""
+        urls = [self.replica(f"{run}-replica-{index}") for index in range(replicas)]
+        self.proxy(f"{run}-trainer", urls)
+        return urls
+
+    def proxy(self, job_name: str, urls: Collection[str], *, refused: Collection[str] = ()) -> str:
+        """A proxy (its own job, or a sidecar in the trainer job) routing to ``urls`` but those
+        ``refused`` (ejected: they answered 401), as ``job_name``'s exposed port."""
+        replicas = [
+            {
+                "url": url,
+                "state": "ejected" if url in refused else "healthy",
+                "routable": url not in refused,
+                "last_error": "HTTP 401 (Invalid credentials)" if url in refused else "",
+            }
+            for url in urls
+        ]
+        return self.exposed(job_name, fake_proxy(replicas))
 
     def exposed(self, job_name: str, app: web.Application, *, token: str = TOKEN) -> str:
         url = self.servers.start(require_bearer(app, token))

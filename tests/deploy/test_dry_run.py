@@ -76,7 +76,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     trainer = specs[2]
     assert trainer["image"].startswith("pytorch/pytorch:")
     assert trainer["flavor"] == "h200x2"
-    assert trainer["expose"] == []
+    assert trainer["expose"] == [8000]
     assert trainer["secrets"] == {"HF_TOKEN": "***"}
     assert trainer["labels"] == {"rollout-run": run, "rollout-role": "trainer"}
     assert trainer["volumes"] == [
@@ -85,8 +85,8 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "'rollout-proxy==0.1.0[trainer]'" in trainer["command"][2]
     assert (
         f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
-        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --output-dir /lora/{run} "
-        "--max-steps 500"
+        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
+        f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --output-dir /lora/{run} --max-steps 500"
     ) in trainer["command"][2]
 
 

@@ -14,18 +14,20 @@ from deploy.errors import DeployError
 from deploy.health import Probe
 from deploy.install import Install, wheel_filename
 from deploy.jobs import HubJobs, JobView
-from deploy.readiness import Seen, describe, judge
+from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_everywhere
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
 
+NOT_YET = Assessment(False, "/health not ready yet (HTTP 503)")
+
 
 @pytest.mark.parametrize(
-    ("seen", "serves", "verdict"),
+    ("seen", "checked", "verdict"),
     [
         (Seen("SCHEDULING"), True, "waiting"),
         (Seen("RUNNING", url="u"), True, "waiting"),
-        (Seen("RUNNING", url="u", health=Probe(False, "HTTP 503")), True, "waiting"),
-        (Seen("RUNNING", url="u", health=Probe(True, "HTTP 200")), True, "ready"),
+        (Seen("RUNNING", url="u", assessed=NOT_YET), True, "waiting"),
+        (Seen("RUNNING", url="u", assessed=Assessment(True, "healthy")), True, "ready"),
         (Seen("RUNNING"), False, "ready"),
         (Seen("COMPLETED"), False, "ready"),
         (Seen("COMPLETED"), True, "failed"),
@@ -33,16 +35,36 @@ from deploy.wheel import Runner, build_wheel, publish_wheel
         (Seen("CANCELED"), True, "failed"),
     ],
 )
-def test_judge(seen: Seen, serves: bool, verdict: str) -> None:
-    assert judge(seen, serves) == verdict
+def test_judge(seen: Seen, checked: bool, verdict: str) -> None:
+    assert judge(seen, checked) == verdict
 
 
 def test_describe_says_what_is_awaited() -> None:
     assert describe(Seen("SCHEDULING"), True) == "SCHEDULING"
     assert describe(Seen("ERROR", "exit 1"), True) == "ERROR (exit 1)"
     assert describe(Seen("RUNNING"), True) == "RUNNING, waiting for its exposed URL"
-    unhealthy = Seen("RUNNING", url="https://x--8000.hf.jobs", health=Probe(False, "HTTP 503"))
+    unhealthy = Seen("RUNNING", url="https://x--8000.hf.jobs", assessed=NOT_YET)
     assert describe(unhealthy, True).endswith("/health not ready yet (HTTP 503)")
+    assert healthy(Probe(False, "HTTP 503")) == NOT_YET
+
+
+def _replica(url: str, routable: bool, error: str = "") -> dict[str, object]:
+    return {"url": url, "routable": routable, "state": "pending", "last_error": error}
+
+
+def test_a_proxy_is_ready_when_it_routes_to_every_replica() -> None:
+    every = Probe(True, "HTTP 200", {"replicas": [_replica("a", True), _replica("b", True)]})
+    one_refused = Probe(
+        True, "HTTP 200", {"replicas": [_replica("a", True), _replica("b", False, "HTTP 401")]}
+    )
+    assert routes_everywhere(every) == Assessment(True, "its proxy routes to 2/2 replicas")
+    assert routes_everywhere(one_refused) == Assessment(
+        False, "its proxy routes to 1/2 replicas (b: HTTP 401)"
+    )
+    assert routes_everywhere(Probe(True, "HTTP 200", {"replicas": []})).ok is False
+    assert routes_everywhere(Probe(False, "HTTP 502")) == Assessment(
+        False, "its proxy is not answering yet (HTTP 502)"
+    )
 
 
 def test_job_view_picks_the_exposed_url_of_the_port() -> None:

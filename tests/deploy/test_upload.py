@@ -14,7 +14,7 @@ UP = ("up", "--bucket", "alice/rl", "--model", "m", "--run-name", "r1", "--repli
 
 
 def test_the_wheel_reaches_the_bucket_over_http(stand: Stand) -> None:
-    stand.replica("r1-replica-0")
+    stand.fleet(1)
 
     result = stand.cli(*UP)
 
