@@ -9,10 +9,19 @@ Three sources, chosen with ``--code``:
 
 The job command becomes ``sh -c "python3 -m pip install ... && exec <entry point>"`` so the entry
 point replaces the shell and receives the job's SIGTERM on cancel.
+
+Replica jobs run on the vLLM image, whose packages vLLM was built and tested with: installing our
+wheel with its dependencies there would upgrade some of them (our version floors come along) and
+can break vLLM's imports. So a replica installs the wheel with ``--no-deps``, then only what
+``replica_entry`` imports (``REPLICA_REQUIREMENTS``) under a constraints file written from the
+image's own ``pip list``: a package the image has stays at its version, a missing one is added
+(with its own dependencies, constrained the same way); a conflict fails the job at start-up, with
+pip's message, instead of breaking vLLM later.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import tomllib
 from collections.abc import Sequence
@@ -26,6 +35,14 @@ from deploy.errors import DeployError
 CodeSource = Literal["wheel", "pypi", "image"]
 DISTRIBUTION = "rollout-proxy"
 PIP_INSTALL = ("python3", "-m", "pip", "install", "--no-cache-dir", "--quiet")
+IMAGE_CONSTRAINTS = "/tmp/image-packages.txt"
+# The third-party distributions ``python -m replica_entry`` imports (tests check the list).
+REPLICA_REQUIREMENTS = ("aiohttp", "orjson", "prometheus-client", "pydantic", "xxhash")
+
+
+def canonical(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,19 @@ class Install:
         requirement = f"{self.requirement}[{extra}]" if extra else self.requirement
         script = f"{shlex.join([*PIP_INSTALL, requirement])} && exec {shlex.join(argv)}"
         return ("sh", "-c", script)
+
+    def wrap_into_image(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """The job command running ``argv`` after an install that changes no package the image
+        ships (see the module docstring)."""
+        if self.requirement is None:
+            return tuple(argv)
+        steps = [
+            f"python3 -m pip list --format=freeze > {IMAGE_CONSTRAINTS}",
+            shlex.join([*PIP_INSTALL, "--no-deps", self.requirement]),
+            shlex.join([*PIP_INSTALL, "-c", IMAGE_CONSTRAINTS, *REPLICA_REQUIREMENTS]),
+            f"exec {shlex.join(argv)}",
+        ]
+        return ("sh", "-c", " && ".join(steps))
 
 
 def source_root() -> Path | None:

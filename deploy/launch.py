@@ -40,6 +40,7 @@ class Launch:
     poll_s: float = 5.0
     keep: bool = False
     endpoint: str | None = None
+    allow_public_bucket: bool = False
     launched: list[JobView] = field(default_factory=list)
 
     def hint(self, subcommand: str, *extra: str) -> str:
@@ -50,8 +51,8 @@ class Launch:
     def up(self) -> list[JobView]:
         """Launch the run; return the final view of every job, in launch order."""
         self.refuse_active_run()
-        self.say(f"bucket {self.plan.bucket}: creating it unless it exists")
-        self.jobs.ensure_bucket(self.plan.bucket)
+        self.say(f"bucket {self.plan.bucket}: creating it (private) unless it exists")
+        self.check_visibility(self.jobs.ensure_bucket(self.plan.bucket))
         self.publish()
         try:
             return self.launch_fleet()
@@ -104,6 +105,24 @@ class Launch:
         ready = self.wait(jobs, check)
         urls = [ready[job.id].url(PORT) for job in jobs]
         return [url for url in urls if url is not None]
+
+    def check_visibility(self, private: bool) -> None:
+        """An existing bucket keeps its visibility: refuse a public one unless allowed."""
+        if private:
+            return
+        bucket = self.plan.bucket
+        settings = f"{self.jobs.api.endpoint.rstrip('/')}/buckets/{bucket}"
+        if self.allow_public_bucket:
+            self.say(
+                f"bucket {bucket} is public (--allow-public-bucket): the wheel and every adapter "
+                "of the run are readable by anyone"
+            )
+            return
+        raise DeployError(
+            f"bucket {bucket} exists and is public: the wheel and every adapter of the run would "
+            f"be readable by anyone. Make it private in its settings ({settings}), choose another "
+            "--bucket (a new one is created private), or pass --allow-public-bucket"
+        )
 
     def refuse_active_run(self) -> None:
         active = [job for job in self.jobs.of_run(self.plan.run_name) if not job.terminal]
@@ -191,7 +210,8 @@ def summary(plan: RunPlan, jobs: Sequence[JobView], namespace: str, endpoint: st
         f"adapters: {adapters} (at {plan.adapters_dir} in every job)",
         f"follow the trainer: {hint('logs', '--role', 'trainer', '--follow')}",
         f"watch the run:      {hint('status')}",
-        f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out "
-        f"after {plan.timeout})",
+        f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out: "
+        f"the trainer after {plan.timeout('trainer')}, the replicas after "
+        f"{plan.timeout('replica')})",
     ]
     return "\n".join(lines)

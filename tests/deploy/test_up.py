@@ -18,9 +18,9 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert stand.hub.buckets.buckets["alice/rl"].private is True
     assert stand.uploaded() == WHEEL
     replica = stand.hub.named("r1-replica-0").spec
-    assert replica["dockerImage"] == "vllm/vllm-openai:latest"
+    assert replica["dockerImage"] == "vllm/vllm-openai:v0.32.0"
     assert replica["flavor"] == "h200"
-    assert replica["timeoutSeconds"] == 6 * 3600
+    assert replica["timeoutSeconds"] == 6 * 3600 + 1800
     assert replica["secrets"] == {"HF_TOKEN": TOKEN}
     assert replica["expose"] == {"ports": [8000], "portsPublic": []}
     assert replica["volumes"] == [
@@ -35,11 +35,11 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     }
     script = replica["command"][2]
     assert replica["command"][:2] == ["sh", "-c"]
-    assert "pip install --no-cache-dir --quiet /lora/r1/code/rollout_proxy-" in script
+    assert "pip install --no-cache-dir --quiet --no-deps /lora/r1/code/rollout_proxy-" in script
     assert "exec python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000" in script
     assert "--model Qwen/Qwen2.5-Math-1.5B" in script
     trainer = stand.hub.named("r1-trainer").spec
-    assert trainer["flavor"] == "h200x2"
+    assert trainer["flavor"] == "h200"
     assert trainer["volumes"][0]["readOnly"] is False
     assert trainer["volumes"][0]["mountPath"] == "/lora"
     assert trainer["expose"] == {"ports": [8000], "portsPublic": []}
@@ -262,3 +262,40 @@ def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) 
         f"{urls[1]} ejected: HTTP 401 (Invalid credentials))"
     ) in result.out
     assert result.out.count(" healthy") == 2  # the replicas themselves answer deploy's probe
+
+
+def test_an_existing_public_bucket_is_refused(stand: Stand) -> None:
+    stand.fleet(1)
+    stand.hub.buckets.create("alice/rl", private=False)
+
+    result = stand.cli(*UP, "--replicas", "1")
+
+    assert result.code == 1
+    assert "bucket alice/rl exists and is public" in result.err
+    assert "the wheel and every adapter of the run would be readable by anyone" in result.err
+    assert f"{stand.url}/buckets/alice/rl" in result.err and "--allow-public-bucket" in result.err
+    assert stand.hub.jobs == {}
+    assert stand.hub.buckets.buckets["alice/rl"].files == {}
+
+
+def test_a_public_bucket_is_used_only_when_allowed(stand: Stand) -> None:
+    stand.fleet(1)
+    stand.hub.buckets.create("alice/rl", private=False)
+
+    result = stand.cli(*UP, "--replicas", "1", "--allow-public-bucket")
+
+    assert result.code == 0, result.err
+    assert "bucket alice/rl is public (--allow-public-bucket)" in result.out
+    assert stand.uploaded() == WHEEL
+
+
+def test_down_names_the_namespaced_cancel_command_when_a_cancel_fails(stand: Stand) -> None:
+    stand.fleet(1)
+    assert stand.cli(*UP, "--replicas", "1").code == 0
+    trainer = stand.hub.named("r1-trainer")
+    stand.hub.uncancellable.add(trainer.id)
+
+    result = stand.cli("down", "--run-name", "r1", "--namespace", "alice")
+
+    assert result.code == 1
+    assert f"hf jobs cancel alice/{trainer.id}" in result.err

@@ -12,7 +12,7 @@ It answers as the real service does for the calls huggingface_hub 1.24 to 2.4 ma
   page linked by a ``Link: <url>; rel="next"`` header (the client's ``paginate`` follows it);
 - ``GET /api/jobs/{ns}/{id}``: ``inspect_job``; a job's stage moves with TIME, not with calls:
   its script says how long each stage lasts on the hub's clock (a test passes its fake clock);
-- ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job``;
+- ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job`` (403 for a job in ``uncancellable``);
 - ``GET /api/jobs/{ns}/{id}/logs?tail=N``: ``fetch_job_logs``: server-sent events
   ``data: {"timestamp": ..., "data": line}``, starting with ``===== Job started ... =====``;
   the stream stays open while the job has not ended (lines logged meanwhile are sent, with a
@@ -125,6 +125,7 @@ class JobsHub:
     jobs: dict[str, StandInJob] = field(default_factory=dict)
     buckets: Buckets = field(default_factory=Buckets)
     cancelled: list[str] = field(default_factory=list)
+    uncancellable: set[str] = field(default_factory=set)  # job ids whose cancel answers 403
     exposed: dict[str, str] = field(default_factory=dict)
     scripts: dict[str, tuple[list[Step], list[str]]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -284,6 +285,8 @@ async def _inspect_job(request: web.Request) -> web.Response:
 
 async def _cancel_job(request: web.Request) -> web.Response:
     job = _job(request)
+    if job.id in request.app[JOBS_HUB].uncancellable:
+        return web.json_response({"error": "You cannot cancel this job"}, status=403)
     if not job.terminal:
         job.move_to("CANCELED")
     request.app[JOBS_HUB].cancelled.append(job.id)
