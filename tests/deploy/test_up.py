@@ -22,7 +22,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert replica["flavor"] == "h200"
     assert replica["timeoutSeconds"] == 6 * 3600 + 1800
     assert replica["secrets"] == {"HF_TOKEN": TOKEN}
-    assert replica["expose"] == {"ports": [8000], "portsPublic": []}
+    assert replica["expose"]["ports"] == [8000]
     assert replica["volumes"] == [
         {"type": "bucket", "source": "alice/rl", "mountPath": "/lora", "readOnly": True}
     ]
@@ -42,7 +42,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert trainer["flavor"] == "h200"
     assert trainer["volumes"][0]["readOnly"] is False
     assert trainer["volumes"][0]["mountPath"] == "/lora"
-    assert trainer["expose"] == {"ports": [8000], "portsPublic": []}
+    assert trainer["expose"]["ports"] == [8000]
     assert f"--sidecar-replicas {urls[0]},{urls[1]}" in trainer["command"][2]
     assert "--output-dir /lora/r1 --max-steps 500" in trainer["command"][2]
     assert ".whl[trainer]" in trainer["command"][2]

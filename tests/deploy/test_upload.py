@@ -5,8 +5,10 @@ before any job is launched, with a message that says what to do."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 import pytest
+from huggingface_hub.utils._xet import abort_xet_session
 
 from tests.deploy.conftest import TOKEN, WHEEL, WHEEL_PATH, Stand
 
@@ -30,6 +32,15 @@ def test_the_wheel_reaches_the_bucket_over_http(stand: Stand) -> None:
     assert f"/lora/{WHEEL_PATH}" in script
 
 
+@pytest.fixture
+def fresh_xet_session() -> Iterator[None]:
+    """hf_xet keeps one session per process, and 1.5 keeps a failed upload's error in it for the
+    next ("Previous task error"): a real ``deploy up`` uploads once per process, tests many."""
+    yield
+    abort_xet_session()
+
+
+@pytest.mark.usefixtures("fresh_xet_session")
 @pytest.mark.parametrize(
     ("route", "status", "hint"),
     [

@@ -16,9 +16,10 @@ Routes as huggingface_hub (1.24 to 2.4) and hf_xet (1.8) call them (``hf_api.py`
 The CAS is a server of its own (``build_cas_app``; the token's ``casUrl`` points at it), as in
 production. It refuses any request without the access token, offers no upload grants (404 on
 ``/v1/xorb-grants``: hf_xet then uses the plain xorb upload), no global dedup (404 on
-``/v1/chunks``), stores xorbs, and reads every shard (``/v2/shards`` answers NDJSON progress,
-``/v1/shards`` JSON) to learn which chunks make each file, so ``Buckets.read`` returns the bytes a
-client uploaded. ``fail`` makes one route answer an error status, to test how failures surface.
+``/v1/chunks``), stores xorbs, and reads every shard (``/v2/shards`` answers NDJSON progress;
+``/v1/shards`` and hf_xet 1.5's ``/shards`` answer JSON) to learn which chunks make each file,
+so ``Buckets.read`` returns the bytes a client uploaded. ``fail`` makes one route answer an
+error status, to test how failures surface.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def build_cas_app(buckets: Buckets) -> web.Application:
     app.router.add_head("/v1/xorbs/{prefix}/{hash}", _head_xorb)
     app.router.add_post("/v1/xorbs/{prefix}/{hash}", _post_xorb)
     app.router.add_post("/v1/shards", _post_shard_v1)
+    app.router.add_post("/shards", _post_shard_v1)  # hf_xet up to 1.5 posts shards here
     app.router.add_post("/v2/shards", _post_shard_v2)
     app.router.add_post("/v1/telemetry", _telemetry)
     return app
