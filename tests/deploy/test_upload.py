@@ -37,7 +37,7 @@ def fresh_xet_session() -> Iterator[None]:
     """hf_xet keeps one session per process, and 1.5 keeps a failed upload's error in it for the
     next ("Previous task error"): a real ``deploy up`` uploads once per process, tests many."""
     yield
-    abort_xet_session()
+    abort_xet_session()  # type: ignore[no-untyped-call]  # huggingface_hub leaves it untyped
 
 
 @pytest.mark.usefixtures("fresh_xet_session")
