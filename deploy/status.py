@@ -2,8 +2,8 @@
 
 Health is probed through each serving job's exposed URL with the bearer token. The proxy's
 ``GET /proxy/status`` adds its routing and adapter figures and, for each replica it cannot route
-to, why (``ejected: HTTP 401 ...`` when a replica refuses its token): the proxy job's in topology
-``job``, the sidecar's (the trainer job exposes its port) in topology ``sidecar``.
+to, why (``pending: probe answered HTTP 401`` when a replica refuses its token): the proxy job's
+in topology ``job``, the sidecar's (the trainer job exposes its port) in topology ``sidecar``.
 """
 
 from __future__ import annotations

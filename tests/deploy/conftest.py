@@ -113,13 +113,14 @@ class Stand:
 
     def proxy(self, job_name: str, urls: Collection[str], *, refused: Collection[str] = ()) -> str:
         """A proxy (its own job, or a sidecar in the trainer job) routing to ``urls`` but those
-        ``refused`` (ejected: they answered 401), as ``job_name``'s exposed port."""
+        ``refused`` (never admitted: they answer its probes 401, as the real proxy reports it),
+        as ``job_name``'s exposed port."""
         replicas = [
             {
                 "url": url,
-                "state": "ejected" if url in refused else "healthy",
+                "state": "pending" if url in refused else "healthy",
                 "routable": url not in refused,
-                "last_error": "HTTP 401 (Invalid credentials)" if url in refused else "",
+                "last_error": "probe answered HTTP 401" if url in refused else "",
             }
             for url in urls
         ]
