@@ -224,7 +224,7 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
     for note in notes(plan):
         print(note, file=runtime.err, flush=True)
     if args.dry_run:
-        specs = [spec.describe() for spec in dry_run_specs(plan)]
+        specs = [spec.describe(plan.namespace) for spec in dry_run_specs(plan)]
         print(json.dumps(specs, indent=2), file=runtime.out)
         return 0
     token = _token(runtime)

@@ -35,8 +35,8 @@ def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
 
 
 FIELDS = {
-    "name", "role", "image", "command", "env", "secrets", "flavor", "timeout", "volumes",
-    "expose", "labels",
+    "name", "namespace", "role", "image", "command", "env", "secrets", "flavor", "timeout",
+    "volumes", "expose", "labels",
 }  # fmt: skip
 
 
@@ -50,6 +50,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     assert [spec["role"] for spec in specs] == ["replica", "replica", "trainer"]
     assert all(set(spec) == FIELDS for spec in specs)
+    assert {spec["namespace"] for spec in specs} == {"team"}  # the bucket's, by default
     run = "rollout-20260101-000000"
     for index, replica in enumerate(specs[:2]):
         assert replica["image"] == "vllm/vllm-openai:v0.32.0"
@@ -169,6 +170,7 @@ def test_the_proxy_discovers_replicas_in_the_jobs_namespace(
 
     proxy = next(spec for spec in specs if spec["role"] == "proxy")
     assert "--discover-namespace jobs-org" in proxy["command"][2]
+    assert {spec["namespace"] for spec in specs} == {"jobs-org"}
     assert [volume["source"] for volume in proxy["volumes"]] == ["team/rl"]
 
 
