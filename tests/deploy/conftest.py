@@ -29,10 +29,13 @@ WHEEL = random.Random(17).randbytes(200_000) + b"rollout-proxy wheel contents\n"
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _xet_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """hf_xet's local cache in a temporary directory, not the user's home."""
+def _hf_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """hf_xet's cache and logs (under ``$HF_HOME/xet``) in a temporary directory, not the
+    user's home."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HF_XET_CACHE", str(tmp_path_factory.mktemp("xet-cache")))
+        home = tmp_path_factory.mktemp("hf-home")
+        patch.setenv("HF_HOME", str(home))
+        patch.setenv("HF_XET_CACHE", str(home / "xet"))
         yield
 
 
