@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv e2e-venv test unit e2e lint demo bench clean
+.PHONY: venv e2e-venv test unit e2e hub-floor lint demo bench clean
 
 venv: $(STAMP)
 
@@ -39,10 +39,28 @@ lint: venv
 	$(PY) -m mypy .
 
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
-# minute), then the real tier (vLLM CPU servers + TRL; about 9 minutes).
+# minute), the deploy and discovery tests on the oldest huggingface_hub we allow, then the real
+# tier (vLLM CPU servers + TRL; about 9 minutes).
 test: venv lint
 	$(PY) -m pytest
+	$(MAKE) hub-floor
 	$(MAKE) e2e
+
+# The deploy and discovery tests against the OLDEST huggingface_hub that pyproject.toml allows and
+# the oldest hf_xet that one allows, in a throwaway venv (about 25 s with pip's cache): a client
+# call the floor lacks (run_job(name=) is 1.24, list_jobs(labels=) 1.21) fails here, not after a
+# user's bucket and wheel upload.
+HUB_FLOOR = $(shell sed -n 's/^ *"huggingface_hub>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+XET_FLOOR = 1.5.1
+hub-floor:
+	@test -n "$(HUB_FLOOR)" || { echo "no huggingface_hub>=X.Y floor found in pyproject.toml"; exit 1; }
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	echo ">> deploy + discovery tests on huggingface_hub==$(HUB_FLOOR), hf_xet==$(XET_FLOOR) ($$tmp)" && \
+	$(PYTHON) -m venv "$$tmp/venv" && \
+	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip && \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e . "huggingface_hub==$(HUB_FLOOR)" \
+		"hf_xet==$(XET_FLOOR)" pytest pytest-asyncio pytest-timeout && \
+	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py
 
 unit: venv
 	$(PY) -m pytest tests/unit

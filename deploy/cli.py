@@ -25,31 +25,38 @@ from huggingface_hub import HfApi, get_token
 
 from deploy import health, hints
 from deploy.clock import Clock, SystemClock
+from deploy.durations import parse_duration
 from deploy.errors import DeployError
 from deploy.install import default_source, install_for, project_version, source_root
 from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
-from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
+from deploy.plan import Flavors, Images, RunPlan, dry_run_specs, gpu_count
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
-from deploy.wheel import publish_wheel
+from deploy.wheel import Builder, build_wheel, publish_wheel
 
 RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None]], None]
 
 
-def publish_code(jobs: HubJobs, plan: RunPlan, say: Callable[[str], None]) -> None:
+def publish_code(
+    jobs: HubJobs, plan: RunPlan, say: Callable[[str], None], build: Builder = build_wheel
+) -> None:
     """Build the wheel and upload it into the run's folder of the bucket (``--code wheel``)."""
     root = source_root()
     if plan.install.source != "wheel" or root is None:
         say(f"code: {plan.install.requirement or 'already in the images'}")
         return
     say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
-    destination = publish_wheel(jobs, plan.bucket, root, project_version("wheel"), plan.code_dir)
+    destination = publish_wheel(
+        jobs, plan.bucket, root, project_version("wheel"), plan.code_dir, build=build
+    )
     say(f"uploaded hf://buckets/{plan.bucket}/{destination}")
+
+
+Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None], Builder], None]
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Runtime:
     probe: health.Prober = health.get
     token: Callable[[], str | None] = get_token
     publish: Publisher = publish_code
+    build: Builder = build_wheel
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -106,7 +114,11 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     add("--topology", choices=["sidecar", "job"], default="sidecar")
     add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
     add("--replica-flavor", default=Flavors.replica)
-    add("--trainer-flavor", default=Flavors.trainer)
+    add(
+        "--trainer-flavor",
+        default=Flavors.trainer,
+        help="trainer_entry trains in one process on one GPU (default: %(default)s)",
+    )
     add("--proxy-flavor", default=Flavors.proxy, help="topology job only")
     add("--replica-image", default=Images.replica)
     add("--trainer-image", default=Images.trainer)
@@ -118,7 +130,17 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     )
     add("--replica-args", default="", help="extra replica_entry flags, one quoted string")
     add("--mount-path", default="/lora", help="where every job mounts the bucket")
-    add("--timeout", default="6h", help="each job's lifetime cap (e.g. 90m, 6h)")
+    add(
+        "--allow-public-bucket",
+        action="store_true",
+        help="use an existing public bucket (the wheel and the adapters become public)",
+    )
+    add(
+        "--timeout",
+        default="6h",
+        help="the trainer's lifetime, with a unit s, m, h or d (e.g. 90m, 6h); jobs launched "
+        "before it get the start-up waits (--ready-timeout per wave) on top",
+    )
     add("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each wave")
     add("--poll-interval", type=float, default=5.0, help="seconds between status polls")
     add("--keep", action="store_true", help="on failure, leave launched jobs running")
@@ -134,10 +156,12 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         model=args.model,
         replicas=args.replicas,
         install=install_for(source, f"{args.mount_path}/{run_name}/code"),
+        namespace=args.namespace or args.bucket.split("/")[0],
         topology=args.topology,
         images=Images(args.replica_image, args.trainer_image, args.proxy_image),
         flavors=Flavors(args.replica_flavor, args.trainer_flavor, args.proxy_flavor),
-        timeout=args.timeout,
+        timeout_s=parse_duration(args.timeout),
+        ready_timeout_s=args.ready_timeout,
         mount_path=args.mount_path.rstrip("/"),
         replica_args=tuple(shlex.split(args.replica_args)),
         trainer_args=tuple(trainer_args),
@@ -160,6 +184,23 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     for flag in ("ready_timeout", "poll_interval"):
         if getattr(args, flag) <= 0:
             parser.error(f"argument --{flag.replace('_', '-')}: must be positive")
+    try:
+        parse_duration(args.timeout)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def notes(plan: RunPlan) -> list[str]:
+    """What the user may not have meant (printed to stderr; the run goes ahead)."""
+    gpus = gpu_count(plan.flavors.trainer)
+    if gpus <= 1:
+        return []
+    return [
+        f"note: --trainer-flavor {plan.flavors.trainer} has {gpus} GPUs, but trainer_entry "
+        f"trains in one process on one GPU: the other {gpus - 1} are paid for and idle. Use a "
+        "one-GPU flavor (h200, a100-large), or train on several GPUs with TRL under `accelerate "
+        "launch` in your own job (not something deploy starts)."
+    ]
 
 
 def _token(runtime: Runtime) -> str:
@@ -172,22 +213,22 @@ def _token(runtime: Runtime) -> str:
     return token
 
 
-def _hub(args: argparse.Namespace, token: str) -> HubJobs:
+def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> HubJobs:
+    """The Hub client for ``namespace`` (default: --namespace, else the token's user)."""
     api = HfApi(endpoint=args.hub_endpoint, token=token)
-    namespace = args.namespace
-    if namespace is None:
-        namespace = args.bucket.split("/")[0] if "bucket" in args else api.whoami()["name"]
-    return HubJobs(api, namespace)
+    return HubJobs(api, namespace or args.namespace or api.whoami()["name"])
 
 
 def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     plan = plan_from_args(args, trainer_args, runtime.clock)
+    for note in notes(plan):
+        print(note, file=runtime.err, flush=True)
     if args.dry_run:
-        specs = [spec.describe() for spec in dry_run_specs(plan)]
+        specs = [spec.describe(plan.namespace) for spec in dry_run_specs(plan)]
         print(json.dumps(specs, indent=2), file=runtime.out)
         return 0
     token = _token(runtime)
-    jobs = _hub(args, token)
+    jobs = _hub(args, token, plan.namespace)
     launch = Launch(
         jobs=jobs,
         plan=plan,
@@ -195,11 +236,12 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
         probe=runtime.probe,
         clock=runtime.clock,
         say=runtime.say,
-        publish=lambda: runtime.publish(jobs, plan, runtime.say),
+        publish=lambda: runtime.publish(jobs, plan, runtime.say, runtime.build),
         ready_timeout_s=args.ready_timeout,
         poll_s=args.poll_interval,
         keep=args.keep,
         endpoint=args.hub_endpoint,
+        allow_public_bucket=args.allow_public_bucket,
     )
     runtime.say(f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}")
     views = launch.up()

@@ -22,14 +22,16 @@ TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
 
 def _transport_errors() -> tuple[type[Exception], ...]:
-    """The client's connection-level error base: ``httpx2`` in huggingface_hub 2.x, else httpx."""
+    """The client's connection-level error bases: ``httpx2`` in huggingface_hub 2.x, ``httpx``
+    in 1.x; both when both are installed (which one the client uses depends on its version)."""
+    errors = []
     for name in ("httpx2", "httpx"):
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        return (module.RequestError,)
-    return ()
+        errors.append(module.RequestError)
+    return tuple(errors)
 
 
 # What a Hub call can raise that is the Hub's or the network's doing, not a bug of ours.
@@ -88,9 +90,12 @@ class HubJobs:
         self.api = api
         self.namespace = namespace
 
-    def ensure_bucket(self, bucket: str) -> None:
-        """Create ``bucket`` (private) unless it exists."""
+    def ensure_bucket(self, bucket: str) -> bool:
+        """Create ``bucket`` (private) unless it exists; whether it is private. An existing
+        bucket keeps its visibility whatever ``create_bucket`` asks (the client's own
+        ``sync_job_volume`` checks ``bucket_info`` the same way)."""
         self.api.create_bucket(bucket, private=True, exist_ok=True)
+        return bool(self.api.bucket_info(bucket).private)
 
     def upload(self, bucket: str, local: Path, destination: str) -> None:
         self.api.batch_bucket_files(bucket, add=[(str(local), destination)])

@@ -1,11 +1,13 @@
 """``deploy up``: bucket, code, replicas, (proxy,) trainer, each wave waited on before the next.
 
-Order: refuse a run name that still has active jobs; create the bucket if missing; publish the
-code; launch the N replicas and wait until each is RUNNING and answers ``/health`` through its
-exposed URL; in topology ``job`` launch the proxy pointed at those URLs and wait for it the same
-way; launch the trainer and wait until it runs. Any failure (a job ending in ERROR, the wait
-timing out, a Hub call failing, Ctrl-C) cancels every job launched so far unless ``keep``, and
-becomes a ``DeployError`` naming the job, its last log lines and what to do next.
+Order: refuse a run name that still has active jobs; create the bucket if missing (refuse a
+public one); publish the code; launch the N replicas and wait until each is RUNNING and answers
+``/health`` through its exposed URL; in topology ``job`` launch the proxy pointed at those URLs
+and wait until it routes to every replica; launch the trainer and wait until it runs and, in
+topology ``sidecar``, until the proxy inside it routes to every replica (its port is exposed for
+that and for ``deploy status``): only then is the run up. Any failure (a job ending in ERROR, the
+wait timing out, a Hub call failing, Ctrl-C) cancels every job launched so far unless ``keep``,
+and becomes a ``DeployError`` naming the job, its last log lines and what to do next.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from deploy.errors import DeployError
 from deploy.health import Prober
 from deploy.jobs import HUB_ERRORS, HubJobs, JobView
 from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
-from deploy.readiness import JobFailed, NotReady, Target, wait_ready
+from deploy.readiness import HEALTH, ROUTES, Check, JobFailed, NotReady, Target, wait_ready
 from deploy.specs import JobSpec
 
 LOG_LINES_ON_FAILURE = 20
@@ -38,6 +40,7 @@ class Launch:
     poll_s: float = 5.0
     keep: bool = False
     endpoint: str | None = None
+    allow_public_bucket: bool = False
     launched: list[JobView] = field(default_factory=list)
 
     def hint(self, subcommand: str, *extra: str) -> str:
@@ -48,8 +51,8 @@ class Launch:
     def up(self) -> list[JobView]:
         """Launch the run; return the final view of every job, in launch order."""
         self.refuse_active_run()
-        self.say(f"bucket {self.plan.bucket}: creating it unless it exists")
-        self.jobs.ensure_bucket(self.plan.bucket)
+        self.say(f"bucket {self.plan.bucket}: creating it (private) unless it exists")
+        self.check_visibility(self.jobs.ensure_bucket(self.plan.bucket))
         self.publish()
         try:
             return self.launch_fleet()
@@ -66,16 +69,18 @@ class Launch:
         plan = self.plan
         replicas = [self.start(replica_spec(plan, index)) for index in range(plan.replicas)]
         self.say(f"waiting for {len(replicas)} replica(s) to be RUNNING and healthy")
-        urls = self.serving_urls(replicas)
+        urls = self.serving_urls(replicas, HEALTH)
         if plan.topology == "sidecar":
             trainer = self.start(trainer_spec(plan, replica_urls=urls))
+            self.say("waiting for the trainer to start and its proxy to route to every replica")
+            self.wait([trainer], ROUTES)
         else:
             proxy = self.start(proxy_spec(plan, urls))
-            self.say("waiting for the proxy to be RUNNING and healthy")
-            (proxy_url,) = self.serving_urls([proxy])
+            self.say("waiting for the proxy to be RUNNING and to route to every replica")
+            (proxy_url,) = self.serving_urls([proxy], ROUTES)
             trainer = self.start(trainer_spec(plan, proxy_url=proxy_url))
-        self.say("waiting for the trainer to start")
-        self.wait([trainer], serves=False)
+            self.say("waiting for the trainer to start")
+            self.wait([trainer], None)
         return [self.jobs.inspect(job.id) for job in self.launched]
 
     def start(self, spec: JobSpec) -> JobView:
@@ -84,10 +89,10 @@ class Launch:
         self.say(f"launched {spec.name}: job {job.id} ({spec.flavor}, {spec.image})")
         return job
 
-    def wait(self, jobs: Sequence[JobView], *, serves: bool) -> dict[str, JobView]:
+    def wait(self, jobs: Sequence[JobView], check: Check | None) -> dict[str, JobView]:
         return wait_ready(
             self.jobs,
-            [Target(job, serves) for job in jobs],
+            [Target(job, check) for job in jobs],
             token=self.token,
             probe=self.probe,
             clock=self.clock,
@@ -96,10 +101,28 @@ class Launch:
             say=self.say,
         )
 
-    def serving_urls(self, jobs: Sequence[JobView]) -> list[str]:
-        ready = self.wait(jobs, serves=True)
+    def serving_urls(self, jobs: Sequence[JobView], check: Check) -> list[str]:
+        ready = self.wait(jobs, check)
         urls = [ready[job.id].url(PORT) for job in jobs]
         return [url for url in urls if url is not None]
+
+    def check_visibility(self, private: bool) -> None:
+        """An existing bucket keeps its visibility: refuse a public one unless allowed."""
+        if private:
+            return
+        bucket = self.plan.bucket
+        settings = f"{self.jobs.api.endpoint.rstrip('/')}/buckets/{bucket}"
+        if self.allow_public_bucket:
+            self.say(
+                f"bucket {bucket} is public (--allow-public-bucket): the wheel and every adapter "
+                "of the run are readable by anyone"
+            )
+            return
+        raise DeployError(
+            f"bucket {bucket} exists and is public: the wheel and every adapter of the run would "
+            f"be readable by anyone. Make it private in its settings ({settings}), choose another "
+            "--bucket (a new one is created private), or pass --allow-public-bucket"
+        )
 
     def refuse_active_run(self) -> None:
         active = [job for job in self.jobs.of_run(self.plan.run_name) if not job.terminal]
@@ -130,10 +153,20 @@ class Launch:
             f"not ready after {late.waited_s:.0f} s (--ready-timeout {self.ready_timeout_s:g}):"
         ]
         lines += [f"  {job.name} (job {job.id}): {shown}" for job, shown in late.pending]
-        lines.append(
-            "a GPU may still be scheduling or the model still loading: raise --ready-timeout, "
-            f"or read their logs: {self.hint('logs', '--role', 'replica')}"
-        )
+        proxies = [job for job, _ in late.pending if job.role in ("trainer", "proxy")]
+        if proxies:
+            role = proxies[0].role
+            lines.append(
+                f"the {role}'s proxy does not reach every replica: a replica that answers 401 "
+                f"refused the job's HF_TOKEN (deploy passes yours: it needs read access to the "
+                f"namespace {self.jobs.namespace}); else the image may still be installing. "
+                f"Raise --ready-timeout, or read its logs: {self.hint('logs', '--role', role)}"
+            )
+        else:
+            lines.append(
+                "a GPU may still be scheduling or the model still loading: raise --ready-timeout, "
+                f"or read their logs: {self.hint('logs', '--role', 'replica')}"
+            )
         return "\n".join(lines)
 
     def abort(self, reason: str) -> DeployError:
@@ -177,7 +210,8 @@ def summary(plan: RunPlan, jobs: Sequence[JobView], namespace: str, endpoint: st
         f"adapters: {adapters} (at {plan.adapters_dir} in every job)",
         f"follow the trainer: {hint('logs', '--role', 'trainer', '--follow')}",
         f"watch the run:      {hint('status')}",
-        f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out "
-        f"after {plan.timeout})",
+        f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out: "
+        f"the trainer after {plan.timeout('trainer')}, the replicas after "
+        f"{plan.timeout('replica')})",
     ]
     return "\n".join(lines)

@@ -7,6 +7,10 @@ adapter paths, so the mount path must be the same everywhere):
 - ``/lora/R/``: the trainer's ``--output-dir``; TRL writes adapters to ``/lora/R/.vllm_lora/``.
 
 Replicas (and the proxy job) mount the bucket read-only; only the trainer mounts it writable.
+Every job runs in ``namespace`` (by default the bucket's), where the proxy job also discovers
+replacement replicas. A job launched before the trainer must outlive it: its lifetime is the
+trainer's plus the longest the launcher may wait before the trainer starts (``ready_timeout_s``
+per wave still to come).
 Topology ``sidecar``: the trainer job runs the proxy beside it and reaches each replica's exposed
 URL. Topology ``job``: the proxy is a job of its own with its port exposed, and the trainer is
 pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
@@ -14,10 +18,12 @@ pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from deploy.durations import format_duration
 from deploy.install import Install
 from deploy.specs import (
     INDEX_LABEL,
@@ -33,11 +39,13 @@ Topology = Literal["sidecar", "job"]
 PORT = 8000
 TOKEN_SECRET = "HF_TOKEN"
 UPSTREAM_TOKEN_SECRET = "PROXY_UPSTREAM_TOKEN"
+# The vLLM this project's real tier runs (pyproject's e2e-cpu pin; a test keeps them equal).
+TESTED_VLLM = "0.32.0"
 
 
 @dataclass(frozen=True)
 class Images:
-    replica: str = "vllm/vllm-openai:latest"
+    replica: str = f"vllm/vllm-openai:v{TESTED_VLLM}"
     trainer: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
     proxy: str = "python:3.11-slim"
 
@@ -45,8 +53,14 @@ class Images:
 @dataclass(frozen=True)
 class Flavors:
     replica: str = "h200"
-    trainer: str = "h200x2"
+    trainer: str = "h200"  # trainer_entry trains in one process: one GPU
     proxy: str = "cpu-upgrade"
+
+
+def gpu_count(flavor: str) -> int:
+    """GPUs of a flavor by its name: ``h200x4`` has 4, ``h200`` or ``cpu-basic`` at most 1."""
+    match = re.search(r"x(\d+)$", flavor)
+    return int(match.group(1)) if match else 1
 
 
 @dataclass(frozen=True)
@@ -58,10 +72,12 @@ class RunPlan:
     model: str
     replicas: int
     install: Install
+    namespace: str
     topology: Topology = "sidecar"
     images: Images = field(default_factory=Images)
     flavors: Flavors = field(default_factory=Flavors)
-    timeout: str = "6h"
+    timeout_s: int = 6 * 3600  # the trainer's lifetime
+    ready_timeout_s: float = 1800.0  # the longest wait for one wave of jobs
     mount_path: str = "/lora"
     replica_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
@@ -97,6 +113,12 @@ class RunPlan:
     def mount(self, *, writable: bool = False) -> BucketMount:
         return BucketMount(self.bucket, self.mount_path, read_only=not writable)
 
+    def timeout(self, role: Role) -> str:
+        """The job's lifetime: the trainer's, plus, for a job launched before the trainer, the
+        waits that may come between its launch and the trainer's."""
+        waits = {"replica": 2 if self.topology == "job" else 1, "proxy": 1, "trainer": 0}[role]
+        return format_duration(self.timeout_s + int(waits * self.ready_timeout_s))
+
 
 def exposed_url_placeholder(job_name: str) -> str:
     """Stands for a job's exposed URL before the job exists (``--dry-run``)."""
@@ -113,9 +135,9 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
         name=plan.job_name("replica", index),
         role="replica",
         image=plan.images.replica,
-        command=plan.install.wrap(argv),
+        command=plan.install.wrap_into_image(argv),
         flavor=plan.flavors.replica,
-        timeout=plan.timeout,
+        timeout=plan.timeout("replica"),
         volumes=(plan.mount(),),
         labels=plan.labels("replica", index),
         env={"PYTHONUNBUFFERED": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
@@ -130,7 +152,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         *("--replicas", ",".join(replica_urls), "--adapters-dir", plan.adapters_dir),
         # Replica jobs that restart (a new job, a new URL) are found again through the Jobs API.
         *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
-        *("--discover-namespace", plan.bucket.split("/", 1)[0]),
+        *("--discover-namespace", plan.namespace),
     ]
     return JobSpec(
         name=plan.job_name("proxy"),
@@ -138,7 +160,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         image=plan.images.proxy,
         command=plan.install.wrap(argv),
         flavor=plan.flavors.proxy,
-        timeout=plan.timeout,
+        timeout=plan.timeout("proxy"),
         volumes=(plan.mount(),),
         labels=plan.labels("proxy"),
         env={"PYTHONUNBUFFERED": "1"},
@@ -150,11 +172,21 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
 def trainer_spec(
     plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
 ) -> JobSpec:
-    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``."""
+    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``.
+
+    The sidecar proxy sends the job's ``HF_TOKEN`` secret to the replicas (their exposed ports
+    demand it) and listens on the exposed port, so ``deploy up`` and ``deploy status`` can see
+    whether it routes to them; TRL talks to it on 127.0.0.1.
+    """
+    expose: tuple[int, ...] = ()
     if proxy_url is not None:
         target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
     else:
-        target = ["--sidecar-replicas", ",".join(replica_urls)]
+        target = [
+            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
+            *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
+        ]
+        expose = (PORT,)
     argv = [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
         *target,
@@ -167,11 +199,12 @@ def trainer_spec(
         image=plan.images.trainer,
         command=plan.install.wrap(argv, extra="trainer"),
         flavor=plan.flavors.trainer,
-        timeout=plan.timeout,
+        timeout=plan.timeout("trainer"),
         volumes=(plan.mount(writable=True),),
         labels=plan.labels("trainer"),
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=(TOKEN_SECRET,),
+        expose=expose,
     )
 
 

@@ -1,17 +1,20 @@
-"""Waiting for launched jobs to be RUNNING and, where they serve, healthy.
+"""Waiting for launched jobs to be RUNNING and, where they serve, ready.
 
-Each poll inspects every pending job, probes ``<exposed URL>/health`` with the bearer token once
-the job is RUNNING, and prints one line per job whenever what it shows changes (stage, health).
-``judge`` is the pure decision; ``wait_ready`` is the loop around it. Cost per poll: one
-``inspect_job`` and at most one GET per pending job. A job in a terminal stage ends the wait with
-``JobFailed``; the deadline ends it with ``NotReady``.
+What ready means is a job's ``Check``: a replica answers ``/health`` (``HEALTH``); a proxy (its
+own job, or the sidecar inside the trainer job) lists every replica as routable on
+``/proxy/status`` (``ROUTES``): until then TRL would get 503s, e.g. when the replicas refuse the
+proxy's token. Each poll inspects every pending job, probes ``<exposed URL><check.path>`` with
+the bearer token once the job is RUNNING, and prints one line per job whenever what it shows
+changes. ``judge`` and the assessments are pure; ``wait_ready`` is the loop around them. Cost per
+poll: one ``inspect_job`` and at most one GET per pending job. A job in a terminal stage ends the
+wait with ``JobFailed``; the deadline ends it with ``NotReady``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from deploy.clock import Clock
 from deploy.health import Probe, Prober
@@ -22,19 +25,60 @@ Verdict = Literal["waiting", "ready", "failed"]
 
 
 @dataclass(frozen=True)
+class Assessment:
+    ok: bool
+    detail: str  # what the job shows, for progress lines and error messages
+
+
+@dataclass(frozen=True)
+class Check:
+    """A GET through the job's exposed URL, and what its answer means."""
+
+    path: str
+    assess: Callable[[Probe], Assessment]
+
+
+def healthy(probe: Probe) -> Assessment:
+    """A replica's ``/health``: ready once it answers 2xx."""
+    if probe.ok:
+        return Assessment(True, "healthy")
+    return Assessment(False, f"/health not ready yet ({probe.detail})")
+
+
+def routes_everywhere(probe: Probe) -> Assessment:
+    """A proxy's ``/proxy/status``: ready once every replica it was given is routable."""
+    if not probe.ok or not isinstance(probe.body, Mapping):
+        return Assessment(False, f"its proxy is not answering yet ({probe.detail})")
+    replicas: list[Mapping[str, Any]] = list(probe.body.get("replicas") or [])
+    down = [replica for replica in replicas if not replica.get("routable")]
+    routing = f"its proxy routes to {len(replicas) - len(down)}/{len(replicas)} replicas"
+    if replicas and not down:
+        return Assessment(True, routing)
+    why = "; ".join(
+        f"{replica.get('url', '?')}: {replica.get('last_error') or replica.get('state', '?')}"
+        for replica in down
+    )
+    return Assessment(False, f"{routing} ({why or 'none given'})")
+
+
+HEALTH = Check("/health", healthy)
+ROUTES = Check("/proxy/status", routes_everywhere)
+
+
+@dataclass(frozen=True)
 class Target:
     job: JobView
-    serves: bool  # probe /health through the exposed URL before calling it ready
+    check: Check | None  # None: RUNNING is enough (nothing to probe)
 
 
 @dataclass(frozen=True)
 class Seen:
-    """One observation of a job: its stage and, once RUNNING, its exposed URL and health."""
+    """One observation of a job: its stage and, once RUNNING, its exposed URL and check."""
 
     stage: str
     message: str | None = None
     url: str | None = None
-    health: Probe | None = None
+    assessed: Assessment | None = None
 
 
 class JobFailed(Exception):
@@ -50,35 +94,37 @@ class NotReady(Exception):
         self.pending = list(pending)
 
 
-def judge(seen: Seen, serves: bool) -> Verdict:
-    if seen.stage == "COMPLETED" and not serves:
+def judge(seen: Seen, checked: bool) -> Verdict:
+    if seen.stage == "COMPLETED" and not checked:
         return "ready"  # a job with nothing to serve may finish before we look
     if seen.stage in TERMINAL_STAGES:
         return "failed"
     if seen.stage != "RUNNING":
         return "waiting"
-    if not serves:
+    if not checked:
         return "ready"
-    return "ready" if seen.health is not None and seen.health.ok else "waiting"
+    return "ready" if seen.assessed is not None and seen.assessed.ok else "waiting"
 
 
-def describe(seen: Seen, serves: bool) -> str:
+def describe(seen: Seen, checked: bool) -> str:
     text = seen.stage + (f" ({seen.message})" if seen.message else "")
-    if seen.stage != "RUNNING" or not serves:
+    if seen.stage != "RUNNING" or not checked:
         return text
     if seen.url is None:
         return f"{text}, waiting for its exposed URL"
-    if seen.health is None:
+    if seen.assessed is None:
         return f"{text}, {seen.url}"
-    state = "healthy" if seen.health.ok else f"/health not ready yet ({seen.health.detail})"
-    return f"{text}, {seen.url} {state}"
+    return f"{text}, {seen.url} {seen.assessed.detail}"
 
 
 def observe(jobs: HubJobs, target: Target, token: str, probe: Prober) -> tuple[JobView, Seen]:
     view = jobs.inspect(target.job.id)
-    url = view.url(PORT) if target.serves else None
-    health = probe(f"{url}/health", token) if url and view.stage == "RUNNING" else None
-    return view, Seen(view.stage, view.message, url, health)
+    check = target.check
+    url = view.url(PORT) if check is not None else None
+    assessed = None
+    if check is not None and url and view.stage == "RUNNING":
+        assessed = check.assess(probe(f"{url}{check.path}", token))
+    return view, Seen(view.stage, view.message, url, assessed)
 
 
 def wait_ready(
@@ -102,11 +148,11 @@ def wait_ready(
         for job_id, target in list(pending.items()):
             view, seen = observe(jobs, target, token, probe)
             latest[job_id] = view
-            line = describe(seen, target.serves)
+            line = describe(seen, target.check is not None)
             if shown.get(job_id) != line:
                 shown[job_id] = line
                 say(f"  [{clock.monotonic() - start:5.0f}s] {view.name} ({view.id}): {line}")
-            verdict = judge(seen, target.serves)
+            verdict = judge(seen, target.check is not None)
             if verdict == "failed":
                 raise JobFailed(view)
             if verdict == "ready":

@@ -60,10 +60,11 @@ class JobSpec:
     secret_names: tuple[str, ...] = ()
     expose: tuple[int, ...] = ()
 
-    def describe(self) -> dict[str, Any]:
-        """The ``--dry-run`` view: every field, secret values masked."""
+    def describe(self, namespace: str) -> dict[str, Any]:
+        """The ``--dry-run`` view: every field, secret values masked, and where it would run."""
         return {
             "name": self.name,
+            "namespace": namespace,
             "role": self.role,
             "image": self.image,
             "command": list(self.command),

@@ -1,9 +1,9 @@
 """``deploy status``: every job of a run with its stage and health, and the proxy's figures.
 
-Health is probed through each serving job's exposed URL with the bearer token. In topology
-``job`` the proxy's ``GET /proxy/status`` adds its routing and adapter figures; in topology
-``sidecar`` the proxy lives inside the trainer job and has no exposed port, so its figures are in
-the trainer's logs.
+Health is probed through each serving job's exposed URL with the bearer token. The proxy's
+``GET /proxy/status`` adds its routing and adapter figures and, for each replica it cannot route
+to, why (``pending: probe answered HTTP 401`` when a replica refuses its token): the proxy job's
+in topology ``job``, the sidecar's (the trainer job exposes its port) in topology ``sidecar``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def proxy_figures(status: Mapping[str, Any]) -> list[str]:
     if replicas:
         routable = sum(1 for replica in replicas if replica.get("routable"))
         states = ", ".join(
-            f"{r.get('url', r.get('id', '?'))} {r.get('state', '?')}" for r in replicas
+            f"{r.get('url', r.get('id', '?'))} {r.get('state', '?')}"
+            + (f": {r['last_error']}" if r.get("last_error") and not r.get("routable") else "")
+            for r in replicas
         )
         lines.append(f"replicas: {routable}/{len(replicas)} routable ({states})")
     adapters = status.get("adapters")
@@ -63,6 +65,7 @@ def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:
         )
     lines = [f"run {run_name} in namespace {jobs.namespace}: {len(views)} job(s)"]
     has_proxy_job = any(view.role == "proxy" for view in views)
+    proxy_role = "proxy" if has_proxy_job else "trainer"
     for view in views:
         url = view.url(PORT) if view.stage == "RUNNING" else None
         health = ""
@@ -72,12 +75,10 @@ def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:
                 "healthy" if probe_result.ok else f"unhealthy ({probe_result.detail})"
             )
         lines.append(job_line(view, health))
-        if view.role == "proxy" and url is not None:
+        if view.role == proxy_role and url is not None:
             figures = probe(f"{url}/proxy/status", token)
             if figures.ok and isinstance(figures.body, Mapping):
                 lines += [f"      {line}" for line in proxy_figures(figures.body)]
             else:
                 lines.append(f"      /proxy/status unavailable ({figures.detail})")
-        if view.role == "trainer" and not has_proxy_job:
-            lines.append("      its proxy runs inside this job: see its logs for routing figures")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ def down(jobs: HubJobs, run_name: str, say: Callable[[str], None]) -> None:
             f"no jobs labelled {RUN_LABEL}={run_name} in namespace {jobs.namespace}: check "
             "--run-name and --namespace"
         )
-    failures = []
+    failures, commands = [], []
     for view in views:
         if view.terminal:
             say(f"{view.name} (job {view.id}): already {view.stage}")
@@ -26,10 +26,11 @@ def down(jobs: HubJobs, run_name: str, say: Callable[[str], None]) -> None:
             jobs.cancel(view.id)
         except HUB_ERRORS as exc:
             failures.append(f"{view.name} (job {view.id}): {exc}")
+            commands.append(f"hf jobs cancel {jobs.namespace}/{view.id}")
             continue
         say(f"{view.name} (job {view.id}): cancelled (was {view.stage})")
     if failures:
         raise DeployError(
             "could not cancel: " + "; ".join(failures) + "\nrun `deploy down` again, or cancel "
-            "them with `hf jobs cancel JOB_ID`"
+            "them yourself (the namespace comes with the id): " + " ; ".join(commands)
         )

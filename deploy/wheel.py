@@ -3,6 +3,11 @@
 ``pip wheel --no-deps`` builds only our own pure-Python wheel (its build backend comes from PyPI,
 nothing else is fetched); ``python -m build --wheel`` is the fallback where pip is missing. The
 wheel lands at ``<run>/code/<file>`` in the bucket, i.e. ``/lora/<run>/code/<file>`` in every job.
+
+The upload is huggingface_hub's ``batch_bucket_files``: a Xet write token from the Hub, the bytes
+to the Xet storage through hf_xet, then one NDJSON ``/batch`` commit. Whatever fails on that way
+(hf_xet missing, a refused token, the network, a refused commit) becomes a ``DeployError`` that
+names the destination and what to do; no job is launched after a failed upload.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Protocol
 
 from deploy.errors import DeployError
 from deploy.install import wheel_filename
+from deploy.jobs import HUB_ERRORS
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -87,5 +93,38 @@ def publish_wheel(
     with tempfile.TemporaryDirectory(prefix="rollout-wheel-") as tmp:
         wheel = build(root, Path(tmp), version)
         destination = f"{destination_dir}/{wheel.name}"
-        uploader.upload(bucket, wheel, destination)
+        try:
+            uploader.upload(bucket, wheel, destination)
+        except UPLOAD_ERRORS as exc:
+            raise upload_error(exc, bucket, destination) from None
     return destination
+
+
+# hf_xet maps its failures to OSError subclasses (ConnectionError, PermissionError, ...), the rest
+# to RuntimeError or ValueError; huggingface_hub imports it lazily (ImportError where it is absent).
+UPLOAD_ERRORS: tuple[type[Exception], ...] = (*HUB_ERRORS, ImportError, RuntimeError, ValueError)
+
+
+def upload_error(exc: Exception, bucket: str, destination: str) -> DeployError:
+    """What a failed upload means for the user, and what to do about it."""
+    where = f"uploading the wheel to hf://buckets/{bucket}/{destination} failed"
+    fallback = "or use --code pypi to install the released package instead"
+    if isinstance(exc, ImportError):
+        return DeployError(
+            f"{where}: hf_xet is not installed ({exc}). Bucket uploads go through it: "
+            f"`pip install hf_xet` (huggingface_hub brings it on x86_64 and arm64), {fallback}"
+        )
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    refused = status in (401, 403) or any(f"({code} " in reason for code in ("401", "403"))
+    if refused or isinstance(exc, PermissionError):
+        return DeployError(
+            f"{where}: {reason}\nyour token lacks write access to the bucket {bucket}: use a token "
+            f"that can write to the namespace {bucket.split('/')[0]} (`hf auth whoami` shows "
+            f"whose it is), {fallback}"
+        )
+    return DeployError(
+        f"{where}: {reason}\ncheck your network and --hub-endpoint, then run `deploy up` again "
+        f"(nothing was launched yet), {fallback}"
+    )

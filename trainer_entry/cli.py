@@ -3,8 +3,12 @@ at the proxy.
 
 Topologies (exactly one):
 
-- ``--sidecar-replicas URL[,URL...]``: start the proxy on localhost in front of the replicas,
-  watching ``<output_dir>/.vllm_lora`` (the bucket mount the replicas read) for new versions;
+- ``--sidecar-replicas URL[,URL...]``: start the proxy beside the trainer in front of the
+  replicas, watching ``<output_dir>/.vllm_lora`` (the bucket mount the replicas read) for new
+  versions; it sends ``Authorization: Bearer $HF_TOKEN`` to the replicas (``--replica-token-env``
+  names another variable), as HF Jobs' exposed ports demand; ``--sidecar-host 0.0.0.0
+  --sidecar-port 8000`` makes it reachable from outside the job (``deploy`` exposes that port to
+  watch it), TRL still talks to it on 127.0.0.1;
 - ``--proxy-url URL [--proxy-token-env VAR]``: use a proxy elsewhere; with a token variable, a
   local relay (the proxy with one upstream) adds ``Authorization: Bearer $VAR`` for TRL.
 
@@ -45,6 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
     where.add_argument("--proxy-url", default=None, help="a proxy running elsewhere")
     add("--proxy-token-env", default=None, help="variable holding the remote proxy's token")
+    add(
+        "--replica-token-env",
+        default="HF_TOKEN",
+        help="sidecar: variable holding the bearer token the replicas demand (default: HF_TOKEN)",
+    )
+    add("--sidecar-host", default="127.0.0.1", help="sidecar: where the proxy listens")
+    add("--sidecar-port", type=int, default=0, help="sidecar: its port (default: a free one)")
     add("--proxy-arg", action="append", default=[], help="passed to the local proxy (repeatable)")
     add("--lora-rank", type=int, default=1)
     add("--lora-alpha", type=int, default=None, help="default: 2 x rank")
@@ -87,8 +98,13 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
+    if not 0 <= args.sidecar_port <= 65535:
+        parser.error(f"argument --sidecar-port: 0 to 65535 (got {args.sidecar_port})")
     topology = Topology(
         sidecar_replicas=replicas,
+        sidecar_host=args.sidecar_host,
+        sidecar_port=args.sidecar_port,
+        replica_token_env=args.replica_token_env,
         proxy_url=args.proxy_url,
         proxy_token_env=args.proxy_token_env,
         proxy_args=tuple(args.proxy_arg),
@@ -133,12 +149,14 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
     if topology.sidecar_replicas:
         adapters = options.output_dir / ".vllm_lora"
         adapters.mkdir(parents=True, exist_ok=True)
+        port = topology.sidecar_port or sidecar.free_port()
         argv = sidecar.sidecar_command(
-            topology.sidecar_replicas, sidecar.free_port(), adapters, topology.proxy_args
+            topology.sidecar_replicas, port, adapters, topology.proxy_args, topology.sidecar_host
         )
+        env = sidecar.upstream_token_env(os.environ, topology.replica_token_env)
         log.info("starting the sidecar proxy for %s", ", ".join(topology.sidecar_replicas))
-        with sidecar.running(argv) as url:
-            yield url
+        with sidecar.running(argv, env=env) as url:
+            yield sidecar.local_url(url)
         return
     assert topology.proxy_url is not None
     if topology.proxy_token_env is None:

@@ -10,13 +10,18 @@ from pathlib import Path
 class Topology:
     """How TRL reaches the replicas.
 
-    ``sidecar_replicas``: start the proxy on localhost in front of these replicas. Else
+    ``sidecar_replicas``: start the proxy beside the trainer in front of these replicas,
+    listening on ``sidecar_host:sidecar_port`` (port 0: a free one), sending the bearer token
+    read from the environment variable ``replica_token_env`` to the replicas. Else
     ``proxy_url``: a proxy elsewhere, reached through a local relay that adds the bearer token
     read from the environment variable ``proxy_token_env`` (or directly when there is none).
     ``proxy_args`` go to the local proxy's command line unchanged.
     """
 
     sidecar_replicas: tuple[str, ...] = ()
+    sidecar_host: str = "127.0.0.1"
+    sidecar_port: int = 0
+    replica_token_env: str = "HF_TOKEN"
     proxy_url: str | None = None
     proxy_token_env: str | None = None
     proxy_args: tuple[str, ...] = ()

@@ -3,7 +3,9 @@
 Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a free port):
 
 - sidecar: the proxy in front of the replicas, watching TRL's ``<output_dir>/.vllm_lora``
-  (``--adapters-dir``) so new versions reach every replica as soon as they are written;
+  (``--adapters-dir``) so new versions reach every replica as soon as they are written, and
+  sending the bearer token the replicas demand (HF Jobs' exposed ports answer 401 without one),
+  taken from the trainer's ``HF_TOKEN`` and passed as the child's ``PROXY_UPSTREAM_TOKEN``;
 - relay: the proxy in front of ONE remote proxy, adding ``Authorization: Bearer <token>`` on every
   request (TRL's clients cannot send headers; exposed HF Job ports demand a token). The token
   travels in the child's environment (``PROXY_UPSTREAM_TOKEN``), never on its command line.
@@ -42,15 +44,51 @@ def free_port() -> int:
 
 
 def sidecar_command(
-    replicas: Sequence[str], port: int, adapters_dir: Path, extra: Sequence[str] = ()
+    replicas: Sequence[str],
+    port: int,
+    adapters_dir: Path,
+    extra: Sequence[str] = (),
+    host: str = "127.0.0.1",
 ) -> list[str]:
     """The proxy in front of ``replicas``, watching ``adapters_dir``, prefix routing."""
     return [
         *(sys.executable, "-m", "proxy", "--replicas", ",".join(replicas)),
-        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--host", host, "--port", str(port)),
         *("--adapters-dir", str(adapters_dir), "--policy", "prefix"),
         *extra,
     ]
+
+
+UPSTREAM_TOKEN = "PROXY_UPSTREAM_TOKEN"
+WILDCARD_HOSTS = ("0.0.0.0", "[::]", "::")
+
+
+def local_url(ready_url: str) -> str:
+    """The URL to reach a proxy on this machine: its own, or loopback if it listens on all."""
+    scheme, _, rest = ready_url.partition("://")
+    host, _, port = rest.rpartition(":")
+    return f"{scheme}://127.0.0.1:{port}" if host in WILDCARD_HOSTS else ready_url
+
+
+def upstream_token_env(environ: Mapping[str, str], variable: str) -> dict[str, str]:
+    """The environment the sidecar needs for its upstream token: ``$variable`` as
+    ``PROXY_UPSTREAM_TOKEN``, unless that is set already (an explicit choice wins). Says which
+    token goes upstream (never its value), or why the replicas will refuse the proxy."""
+    if environ.get(UPSTREAM_TOKEN):
+        log.info("the sidecar proxy sends the bearer token from $%s", UPSTREAM_TOKEN)
+        return {}
+    token = environ.get(variable)
+    if not token:
+        log.warning(
+            "$%s is not set: the sidecar proxy sends no bearer token, and replicas behind HF "
+            "Jobs' exposed ports will answer 401; set %s to a token with read access to the "
+            "replicas' namespace (deploy passes it as a job secret)",
+            variable,
+            variable,
+        )
+        return {}
+    log.info("the sidecar proxy sends the bearer token from $%s to the replicas", variable)
+    return {UPSTREAM_TOKEN: token}
 
 
 def relay_command(upstream: str, port: int, extra: Sequence[str] = ()) -> list[str]:

@@ -35,8 +35,8 @@ def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
 
 
 FIELDS = {
-    "name", "role", "image", "command", "env", "secrets", "flavor", "timeout", "volumes",
-    "expose", "labels",
+    "name", "namespace", "role", "image", "command", "env", "secrets", "flavor", "timeout",
+    "volumes", "expose", "labels",
 }  # fmt: skip
 
 
@@ -50,11 +50,12 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     assert [spec["role"] for spec in specs] == ["replica", "replica", "trainer"]
     assert all(set(spec) == FIELDS for spec in specs)
+    assert {spec["namespace"] for spec in specs} == {"team"}  # the bucket's, by default
     run = "rollout-20260101-000000"
     for index, replica in enumerate(specs[:2]):
-        assert replica["image"] == "vllm/vllm-openai:latest"
+        assert replica["image"] == "vllm/vllm-openai:v0.32.0"
         assert replica["flavor"] == "h200"
-        assert replica["timeout"] == "6h"
+        assert replica["timeout"] == "390m"  # the trainer's 6h + the 30 min start-up wait
         assert replica["expose"] == [8000]
         assert replica["secrets"] == {"HF_TOKEN": "***"}
         assert replica["env"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
@@ -68,15 +69,24 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
             {"type": "bucket", "source": "team/rl", "mount_path": "/lora", "read_only": True}
         ]
         assert replica["command"][:2] == ["sh", "-c"]
+        # Nothing the vLLM image ships may change: our wheel without its dependencies, then
+        # only the few replica_entry imports, each held at the image's version if present.
         assert replica["command"][2].startswith(
-            "python3 -m pip install --no-cache-dir --quiet rollout-proxy==0.1.0 && exec "
+            "python3 -m pip list --format=freeze > /tmp/image-packages.txt && "
+            "python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy==0.1.0 && "
+            "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt "
+            "'aiohttp>=3.14,<4' 'orjson>=3.10' 'prometheus-client>=0.20' 'pydantic>=2.7,<3' "
+            "'xxhash>=3.4' || (echo 'rollout-proxy: the packages of this image are older than "
+            "replica_entry needs (see the pip conflict above; none was changed): use a newer "
+            "--replica-image' >&2; exit 1)) && exec "
             "python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000 "
             "--model Qwen/Qwen2.5-Math-1.5B"
         )
     trainer = specs[2]
     assert trainer["image"].startswith("pytorch/pytorch:")
-    assert trainer["flavor"] == "h200x2"
-    assert trainer["expose"] == []
+    assert trainer["flavor"] == "h200"
+    assert trainer["timeout"] == "6h"
+    assert trainer["expose"] == [8000]
     assert trainer["secrets"] == {"HF_TOKEN": "***"}
     assert trainer["labels"] == {"rollout-run": run, "rollout-role": "trainer"}
     assert trainer["volumes"] == [
@@ -85,8 +95,8 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "'rollout-proxy==0.1.0[trainer]'" in trainer["command"][2]
     assert (
         f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
-        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --output-dir /lora/{run} "
-        "--max-steps 500"
+        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
+        f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --output-dir /lora/{run} --max-steps 500"
     ) in trainer["command"][2]
 
 
@@ -103,7 +113,7 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         ("bucket", "team/rl", "/mnt/b")
     }
     assert [volume["read_only"] for volume in mounts] == [True, True, True, False]
-    assert all(spec["timeout"] == "90m" for spec in specs)
+    assert [spec["timeout"] for spec in specs] == ["150m", "150m", "2h", "90m"]
     proxy = specs[2]
     assert proxy["name"] == "exp1-proxy"
     assert proxy["image"] == "python:3.11-slim"
@@ -149,5 +159,82 @@ def test_bad_flags_exit_2_naming_the_flag(
     argv = [*ARGS, "--dry-run", flag, value]
     with pytest.raises(SystemExit) as exit_info:
         main(argv, Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_proxy_discovers_replicas_in_the_jobs_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = dry_run("--topology", "job", "--namespace", "jobs-org", monkeypatch=monkeypatch)
+
+    proxy = next(spec for spec in specs if spec["role"] == "proxy")
+    assert "--discover-namespace jobs-org" in proxy["command"][2]
+    assert {spec["namespace"] for spec in specs} == {"jobs-org"}
+    assert [volume["source"] for volume in proxy["volumes"]] == ["team/rl"]
+
+
+def test_the_trainer_defaults_to_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run(monkeypatch=monkeypatch)
+
+    assert specs[-1]["flavor"] == "h200"
+
+
+def test_a_multi_gpu_trainer_flavor_is_called_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runtime_err = io.StringIO()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    argv = [*ARGS, "--dry-run", "--trainer-flavor", "h200x2"]
+    runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, err=runtime_err)
+    runtime.out = io.StringIO()
+
+    assert main(argv, runtime) == 0
+    note = runtime_err.getvalue()
+    assert "--trainer-flavor h200x2 has 2 GPUs" in note
+    assert "trainer_entry trains in one process on one GPU" in note
+
+
+@pytest.mark.parametrize(
+    ("timeout", "trainer", "replicas"),
+    [("2h", "2h", "150m"), ("90m", "90m", "2h"), ("1.5h", "90m", "2h"), ("3600s", "1h", "90m")],
+)
+def test_replicas_outlive_the_trainer_by_the_start_up_wait(
+    timeout: str, trainer: str, replicas: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = dry_run("--timeout", timeout, "--ready-timeout", "1800", monkeypatch=monkeypatch)
+
+    assert [spec["timeout"] for spec in specs] == [replicas, replicas, trainer]
+
+
+def test_in_topology_job_replicas_also_outlive_the_proxy_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = dry_run(
+        "--topology", "job", "--timeout", "1h", "--ready-timeout", "600",
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
+
+    assert {spec["role"]: spec["timeout"] for spec in specs} == {
+        "replica": "80m",
+        "proxy": "70m",
+        "trainer": "1h",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("6H", "argument --timeout: a number and a unit s, m, h or d (e.g. 90m, 6h), not '6H'"),
+        ("90", "'90' alone would be 90 seconds to the Jobs API: write 90s, 90m or 90h"),
+        ("h", "argument --timeout: a number and a unit s, m, h or d"),
+        ("0m", "argument --timeout: must be longer than 0 (got '0m')"),
+    ],
+)
+def test_a_timeout_without_a_valid_unit_exits_2(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*ARGS, "--dry-run", "--timeout", value], Runtime(clock=FakeClock()))
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err

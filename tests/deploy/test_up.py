@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-from aiohttp import web
-
-from tests.deploy.conftest import TOKEN, Stand
+from tests.deploy.conftest import TOKEN, WHEEL, Stand
 from tests.support.hub_jobs import Step
 
 UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-name", "r1")
 
 
 def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
-    urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
-    stand.hub.script("r1-replica-1", "SCHEDULING", "SCHEDULING", "SCHEDULING", "RUNNING")
+    urls = stand.fleet(2)
+    stand.hub.script("r1-replica-1", Step("SCHEDULING", seconds=15), "RUNNING")
 
     result = stand.cli(*UP, "--replicas", "2", "--", "--max-steps", "500")
 
     assert result.code == 0, result.err
-    assert stand.hub.buckets["alice/rl"]["private"] is True
-    assert stand.published == [("alice/rl", "r1/code")]
+    assert stand.hub.buckets.buckets["alice/rl"].private is True
+    assert stand.uploaded() == WHEEL
     replica = stand.hub.named("r1-replica-0").spec
-    assert replica["dockerImage"] == "vllm/vllm-openai:latest"
+    assert replica["dockerImage"] == "vllm/vllm-openai:v0.32.0"
     assert replica["flavor"] == "h200"
-    assert replica["timeoutSeconds"] == 6 * 3600
+    assert replica["timeoutSeconds"] == 6 * 3600 + 1800
     assert replica["secrets"] == {"HF_TOKEN": TOKEN}
-    assert replica["expose"] == {"ports": [8000], "portsPublic": []}
+    assert replica["expose"]["ports"] == [8000]
     assert replica["volumes"] == [
         {"type": "bucket", "source": "alice/rl", "mountPath": "/lora", "readOnly": True}
     ]
@@ -37,14 +35,14 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     }
     script = replica["command"][2]
     assert replica["command"][:2] == ["sh", "-c"]
-    assert "pip install --no-cache-dir --quiet /lora/r1/code/rollout_proxy-" in script
+    assert "pip install --no-cache-dir --quiet --no-deps /lora/r1/code/rollout_proxy-" in script
     assert "exec python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000" in script
     assert "--model Qwen/Qwen2.5-Math-1.5B" in script
     trainer = stand.hub.named("r1-trainer").spec
-    assert trainer["flavor"] == "h200x2"
+    assert trainer["flavor"] == "h200"
     assert trainer["volumes"][0]["readOnly"] is False
     assert trainer["volumes"][0]["mountPath"] == "/lora"
-    assert "expose" not in trainer
+    assert trainer["expose"]["ports"] == [8000]
     assert f"--sidecar-replicas {urls[0]},{urls[1]}" in trainer["command"][2]
     assert "--output-dir /lora/r1 --max-steps 500" in trainer["command"][2]
     assert ".whl[trainer]" in trainer["command"][2]
@@ -57,36 +55,31 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert stand.hub.cancelled == []
 
 
-def _fake_proxy() -> web.Application:
-    status = {
-        "policy": "prefix",
-        "routing": {"tracked_prefixes": 12, "templates": 1, "sticky_keys": 4},
-        "inflight": 3,
-        "queued": 0,
-        "adapters": {
-            "window": 5,
-            "wanted": ["trl-policy-v7"],
-            "loading": [],
-            "newest": "trl-policy-v7",
-        },
-        "replicas": [{"url": "u0", "state": "healthy", "routable": True}],
-    }
+def test_sidecar_up_is_not_ready_until_its_proxy_routes_to_every_replica(stand: Stand) -> None:
+    urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
+    trainer_url = stand.proxy("r1-trainer", urls, refused=[urls[1]])
 
-    async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+    result = stand.cli(*UP, "--replicas", "2", "--ready-timeout", "60")
 
-    async def proxy_status(request: web.Request) -> web.Response:
-        return web.json_response(status)
-
-    app = web.Application()
-    app.router.add_get("/health", health)
-    app.router.add_get("/proxy/status", proxy_status)
-    return app
+    assert result.code == 1, result.out
+    assert "is up" not in result.out
+    assert (
+        f"r1-trainer (job 000000000000000066500003): RUNNING, {trainer_url} its proxy routes to "
+        f"1/2 replicas ({urls[1]}: probe answered HTTP 401)"
+    ) in result.err
+    assert "the trainer's proxy does not reach every replica" in result.err
+    assert "read access to the namespace alice" in result.err
+    assert "python -m deploy logs --run-name r1 --namespace alice" in result.err
+    assert stand.hub.named("r1-trainer").stage == "CANCELED"
+    trainer = stand.hub.named("r1-trainer").spec
+    assert trainer["expose"]["ports"] == [8000]
+    assert "--sidecar-host 0.0.0.0 --sidecar-port 8000" in trainer["command"][2]
+    assert "--replica-token-env HF_TOKEN" in trainer["command"][2]
 
 
 def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: Stand) -> None:
     urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
-    proxy_url = stand.exposed("r1-proxy", _fake_proxy())
+    proxy_url = stand.proxy("r1-proxy", urls)
 
     result = stand.cli(*UP, "--replicas", "2", "--topology", "job")
 
@@ -105,14 +98,17 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
     assert "--adapters-dir /lora/r1/.vllm_lora" in proxy["command"][2]
     trainer = stand.hub.named("r1-trainer").spec["command"][2]
     assert f"--proxy-url {proxy_url} --proxy-token-env HF_TOKEN" in trainer
-    assert f"r1-proxy (000000000000000066500003): RUNNING, {proxy_url} healthy" in result.out
+    assert (
+        f"r1-proxy (000000000000000066500003): RUNNING, {proxy_url} its proxy routes to 2/2 "
+        "replicas"
+    ) in result.out
 
     status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
     assert status.code == 0, status.err
     assert f"{urls[0]} healthy" in status.out
     assert "routing: policy prefix, inflight 3, queued 0, tracked_prefixes 12" in status.out
     assert "adapters: newest trl-policy-v7, 1 wanted, 0 loading, window 5" in status.out
-    assert "replicas: 1/1 routable" in status.out
+    assert "replicas: 2/2 routable" in status.out
 
 
 def test_a_replica_in_error_cancels_the_others_with_its_logs(stand: Stand) -> None:
@@ -176,7 +172,7 @@ def test_the_health_wait_sends_the_bearer_token(stand: Stand) -> None:
 
 
 def test_a_run_name_with_active_jobs_is_refused(stand: Stand) -> None:
-    stand.replica("r1-replica-0")
+    stand.fleet(1)
     assert stand.cli(*UP, "--replicas", "1").code == 0
 
     again = stand.cli(*UP, "--replicas", "1")
@@ -188,8 +184,7 @@ def test_a_run_name_with_active_jobs_is_refused(stand: Stand) -> None:
 
 
 def test_down_cancels_every_job_of_the_run(stand: Stand) -> None:
-    for index in range(2):
-        stand.replica(f"r1-replica-{index}")
+    stand.fleet(2)
     assert stand.cli(*UP, "--replicas", "2").code == 0
     stand.hub.jobs[next(iter(stand.hub.jobs))].move_to("ERROR")
 
@@ -204,14 +199,16 @@ def test_down_cancels_every_job_of_the_run(stand: Stand) -> None:
 
 
 def test_logs_prints_each_jobs_lines(stand: Stand) -> None:
-    stand.replica("r1-replica-0")
+    stand.fleet(1)
     stand.hub.script("r1-replica-0", "RUNNING", logs=[f"line {n}" for n in range(10)])
     assert stand.cli(*UP, "--replicas", "1").code == 0
+    # A job's log stream stays open while it runs (the client then reads for 5 s): an ended one.
+    stand.hub.named("r1-replica-0").move_to("ERROR", "exit code 1")
 
     result = stand.cli("logs", "--run-name", "r1", "--role", "replica", "--tail", "2")
 
     assert result.code == 0, result.err
-    assert "== r1-replica-0 (job 000000000000000066500001, RUNNING) ==" in result.out
+    assert "== r1-replica-0 (job 000000000000000066500001, ERROR) ==" in result.out
     assert "[r1-replica-0] line 8\n[r1-replica-0] line 9\n" in result.out
     assert "line 7" not in result.out and "Job started" not in result.out
 
@@ -234,7 +231,7 @@ def test_a_refused_token_names_the_fix(stand: Stand) -> None:
 
 
 def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
-    stand.replica("r1-replica-0")
+    stand.fleet(1)
     stand.hub.script("r1-trainer", "RUNNING", logs=["step 1", "step 2"])
     assert stand.cli(*UP, "--replicas", "1").code == 0
     stand.hub.named("r1-trainer").move_to("COMPLETED")
@@ -247,3 +244,58 @@ def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
     assert missing.code == 1
     assert "no job of run r1 in namespace alice matches" in missing.err
     assert "python -m deploy status --run-name r1" in missing.err
+
+
+def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) -> None:
+    urls = stand.fleet(2)
+    assert stand.cli(*UP, "--replicas", "2").code == 0
+    # Later the replicas refuse the trainer's token (say, it was revoked): what status shows.
+    stand.proxy("r1-trainer", urls, refused=urls)
+
+    result = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+
+    assert result.code == 0, result.err
+    trainer_url = stand.hub.exposed["r1-trainer"]
+    assert f"RUNNING  {trainer_url} unhealthy (HTTP 503)" in result.out
+    assert (
+        f"replicas: 0/2 routable ({urls[0]} pending: probe answered HTTP 401, "
+        f"{urls[1]} pending: probe answered HTTP 401)"
+    ) in result.out
+    assert result.out.count(" healthy") == 2  # the replicas themselves answer deploy's probe
+
+
+def test_an_existing_public_bucket_is_refused(stand: Stand) -> None:
+    stand.fleet(1)
+    stand.hub.buckets.create("alice/rl", private=False)
+
+    result = stand.cli(*UP, "--replicas", "1")
+
+    assert result.code == 1
+    assert "bucket alice/rl exists and is public" in result.err
+    assert "the wheel and every adapter of the run would be readable by anyone" in result.err
+    assert f"{stand.url}/buckets/alice/rl" in result.err and "--allow-public-bucket" in result.err
+    assert stand.hub.jobs == {}
+    assert stand.hub.buckets.buckets["alice/rl"].files == {}
+
+
+def test_a_public_bucket_is_used_only_when_allowed(stand: Stand) -> None:
+    stand.fleet(1)
+    stand.hub.buckets.create("alice/rl", private=False)
+
+    result = stand.cli(*UP, "--replicas", "1", "--allow-public-bucket")
+
+    assert result.code == 0, result.err
+    assert "bucket alice/rl is public (--allow-public-bucket)" in result.out
+    assert stand.uploaded() == WHEEL
+
+
+def test_down_names_the_namespaced_cancel_command_when_a_cancel_fails(stand: Stand) -> None:
+    stand.fleet(1)
+    assert stand.cli(*UP, "--replicas", "1").code == 0
+    trainer = stand.hub.named("r1-trainer")
+    stand.hub.uncancellable.add(trainer.id)
+
+    result = stand.cli("down", "--run-name", "r1", "--namespace", "alice")
+
+    assert result.code == 1
+    assert f"hf jobs cancel alice/{trainer.id}" in result.err

@@ -4,6 +4,10 @@ Every process is started in its own session so that it and its children (vLLM's 
 can be ended together by process-group id; every wait is bounded. What a replica did is read
 from its own log: vLLM logs ``Loaded new LoRA adapter: name 'X'``, ``Removed LoRA adapter:
 name 'X'`` and one access line per request, in order.
+
+Every replica demands ``Authorization: Bearer REPLICA_TOKEN`` on its ``/v1`` routes (vLLM's API
+key, given through ``VLLM_API_KEY``, never on a command line), as an HF Job's exposed port
+demands an HF token: whatever talks to a replica here must send it, and the helpers below do.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any
 
 PYTHON = sys.executable
 READY = "replica ready on "
+REPLICA_TOKEN = "hf_e2e_replica_token_0123456789"
+AUTH = {"Authorization": f"Bearer {REPLICA_TOKEN}"}
 _EVENT = re.compile(
     r"Loaded new LoRA adapter: name '(?P<load>[^']+)'"
     r"|Removed LoRA adapter: name '(?P<unload>[^']+)'"
@@ -86,7 +92,7 @@ class VllmServer:
         log = self.log_path.open("ab")
         # vLLM's CPU build pins every server's OpenMP threads to core 0 by default; two servers
         # and a trainer on a 2-core machine then starve each other (restarts take minutes).
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_API_KEY": REPLICA_TOKEN}
         self.process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
@@ -129,19 +135,19 @@ class VllmServer:
 
 
 def get_json(url: str, timeout_s: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        return json.loads(response.read())
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=timeout_s) as r:
+        return json.loads(r.read())
 
 
 def get_text(url: str, timeout_s: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
-        text: str = response.read().decode()
+    with urllib.request.urlopen(urllib.request.Request(url, headers=AUTH), timeout=timeout_s) as r:
+        text: str = r.read().decode()
         return text
 
 
 def post_json(url: str, body: Any, timeout_s: float = 30.0) -> int:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **AUTH}
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:

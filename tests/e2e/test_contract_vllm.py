@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.e2e.support import PYTHON, VllmServer
+from tests.e2e.support import PYTHON, REPLICA_TOKEN, VllmServer
 
 
 def test_the_contract_suite_passes_against_real_vllm(
@@ -15,6 +15,7 @@ def test_the_contract_suite_passes_against_real_vllm(
     env = {
         **os.environ,
         "CONTRACT_REPLICA_URL": clean_fleet[0].url,
+        "CONTRACT_REPLICA_API_KEY": REPLICA_TOKEN,
         "CONTRACT_ADAPTER_TEMPLATE": str(tiny["adapter"]),
         "CONTRACT_ADAPTER_DIR": str(tmp_path),
     }

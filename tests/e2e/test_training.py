@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tests.e2e.conftest import MAX_STALENESS
 from tests.e2e.support import (
+    REPLICA_TOKEN,
     Event,
     VllmServer,
     adapters_listed,
@@ -31,6 +32,8 @@ from trainer_entry import sidecar
 # than 8 different blocks is template (the shared system prompt), not a problem.
 PROXY_ARGS = ("--block-tokens", "32", "--template-threshold", "8")
 TRAIN_TIMEOUT_S = 420.0
+# A proxy this test starts sends the replicas' token, from its environment.
+UPSTREAM = {"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}
 
 
 def _trainer_args(tiny: dict[str, Path], out: Path, steps: int) -> list[str]:
@@ -50,7 +53,7 @@ def _proxy(fleet: list[VllmServer], out: Path) -> Iterator[str]:
     argv = sidecar.sidecar_command(
         [s.url for s in fleet], sidecar.free_port(), adapters, PROXY_ARGS
     )
-    with sidecar.running(argv) as url:
+    with sidecar.running(argv, env=UPSTREAM) as url:
         yield url
 
 
@@ -124,18 +127,25 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
     assert "failed (" not in trainer_log, "a rollout request was retried"
 
 
-def test_the_sidecar_topology_trains(
+def test_the_sidecar_topology_trains_with_only_hf_token(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
+    """As on HF Jobs: the replicas demand a bearer token and the trainer job has HF_TOKEN as its
+    only secret; the sidecar must send it (from its environment, never its command line)."""
     replicas = ",".join(s.url for s in clean_fleet)
     args = [*_trainer_args(tiny, tmp_path / "run", steps=2), "--sidecar-replicas", replicas]
     args += [f"--proxy-arg={arg}" for arg in PROXY_ARGS]
-    trainer = run_trainer(args, tmp_path / "trainer.log")
+    assert "PROXY_UPSTREAM_TOKEN" not in os.environ
+    trainer = run_trainer(args, tmp_path / "trainer.log", env={"HF_TOKEN": REPLICA_TOKEN})
     code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
     trainer_log = (tmp_path / "trainer.log").read_text()
     assert code == 0, trainer_log[-6000:]
     assert re.search(r"\[proxy\] proxy ready on http://127\.0\.0\.1:\d+", trainer_log)
+    assert "sends the bearer token from $HF_TOKEN to the replicas" in trainer_log
     assert "training finished" in trainer_log
+    assert REPLICA_TOKEN not in trainer_log
+    for server in clean_fleet:
+        assert '"POST /v1/completions HTTP/1.1" 200' in server.log_since_start()
 
 
 def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
@@ -147,7 +157,7 @@ def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
     argv = sidecar.sidecar_command(
         [s.url for s in clean_fleet], sidecar.free_port(), adapters, PROXY_ARGS
     )
-    with sidecar.running(argv, env={"PROXY_API_KEY": "relay-secret"}) as remote:
+    with sidecar.running(argv, env={"PROXY_API_KEY": "relay-secret", **UPSTREAM}) as remote:
         relay = ["--proxy-url", remote, "--proxy-token-env", "E2E_PROXY_TOKEN"]
         trainer = run_trainer(
             [*_trainer_args(tiny, out, steps=2), *relay],

@@ -1,26 +1,28 @@
-"""A local stand-in of the Hub's Jobs and Buckets HTTP API, for the real huggingface_hub client.
+"""A local stand-in of the Hub's Jobs API (and, through ``hub_buckets``, its Buckets API).
 
-It speaks the routes and JSON shapes huggingface_hub 2.4 uses (``hf_api.py``, ``_jobs_api.py``):
+It answers as the real service does for the calls huggingface_hub 1.24 to 2.4 makes
+(``hf_api.py``, ``_jobs_api.py``, ``utils/_pagination.py``), checked against the client's code:
 
 - ``GET /api/whoami-v2``: the token's user;
 - ``POST /api/jobs/{ns}``: ``run_job``; the body is the camelCase job spec (``dockerImage``,
   ``command``, ``environment``, ``secrets``, ``flavor``, ``timeoutSeconds``, ``labels`` with the
-  job's ``name``, ``volumes`` with ``mountPath``/``readOnly``, ``expose.ports``);
-- ``GET /api/jobs/{ns}?label=k=v&stage=S``: ``list_jobs`` (one page, no ``Link`` header);
-- ``GET /api/jobs/{ns}/{id}``: ``inspect_job``; each call moves the job one step along its
-  script, then answers (so a test scripts SCHEDULING -> RUNNING -> ERROR without sleeping);
-- ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job``;
+  job's ``name``, ``volumes`` with ``mountPath``/``readOnly``, ``expose.ports``); the answer
+  already lists ``status.exposeUrls`` (``hf jobs run`` prints them from it);
+- ``GET /api/jobs/{ns}?label=k=v&stage=S``: ``list_jobs``, ``page_size`` jobs per page, the next
+  page linked by a ``Link: <url>; rel="next"`` header (the client's ``paginate`` follows it);
+- ``GET /api/jobs/{ns}/{id}``: ``inspect_job``; a job's stage moves with TIME, not with calls:
+  its script says how long each stage lasts on the hub's clock (a test passes its fake clock);
+- ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job`` (403 for a job in ``uncancellable``);
 - ``GET /api/jobs/{ns}/{id}/logs?tail=N``: ``fetch_job_logs``: server-sent events
-  ``data: {"timestamp": ..., "data": line}``, then the stream ends;
-- ``POST /api/buckets/{ns}/{name}``: ``create_bucket``; an existing bucket answers 409 with its
-  ``url``, as the Hub does for repos (the client reads ``url`` even then);
-- ``GET /api/buckets/{ns}/{name}``: ``bucket_info``.
+  ``data: {"timestamp": ..., "data": line}``, starting with ``===== Job started ... =====``;
+  the stream stays open while the job has not ended (lines logged meanwhile are sent, with a
+  ``: keep-alive`` comment every ``keepalive_s``) and closes once it has;
+- the Buckets routes and the Xet storage: see ``tests.support.hub_buckets``.
 
-Every route needs ``Authorization: Bearer <token>``. A RUNNING job with exposed ports lists
-``status.exposeUrls``: the URL a test registered with ``JobsHub.expose`` (an app on loopback,
-guarded by ``require_bearer`` as the HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else
-the Hub's form. ``BackgroundServers`` runs apps on a loop in a thread, for synchronous tests of a
-blocking client.
+Every route needs ``Authorization: Bearer <token>``. A job with exposed ports lists the URL a
+test registered with ``JobsHub.expose`` (an app on loopback, guarded by ``require_bearer`` as the
+HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else the Hub's form. ``BackgroundServers``
+runs apps on a loop in a thread, for synchronous tests of a blocking client.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import itertools
 import json
 import secrets
 import threading
-from collections.abc import Coroutine, Sequence
+import time
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -39,33 +42,53 @@ from typing import Any, TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from tests.support.hub_buckets import Buckets, add_bucket_routes
 from tests.support.servers import serve
 
 TERMINAL = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
+STREAM_TICK_S = 0.02  # how often an open log stream looks for new lines or the job's end
 T = TypeVar("T")
+Clock = Callable[[], float]
 
 
 @dataclass(frozen=True)
 class Step:
+    """A stage of a job's script, lasting ``seconds`` of hub time (the last one lasts)."""
+
     stage: str
     message: str | None = None
+    seconds: float | None = None
 
 
 @dataclass
 class StandInJob:
-    """One job as created: its full spec, where it is in its script, and its log lines."""
+    """One job as created: its full spec, its script (from ``began``, hub time), its log lines."""
 
     id: str
     namespace: str
     spec: dict[str, Any]
     steps: list[Step]
-    logs: list[str]
+    lines: list[tuple[datetime.datetime, str]]
     created_at: datetime.datetime
-    position: int = 0
+    clock: Clock
+    began: float
+
+    @property
+    def step(self) -> Step:
+        elapsed = self.clock() - self.began
+        for step in self.steps:
+            if step.seconds is None or elapsed < step.seconds:
+                return step
+            elapsed -= step.seconds
+        return self.steps[-1]
 
     @property
     def stage(self) -> str:
-        return self.steps[self.position].stage
+        return self.step.stage
+
+    @property
+    def terminal(self) -> bool:
+        return self.stage in TERMINAL
 
     @property
     def labels(self) -> dict[str, str]:
@@ -79,14 +102,14 @@ class StandInJob:
     def ports(self) -> list[int]:
         return list((self.spec.get("expose") or {}).get("ports") or [])
 
-    def advance(self) -> None:
-        if self.position + 1 < len(self.steps):
-            self.position += 1
-
     def move_to(self, stage: str, message: str | None = None) -> None:
         """Leave the script: ``stage`` from now on."""
-        self.steps = [*self.steps[: self.position + 1], Step(stage, message)]
-        self.position = len(self.steps) - 1
+        self.steps = [Step(stage, message)]
+        self.began = self.clock()
+
+    def log(self, line: str) -> None:
+        """The job prints ``line`` now (an open log stream sends it)."""
+        self.lines.append((datetime.datetime.now(datetime.UTC), line))
 
 
 @dataclass
@@ -95,21 +118,28 @@ class JobsHub:
 
     token: str
     user: str = "alice"
-    default_steps: tuple[Step, ...] = (Step("SCHEDULING"), Step("RUNNING"))
+    clock: Clock = time.monotonic
+    default_steps: tuple[Step, ...] = (Step("SCHEDULING", seconds=5.0), Step("RUNNING"))
+    page_size: int = 50
+    keepalive_s: float = 30.0
     jobs: dict[str, StandInJob] = field(default_factory=dict)
-    buckets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    buckets: Buckets = field(default_factory=Buckets)
     cancelled: list[str] = field(default_factory=list)
+    uncancellable: set[str] = field(default_factory=set)  # job ids whose cancel answers 403
     exposed: dict[str, str] = field(default_factory=dict)
     scripts: dict[str, tuple[list[Step], list[str]]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def script(self, job_name: str, *stages: str | Step, logs: Sequence[str] = ()) -> None:
-        """The stages the job named ``job_name`` will go through, one per ``inspect_job``."""
-        steps = [stage if isinstance(stage, Step) else Step(stage) for stage in stages]
+        """The stages the job named ``job_name`` will go through: each ``Step`` lasts its
+        ``seconds``; a bare stage name lasts 5 s (the last one, for ever)."""
+        steps = [stage if isinstance(stage, Step) else Step(stage, seconds=5.0) for stage in stages]
+        if steps:
+            steps[-1] = Step(steps[-1].stage, steps[-1].message)
         self.scripts[job_name] = (steps, list(logs))
 
     def expose(self, job_name: str, url: str) -> None:
-        """Where the exposed port of ``job_name`` lands once it runs."""
+        """Where the exposed port of ``job_name`` lands."""
         self.exposed[job_name] = url
 
     def named(self, name: str) -> StandInJob:
@@ -120,8 +150,16 @@ class JobsHub:
         name = (spec.get("labels") or {}).get("name", "")
         steps, logs = self.scripts.get(name, (list(self.default_steps), [f"{name} starting"]))
         job_id = f"{0x6650_0000 + next(self._ids):024x}"
+        now = datetime.datetime.now(datetime.UTC)
         job = StandInJob(
-            job_id, namespace, spec, list(steps), logs, datetime.datetime.now(datetime.UTC)
+            job_id,
+            namespace,
+            spec,
+            list(steps),
+            [(now, line) for line in logs],
+            now,
+            self.clock,
+            self.clock(),
         )
         self.jobs[job_id] = job
         return job
@@ -129,13 +167,10 @@ class JobsHub:
     def describe(self, job: StandInJob) -> dict[str, Any]:
         """The job as the Hub's JSON answers it."""
         spec = job.spec
-        step = job.steps[job.position]
-        urls = None
-        if job.stage == "RUNNING" and job.ports:
-            urls = [
-                self.exposed.get(job.name, f"https://{job.id}--{port}.hf.jobs")
-                for port in job.ports
-            ]
+        step = job.step
+        urls = [
+            self.exposed.get(job.name, f"https://{job.id}--{port}.hf.jobs") for port in job.ports
+        ]
         return {
             "id": job.id,
             "createdAt": _iso(job.created_at),
@@ -149,7 +184,7 @@ class JobsHub:
             "labels": spec.get("labels"),
             "volumes": spec.get("volumes"),
             "expose": spec.get("expose"),
-            "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls},
+            "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls or None},
             "owner": {"id": f"id-{job.namespace}", "name": job.namespace, "type": "user"},
         }
 
@@ -167,8 +202,7 @@ def build_jobs_hub_app(hub: JobsHub) -> web.Application:
     add.add_get("/api/jobs/{ns}/{id}", _inspect_job)
     add.add_post("/api/jobs/{ns}/{id}/cancel", _cancel_job)
     add.add_get("/api/jobs/{ns}/{id}/logs", _job_logs)
-    add.add_post("/api/buckets/{ns}/{name}", _create_bucket)
-    add.add_get("/api/buckets/{ns}/{name}", _bucket_info)
+    add_bucket_routes(app, hub.buckets)
     return app
 
 
@@ -205,10 +239,6 @@ def _iso(moment: datetime.datetime) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _endpoint(request: web.Request) -> str:
-    return str(request.url.origin())
-
-
 def _job(request: web.Request) -> StandInJob:
     job = request.app[JOBS_HUB].jobs.get(request.match_info["id"])
     if job is None or job.namespace != request.match_info["ns"]:
@@ -234,73 +264,63 @@ async def _list_jobs(request: web.Request) -> web.Response:
     wanted_labels = [value.split("=", 1) for value in request.query.getall("label", [])]
     wanted_stages = set(request.query.getall("stage", []))
     found = [
-        hub.describe(job)
+        job
         for job in hub.jobs.values()
         if job.namespace == request.match_info["ns"]
         and all(job.labels.get(key) == value for key, value in wanted_labels)
         and (not wanted_stages or job.stage in wanted_stages)
     ]
-    return web.json_response(found)
+    start = int(request.query.get("cursor", "0"))
+    page = found[start : start + hub.page_size]
+    headers = {}
+    if start + hub.page_size < len(found):
+        following = request.url.update_query({"cursor": str(start + hub.page_size)})
+        headers["Link"] = f'<{following}>; rel="next"'
+    return web.json_response([hub.describe(job) for job in page], headers=headers)
 
 
 async def _inspect_job(request: web.Request) -> web.Response:
-    job = _job(request)
-    job.advance()
-    return web.json_response(request.app[JOBS_HUB].describe(job))
+    return web.json_response(request.app[JOBS_HUB].describe(_job(request)))
 
 
 async def _cancel_job(request: web.Request) -> web.Response:
     job = _job(request)
-    if job.stage not in TERMINAL:
+    if job.id in request.app[JOBS_HUB].uncancellable:
+        return web.json_response({"error": "You cannot cancel this job"}, status=403)
+    if not job.terminal:
         job.move_to("CANCELED")
     request.app[JOBS_HUB].cancelled.append(job.id)
     return web.json_response({})
 
 
-async def _job_logs(request: web.Request) -> web.Response:
+def _event(moment: datetime.datetime, line: str) -> bytes:
+    return f"data: {json.dumps({'timestamp': _iso(moment), 'data': line})}\n\n".encode()
+
+
+async def _job_logs(request: web.Request) -> web.StreamResponse:
+    hub = request.app[JOBS_HUB]
     job = _job(request)
-    lines = job.logs
-    if "tail" in request.query:
-        lines = lines[-int(request.query["tail"]) :]
-    stamp = _iso(job.created_at)
-    events = ["===== Job started =====", *lines]
-    body = "".join(f"data: {json.dumps({'timestamp': stamp, 'data': line})}\n\n" for line in events)
-    return web.Response(text=body, content_type="text/event-stream")
-
-
-async def _create_bucket(request: web.Request) -> web.Response:
-    hub = request.app[JOBS_HUB]
-    bucket_id = f"{request.match_info['ns']}/{request.match_info['name']}"
-    url = f"{_endpoint(request)}/buckets/{bucket_id}"
-    if bucket_id in hub.buckets:
-        return web.json_response(
-            {"error": "You already created this bucket", "url": url}, status=409
-        )
-    body = await request.json() if request.can_read_body else {}
-    hub.buckets[bucket_id] = {
-        "private": body.get("visibility") == "private",
-        "createdAt": _iso(datetime.datetime.now(datetime.UTC)),
-    }
-    return web.json_response({"url": url, "name": bucket_id, "id": bucket_id})
-
-
-async def _bucket_info(request: web.Request) -> web.Response:
-    hub = request.app[JOBS_HUB]
-    bucket_id = f"{request.match_info['ns']}/{request.match_info['name']}"
-    if bucket_id not in hub.buckets:
-        return web.json_response(
-            {"error": "Bucket not found"}, status=404, headers={"X-Error-Code": "RepoNotFound"}
-        )
-    info = hub.buckets[bucket_id]
-    return web.json_response(
-        {
-            "id": bucket_id,
-            "private": info["private"],
-            "createdAt": info["createdAt"],
-            "size": 0,
-            "totalFiles": 0,
-        }
-    )
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    started = f"===== Job started at {_iso(job.created_at)} ====="
+    await response.write(_event(job.created_at, started))
+    tail = int(request.query.get("tail", len(job.lines)))
+    sent = max(len(job.lines) - tail, 0)
+    quiet_since = hub.clock()
+    while True:
+        ended = job.terminal  # read before sending: a line logged just before the end goes out
+        for moment, line in job.lines[sent:]:
+            await response.write(_event(moment, line))
+            sent += 1
+            quiet_since = hub.clock()
+        if ended or request.transport is None or request.transport.is_closing():
+            break
+        if hub.clock() - quiet_since >= hub.keepalive_s:
+            await response.write(b": keep-alive\n\n")
+            quiet_since = hub.clock()
+        await asyncio.sleep(STREAM_TICK_S)
+    await response.write_eof()
+    return response
 
 
 class BackgroundServers:
