@@ -18,6 +18,7 @@ from aiohttp import web
 from deploy.cli import Runtime, main
 from deploy.install import wheel_filename
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+from tests.support.clock import SteppingClock as FakeClock
 from tests.support.hub_buckets import build_cas_app
 from tests.support.hub_jobs import BackgroundServers, JobsHub, build_jobs_hub_app, require_bearer
 
@@ -37,24 +38,6 @@ def _hf_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         patch.setenv("HF_HOME", str(home))
         patch.setenv("HF_XET_CACHE", str(home / "xet"))
         yield
-
-
-class FakeClock:
-    """Time moves only when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-    def wall(self) -> float:
-        return 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def fake_proxy(replicas: list[dict[str, Any]]) -> web.Application:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from deploy.cli import Runtime, main
-from tests.deploy.conftest import TOKEN, FakeClock
+from tests.deploy.conftest import TOKEN
+from tests.support.clock import SteppingClock as FakeClock
 
 ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
 

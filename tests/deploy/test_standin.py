@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from huggingface_hub import HfApi
 
-from tests.deploy.conftest import TOKEN, FakeClock
+from tests.deploy.conftest import TOKEN
+from tests.support.clock import SteppingClock as FakeClock
 from tests.support.hub_jobs import BackgroundServers, JobsHub, Step, build_jobs_hub_app
 
 SPEC = {"dockerImage": "python:3.12", "command": ["true"], "labels": {"run": "x"}}

@@ -61,3 +61,24 @@ class FakeClock:
             if not timer.cancelled:
                 callback()
         self.now = target
+
+
+class SteppingClock:
+    """deploy's synchronous ``Clock``: a sleep is that much time passing, at once (the deploy
+    commands block on the Hub client, so their waits are plain sleeps)."""
+
+    WALL = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def wall(self) -> float:
+        return self.WALL
