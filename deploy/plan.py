@@ -153,6 +153,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         # Replica jobs that restart (a new job, a new URL) are found again through the Jobs API.
         *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
         *("--discover-namespace", plan.namespace),
+        "--supervise",  # a proxy that dies comes back on the same port within seconds
     ]
     return JobSpec(
         name=plan.job_name("proxy"),

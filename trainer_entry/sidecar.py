@@ -50,11 +50,12 @@ def sidecar_command(
     extra: Sequence[str] = (),
     host: str = "127.0.0.1",
 ) -> list[str]:
-    """The proxy in front of ``replicas``, watching ``adapters_dir``, prefix routing."""
+    """The proxy in front of ``replicas``, watching ``adapters_dir``, prefix routing; supervised,
+    so a proxy that dies is restarted on the same port while the trainer keeps going."""
     return [
         *(sys.executable, "-m", "proxy", "--replicas", ",".join(replicas)),
         *("--host", host, "--port", str(port)),
-        *("--adapters-dir", str(adapters_dir), "--policy", "prefix"),
+        *("--adapters-dir", str(adapters_dir), "--policy", "prefix", "--supervise"),
         *extra,
     ]
 

@@ -129,7 +129,7 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
     assert script.endswith(
         "--adapters-dir /mnt/b/exp1/.vllm_lora"
-        " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
+        " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team --supervise"
     )
     trainer = specs[3]["command"][2]
     assert (
