@@ -199,11 +199,21 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
                 newest_at_ready = _newest(out)
                 _wait_for(lambda: _routable(url, victim) is True)
             _wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
+            # The proxy itself is killed (SIGKILL) between two syncs; --supervise brings it back
+            # on the same port and training carries on through it.
+            killed_after = _kill_proxy_between_syncs(url, trainer, tmp_path / "trainer.log")
         finally:
             code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
         trainer_log = (tmp_path / "trainer.log").read_text()
         assert code == 0, trainer_log[-6000:]
+        assert get_json(url + "/proxy/status")["restarts"] == 1
     assert "training finished" in trainer_log
+    synced = _synced(trainer_log)
+    after_kill = synced[killed_after:]
+    assert after_kill, "no version was synced after the proxy came back"
+    for server in clean_fleet:  # every version synced since the restart reached every replica
+        loaded = {e.value for e in events(server.log_since_start()) if e.kind == "load"}
+        assert set(after_kill) <= loaded, (server.url, after_kill, sorted(loaded))
 
     restarted = events(victim.log_since_start())
     first = next(i for i, e in enumerate(restarted) if e.kind == "completion")
@@ -211,6 +221,37 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     assert f"trl-policy-v{newest_at_ready}" in before, (newest_at_ready, versions(before))
     assert len(before) >= min(newest_at_ready, MAX_STALENESS + 1), versions(before)
     assert {e.value for e in _completions(restarted)} == {"200"}
+
+
+def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: Path) -> int:
+    """SIGKILL the proxy while the trainer is frozen between two weight syncs (TRL does not
+    retry a sync call), wait until the supervisor's new proxy routes to every replica, thaw.
+    Returns how many syncs were done before the kill."""
+    for _ in range(20):
+        done = log.read_text().count("Weight sync: done")
+        _wait_for(
+            lambda: log.read_text().count("Weight sync: done") > done or trainer.poll() is not None
+        )
+        assert trainer.poll() is None, "training ended before the proxy could be killed"
+        with _frozen(trainer):
+            time.sleep(0.5)  # a sync call sent just before the freeze shows in the proxy now
+            text = log.read_text()
+            between = text.count("Weight sync: done") == text.count("Weight sync: pausing")
+            status = get_json(url + "/proxy/status")
+            if not between or status["paused"] or status["adapters"]["loading"]:
+                continue  # a sync has begun: try after the next one
+            os.kill(status["pid"], signal.SIGKILL)
+            _wait_for(lambda: _proxy_back(url, status["pid"]))
+            return text.count("Weight sync: done")
+    raise AssertionError("the trainer was never caught between two syncs")
+
+
+def _proxy_back(url: str, old_pid: int) -> bool:
+    try:
+        status = get_json(url + "/proxy/status", timeout_s=2.0)
+    except OSError:
+        return False
+    return status["pid"] != old_pid and all(r["routable"] for r in status["replicas"])
 
 
 @contextmanager
