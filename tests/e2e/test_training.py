@@ -229,9 +229,7 @@ def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: P
     Returns how many syncs were done before the kill."""
     for _ in range(20):
         done = log.read_text().count("Weight sync: done")
-        _wait_for(
-            lambda: log.read_text().count("Weight sync: done") > done or trainer.poll() is not None
-        )
+        _wait_for(lambda done=done: _syncs(log) > done or trainer.poll() is not None)
         assert trainer.poll() is None, "training ended before the proxy could be killed"
         with _frozen(trainer):
             time.sleep(0.5)  # a sync call sent just before the freeze shows in the proxy now
@@ -240,10 +238,15 @@ def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: P
             status = get_json(url + "/proxy/status")
             if not between or status["paused"] or status["adapters"]["loading"]:
                 continue  # a sync has begun: try after the next one
-            os.kill(status["pid"], signal.SIGKILL)
-            _wait_for(lambda: _proxy_back(url, status["pid"]))
+            old_pid = status["pid"]
+            os.kill(old_pid, signal.SIGKILL)
+            _wait_for(lambda old_pid=old_pid: _proxy_back(url, old_pid))
             return text.count("Weight sync: done")
     raise AssertionError("the trainer was never caught between two syncs")
+
+
+def _syncs(log: Path) -> int:
+    return log.read_text().count("Weight sync: done")
 
 
 def _proxy_back(url: str, old_pid: int) -> bool:
