@@ -179,6 +179,7 @@ def suite_sync(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    from benchmarks import worst_case
     from benchmarks.policy_bench import measure, state_memory
 
     rows: list[dict[str, Any]] = [
@@ -203,7 +204,12 @@ def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         f"\nstate after {memory['prompts']} distinct prompts: {memory['bytes'] / 1e6:.1f} MB"
         f" ({memory['tracked_prefixes']} tracked prefixes, {memory['sticky_keys']} sticky)"
     )
-    return [*rows, {"memory": memory}], text
+    worst = worst_case.run()
+    text += "\n\nworst-case request shapes (body reader + keys, best of 3):\n" + report.table(
+        ["shape", "MiB", "ms", "outcome"],
+        [[w["shape"], w["bytes"] / worst_case.MIB, w["ms"], w["outcome"]] for w in worst],
+    )
+    return [*rows, {"memory": memory}, *({"worst_case": w} for w in worst)], text
 
 
 def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -82,7 +83,7 @@ class ClientSettings(BaseModel):
     body_timeout_s: PositiveFloat = 60.0
     max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
     max_body_bytes_in_flight: Annotated[int, Field(ge=1024)] = 1024 * 1024 * 1024
-    max_prompt_elements: Annotated[int, Field(ge=16)] = 16_384
+    max_prompt_elements: Annotated[int, Field(ge=16)] = DEFAULT_MAX_ELEMENTS
 
     @model_validator(mode="after")
     def _budget_holds_a_body(self) -> ClientSettings:

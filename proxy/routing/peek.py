@@ -32,7 +32,7 @@ import orjson
 
 PromptKind = Literal["tokens", "text", "batch_tokens", "batch_text", "messages", "empty"]
 
-DEFAULT_MAX_ELEMENTS = 16_384
+DEFAULT_MAX_ELEMENTS = 4096
 _WS = re.compile(rb"[ \t\r\n]*")
 _SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 _STRUCT = re.compile(rb'["\[\]{}]')
@@ -182,11 +182,10 @@ def skip_value(body: bytes, pos: int, budget: _Budget | None = None) -> int:
 
 
 def _skip_string(body: bytes, pos: int, budget: _Budget) -> int:
-    """Index just past the string starting at ``pos``: a C-level find per quote; each quote
-    and each run of backslashes before one costs one unit of the budget."""
+    """Index just past the string starting at ``pos``: a C-level find per quote; each escaped
+    quote, and each 64 backslashes before one, costs one unit of the budget."""
     index = pos + 1
     while True:
-        budget.spend()
         quote = body.find(b'"', index)
         if quote < 0:
             raise _ScanError("unterminated string")
@@ -198,15 +197,30 @@ def _skip_string(body: bytes, pos: int, budget: _Budget) -> int:
                 budget.spend()
         if slashes % 2 == 0:
             return quote + 1
+        budget.spend()
         index = quote + 1
+
+
+def _flat_list_end(body: bytes, pos: int) -> int:
+    """Index past the list at ``pos`` when it is flat (numbers only: no quote, bracket or brace
+    inside), found with C-level ``bytes.find``; -1 otherwise."""
+    start, close = pos + 1, body.find(b"]", pos + 1)
+    if (
+        close != -1
+        and body.find(b"[", start, close) == -1
+        and body.find(b'"', start, close) == -1
+        and body.find(b"{", start, close) == -1
+    ):
+        return close + 1
+    return -1
 
 
 def _skip_container(body: bytes, pos: int, budget: _Budget) -> int:
     if body[pos] == ord("["):
-        # Fast path: a flat list of numbers (token ids) has no quote, bracket or brace inside.
-        close = body.find(b"]", pos + 1)
-        if close != -1 and all(body.find(ch, pos + 1, close) == -1 for ch in (b"[", b"{", b'"')):
-            return close + 1
+        # Fast path: a flat list of numbers (token ids).
+        end = _flat_list_end(body, pos)
+        if end != -1:
+            return end
     stack: list[int] = []
     index = pos
     while True:
@@ -218,6 +232,11 @@ def _skip_container(body: bytes, pos: int, budget: _Budget) -> int:
         if char == ord('"'):
             index = _skip_string(body, match.start(), budget)
             continue
+        if char == ord("[") and stack:  # an inner token-id list: skipped at C speed
+            end = _flat_list_end(body, match.start())
+            if end != -1:
+                index = end
+                continue
         index = match.end()
         if char in _CLOSER:
             stack.append(_CLOSER[char])
