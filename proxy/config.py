@@ -81,6 +81,7 @@ class ClientSettings(BaseModel):
     keepalive_timeout_s: PositiveFloat = 75.0
     head_timeout_s: PositiveFloat = 10.0
     body_timeout_s: PositiveFloat = 60.0
+    send_timeout_s: PositiveFloat = 60.0
     max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
     max_body_bytes_in_flight: Annotated[int, Field(ge=1024)] = 1024 * 1024 * 1024
     max_prompt_elements: Annotated[int, Field(ge=16)] = DEFAULT_MAX_ELEMENTS
@@ -142,6 +143,7 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "client_keepalive_timeout": ("client", "keepalive_timeout_s"),
     "client_head_timeout": ("client", "head_timeout_s"),
     "client_body_timeout": ("client", "body_timeout_s"),
+    "client_send_timeout": ("client", "send_timeout_s"),
     "max_body_bytes": ("client", "max_body_bytes"),
     "max_body_bytes_in_flight": ("client", "max_body_bytes_in_flight"),
     "max_prompt_elements": ("client", "max_prompt_elements"),

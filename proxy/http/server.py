@@ -7,6 +7,10 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
   (measured from its first byte; slow-loris heads are closed);
 - ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
   a connection that never completes a head);
+- ``send_timeout_s``: a client that stops reading its answer (the socket's send buffer stays full
+  this long) is disconnected, which frees its slot and cancels its generation; nothing is timed
+  while a client reads (the timer runs only between the transport's ``pause_writing`` and
+  ``resume_writing``);
 - the body timeout and byte budgets are the handlers' (``handlers.Handlers.read``);
 - a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
   ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
@@ -110,13 +114,14 @@ class ClientErrorLog(logging.Logger):
 class GuardedConnection(asyncio.Protocol):
     """aiohttp's protocol for one client connection, behind a head timer."""
 
-    __slots__ = ("_busy", "_guard", "_inner", "_timer", "transport")
+    __slots__ = ("_busy", "_guard", "_inner", "_stalled", "_timer", "transport")
 
     def __init__(self, guard: Guard, inner: asyncio.Protocol) -> None:
         self._guard = guard
         self._inner = inner
         self._busy = 0  # requests being handled on this connection
         self._timer: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None  # the client is not reading
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -126,6 +131,9 @@ class GuardedConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         self._guard.closed(self)
         self._inner.connection_lost(exc)
 
@@ -139,10 +147,22 @@ class GuardedConnection(asyncio.Protocol):
         return self._inner.eof_received()
 
     def pause_writing(self) -> None:
+        if self._stalled is None:
+            loop = asyncio.get_running_loop()
+            self._stalled = loop.call_later(self._guard.send_timeout_s, self._send_expired)
         self._inner.pause_writing()
 
     def resume_writing(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
         self._inner.resume_writing()
+
+    def _send_expired(self) -> None:
+        self._stalled = None
+        if self.transport is not None:
+            self._guard.stalled_clients += 1
+            self.transport.abort()
 
     def started(self) -> None:
         self._busy += 1
@@ -169,9 +189,11 @@ class Guard:
     def __init__(self, settings: ClientSettings, reject: Callable[[str], None]) -> None:
         self.max_connections = settings.max_connections
         self.head_timeout_s = settings.head_timeout_s
+        self.send_timeout_s = settings.send_timeout_s
         self._reject = reject
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
         self.head_timeouts = 0
+        self.stalled_clients = 0
 
     @property
     def connections(self) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -215,3 +216,33 @@ async def test_bad_requests_are_logged_once_per_kind_without_traceback(
         assert (
             metric_value(text, 'rollout_proxy_bad_client_requests_total{kind="bad_message"}') == 20
         )
+
+
+async def test_a_client_that_stops_reading_is_disconnected_and_frees_its_slot() -> None:
+    async with run_stack(1, client_send_timeout=0.5) as stack:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        host, port = stack.proxy_url.removeprefix("http://").split(":")
+        sock.connect((host, int(port)))
+        _, writer = await asyncio.open_connection(sock=sock)
+        body = orjson.dumps(completion(max_tokens=4000, logprobs=5))
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        writer.write((head + b"Content-Length: %d\r\n\r\n" % len(body) + body) * 8)
+
+        async def inflight() -> int:
+            async with stack.session.get(stack.proxy_url + "/proxy/status") as resp:
+                return int((await resp.json())["inflight"])
+
+        deadline = time.monotonic() + QUICK_S * 4
+        while await inflight() == 0:  # the proxy is writing an answer nobody reads ...
+            assert time.monotonic() < deadline, "no answer was ever in flight"
+            await asyncio.sleep(0.02)
+        free_since = None
+        while free_since is None or time.monotonic() - free_since < 1.0:
+            assert time.monotonic() < deadline, "a client that does not read holds its slot"
+            if await inflight():
+                free_since = None
+            elif free_since is None:
+                free_since = time.monotonic()  # ... until it gives up on that client for good
+            await asyncio.sleep(0.05)
+        writer.close()
