@@ -96,6 +96,10 @@ async def serve(settings: Settings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["top"]:  # rollout-proxy top [URL]: look at a running proxy
+        from proxy.console.top import main as top
+
+        return top(args[1:])
     settings = load_settings(args)
     configure_logging(settings)
     if settings.supervise:

@@ -167,6 +167,11 @@ class Metrics:
             "Prompt tokens reported by replicas (usage), and those served from their prefix caches",
             ["kind"],
         )
+        self._replica_tokens = Tally(
+            PREFIX + "replica_tokens",
+            "Prompt tokens per replica (usage), and those its prefix cache served",
+            ["replica", "kind"],
+        )
         self._decisions = Tally(
             PREFIX + "routing_decisions", "Routing decisions, by reason", ["reason"]
         )
@@ -256,6 +261,7 @@ class Metrics:
                     self._overhead,
                     self._replica_requests,
                     self._tokens,
+                    self._replica_tokens,
                     self._decisions,
                 ]
             )
@@ -279,9 +285,11 @@ class Metrics:
         self._overhead.observe(key, overhead_s)
         self._replica_requests.add((replica,))
 
-    def record_usage(self, prompt_tokens: int, cached_tokens: int) -> None:
+    def record_usage(self, replica: str, prompt_tokens: int, cached_tokens: int) -> None:
         self._tokens.add(("prompt",), prompt_tokens)
         self._tokens.add(("cached",), cached_tokens)
+        self._replica_tokens.add((replica, "prompt"), prompt_tokens)
+        self._replica_tokens.add((replica, "cached"), cached_tokens)
 
     def record_rejection(self, reason: str) -> None:
         self._child(self._rejections, reason).inc()

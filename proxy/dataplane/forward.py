@@ -221,7 +221,7 @@ class Forwarder:
             await answer.write_eof()
         counts = usage(data)
         if counts is not None:
-            self._metrics.record_usage(*counts)
+            self._metrics.record_usage(replica.id, *counts)
         return answer, done
 
     async def _stream(

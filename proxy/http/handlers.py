@@ -38,6 +38,7 @@ from proxy.supervise import restarts_so_far
 from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
+STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
 
@@ -269,6 +270,7 @@ class Handlers:
                 "replicas": [views.replica_status(r) for r in self.pool],
                 "tasks": len(asyncio.all_tasks()),
                 "pid": os.getpid(),
+                "uptime_s": round(time.monotonic() - STARTED, 3),
                 "restarts": restarts_so_far(),
                 "client_connections": self.guard.connections,
                 "body_bytes_held": self.bodies.held,

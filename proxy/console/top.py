@@ -1,0 +1,270 @@
+"""``rollout-proxy top [URL]``: a live terminal view of a proxy, local or on HF Jobs.
+
+Every ``--interval`` seconds it reads ``/proxy/status`` and ``/metrics`` and draws the fleet (per
+replica: state, in flight, queue, KV usage, hit ratio, adapters) and the run (throughput, latency
+percentiles, queue, sync times, the advisor's verdict and its figures). ``--once`` prints one
+plain-text snapshot and exits (full ``host:port`` ids, never truncated, whatever the terminal).
+Press ``q`` to quit the live view.
+
+Token: ``Authorization: Bearer`` from the environment, never a flag's value: ``HF_TOKEN`` for an
+HF Jobs URL (``*.hf.jobs``, whose edge demands it), ``PROXY_API_KEY`` otherwise (the proxy's own
+``--api-key``); ``--token-env VAR`` names another variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import select
+import sys
+import termios
+import time
+import tty
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from proxy.console.figures import Figures, Samples, figures, parse
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+FETCH_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Snapshot:
+    url: str
+    status: dict[str, Any]
+    figures: Figures
+
+
+def token_variable(url: str, explicit: str | None) -> str:
+    if explicit is not None:
+        return explicit
+    host = urlsplit(url).hostname or ""
+    return "HF_TOKEN" if host.endswith(".hf.jobs") else "PROXY_API_KEY"
+
+
+class Reader:
+    """Fetches a proxy's status and metrics; keeps the last scrape for rates."""
+
+    def __init__(self, url: str, token: str | None) -> None:
+        self.url = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._before: tuple[float, Samples] | None = None
+
+    async def read(self, session: aiohttp.ClientSession) -> Snapshot:
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+        async with session.get(
+            self.url + "/proxy/status", headers=self._headers, timeout=timeout
+        ) as r:
+            if r.status != 200:
+                raise RuntimeError(_refusal("/proxy/status", r.status))
+            status: dict[str, Any] = await r.json()
+        async with session.get(self.url + "/metrics", headers=self._headers, timeout=timeout) as r:
+            if r.status != 200:
+                raise RuntimeError(_refusal("/metrics", r.status))
+            samples = parse(await r.text())
+        now = time.monotonic()
+        if self._before is None:
+            seconds, before = float(status.get("uptime_s") or 0.0), None
+        else:
+            seconds, before = now - self._before[0], self._before[1]
+        self._before = (now, samples)
+        return Snapshot(self.url, status, figures(samples, before, seconds))
+
+    async def _get(self, session: aiohttp.ClientSession, path: str) -> bytes:
+        timeout = aiohttp.ClientTimeout(total=FETCH_TIMEOUT_S)
+        async with session.get(self.url + path, headers=self._headers, timeout=timeout) as r:
+            if r.status != 200:
+                raise RuntimeError(_refusal(path, r.status))
+            return await r.read()
+
+
+def _refusal(path: str, status: int) -> str:
+    hint = {
+        401: "the token is missing or wrong (HF_TOKEN for *.hf.jobs, PROXY_API_KEY otherwise, "
+        "or --token-env VAR)",
+        403: "the token may not read this job (it needs read access to the job's namespace)",
+    }.get(status, "is the URL a rollout-proxy?")
+    return f"{path} answered HTTP {status}: {hint}"
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if value == float("inf") else f"{1000 * value:.0f} ms"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def summary_lines(snap: Snapshot) -> list[str]:
+    s, f = snap.status, snap.figures
+    replicas = s.get("replicas", [])
+    routable = sum(1 for r in replicas if r.get("routable"))
+    quality = s.get("quality") or {}
+    syncs = s.get("syncs") or {}
+    lines = [
+        f"proxy {snap.url}  policy {s.get('policy', '-')}  replicas {routable}/{len(replicas)} "
+        f"routable  pid {s.get('pid', '-')}  restarts {s.get('restarts', 0)}",
+        f"in flight {s.get('inflight', 0)}/{s.get('max_inflight', '-')}  "
+        f"queued {s.get('queued', 0)}  {f.requests_per_s:.1f} req/s  "
+        f"latency p50 {_ms(f.p50_s)} p99 {_ms(f.p99_s)}  (over {f.seconds:.0f} s)",
+        f"cache hit ratio {_pct(quality.get('hit_ratio', f.hit_ratio))}  available "
+        f"{_pct(quality.get('available'))}  affinity efficiency {_pct(quality.get('efficiency'))}",
+        f"paused {'yes' if s.get('paused') else 'no'}  syncs {syncs.get('count', 0)}  last sync "
+        f"{_num(syncs.get('last_s'))} s  paused share {_pct(syncs.get('paused_share'))}",
+    ]
+    advice = s.get("advice") or {}
+    if advice:
+        lines.append(f"advice: {advice.get('verdict', '-')}: {advice.get('action', '')}")
+        for name, value in sorted((advice.get("figures") or {}).items()):
+            lines.append(f"  {name} = {_num(value)}")
+    return lines
+
+
+REPLICA_COLUMNS = ("replica", "state", "inflight", "queue", "kv", "hit", "adapters")
+STATE_STYLES = {"healthy": "green", "pending": "yellow", "draining": "yellow"}
+
+
+def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for r in snap.status.get("replicas", []):
+        load = r.get("load") or {}
+        rid = str(r.get("id", "?"))
+        rows.append(
+            (
+                rid,
+                str(r.get("state", "?")),
+                str(r.get("inflight", 0)),
+                _num(load.get("waiting")),
+                _pct(load.get("kv_usage")),
+                _pct(snap.figures.replica_hit_ratio.get(rid, r.get("hit_ratio"))),
+                ",".join(v.rsplit("-", 1)[-1] for v in r.get("adapters", [])) or "-",
+            )
+        )
+    return rows
+
+
+def plain(snap: Snapshot) -> str:
+    """The ``--once`` snapshot: plain text, columns as wide as their widest cell."""
+    rows: list[tuple[str, ...]] = [REPLICA_COLUMNS, *replica_rows(snap)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(REPLICA_COLUMNS))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]  # fmt: skip
+    return "\n".join([*summary_lines(snap), "", *table]) + "\n"
+
+
+def rich_view(snap: Snapshot) -> Any:
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(expand=False)
+    for column in REPLICA_COLUMNS:
+        table.add_column(column, no_wrap=True, overflow="fold")
+    for row in replica_rows(snap):
+        style = (
+            "green"
+            if row[1] == "healthy"
+            else "yellow"
+            if row[1] in ("pending", "draining")
+            else "red"
+        )
+        table.add_row(*row, style=style)
+    head = Text("\n".join(summary_lines(snap)))
+    return Group(Panel(head, title="rollout-proxy top (q quits)"), table)
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _keys() -> Iterator[None]:
+    """The terminal in cbreak mode (one key at a time, no echo) while the view runs."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def _pressed_q() -> bool:
+    if not sys.stdin.isatty():
+        return False
+    ready, _, _ = select.select([sys.stdin], [], [], 0)
+    return bool(ready) and sys.stdin.read(1).lower() == "q"
+
+
+async def _live(reader: Reader, interval_s: float) -> int:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    console = Console()
+    async with aiohttp.ClientSession() as session:
+        with _keys(), Live(Text("connecting..."), console=console, auto_refresh=False) as live:
+            while True:
+                try:
+                    live.update(rich_view(await reader.read(session)), refresh=True)
+                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                    live.update(Text(f"{reader.url}: {exc} (retrying)"), refresh=True)
+                deadline = time.monotonic() + interval_s
+                while time.monotonic() < deadline:
+                    if _pressed_q():
+                        return 0
+                    await asyncio.sleep(0.05)
+
+
+async def _once(reader: Reader) -> int:
+    async with aiohttp.ClientSession() as session:
+        try:
+            snap = await reader.read(session)
+        except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+            print(f"rollout-proxy top: {reader.url}: {exc}", file=sys.stderr)
+            return 1
+    sys.stdout.write(plain(snap))
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="rollout-proxy top", description=__doc__.split("\n\n")[0])
+    parser.add_argument("url", nargs="?", default=DEFAULT_URL, help=f"default {DEFAULT_URL}")
+    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    parser.add_argument("--token-env", default=None, help="variable holding the bearer token")
+    args = parser.parse_args(list(argv))
+    if args.interval <= 0:
+        parser.error("argument --interval: must be > 0")
+    variable = token_variable(args.url, args.token_env)
+    reader = Reader(args.url, os.environ.get(variable))
+    if args.once:
+        return asyncio.run(_once(reader))
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        print("rollout-proxy top: the live view needs rich: pip install 'rollout-proxy[top]' "
+              "(or use --once)", file=sys.stderr)  # fmt: skip
+        return 2
+    return asyncio.run(_live(reader, args.interval))
