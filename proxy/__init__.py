@@ -7,9 +7,12 @@ Rooms, from the edge inwards (each package's docstring says what it holds and ma
 - ``adapters``: keeping every replica on the policy versions TRL asks for;
 - ``fleet``: the replicas and their one owner (pool), health, breaker, sync, views, discovery;
 - ``routing``: pure policies that choose a replica;
-- ``upstream``: talking to replicas (parser, keep-alive connections, control-plane client).
+- ``upstream``: talking to replicas (parser, keep-alive connections, control-plane client);
+- ``metrics``: what is exported to Prometheus;
+- ``console``: ``rollout-proxy top``, a terminal client of a running proxy.
 
-At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs``, ``metrics`` and
-``tally``. Imports point inwards only (http -> dataplane -> adapters -> fleet -> upstream; routing
-and the top-level helpers stand alone); the proxy never imports torch, vLLM, TRL or PEFT.
+At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs`` and
+``supervise``. Imports point inwards only (http -> dataplane -> adapters -> metrics -> fleet ->
+upstream; routing and the top-level helpers stand alone); the proxy never imports torch, vLLM,
+TRL or PEFT.
 """

@@ -40,8 +40,9 @@ from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
 from proxy.logs import BackgroundErrors, secret_values
-from proxy.metrics import Metrics
+from proxy.metrics.recorder import Metrics
 from proxy.routing.factory import build_policy
+from proxy.routing.reuse import ReuseEstimator
 from proxy.supervise import restarts_so_far
 from proxy.upstream.client import UpstreamClient
 
@@ -94,7 +95,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         has_source=source is not None,
         failed=failed,
     )
-    fleet = FleetSync(pool, client, adapters)
+    fleet = FleetSync(pool, client, adapters, clock)
     breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
     forwarder = Forwarder(
         pool,
@@ -107,7 +108,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         max_attempts=upstream.max_attempts,
         request_timeout_s=upstream.request_timeout_s,
     )
-    fanout = FanOut(pool, client, fleet)
+    fanout = FanOut(pool, client, fleet, metrics)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
     guard = Guard(settings.client, metrics.record_rejection)
     handlers = Handlers(
@@ -124,6 +125,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         redactor=Redactor(secret_values(settings)),
         guard=guard,
         bodies=BodyBudget(settings.client.max_body_bytes_in_flight),
+        reuse=ReuseEstimator(),
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)

@@ -30,7 +30,7 @@ from proxy.adapters.registry import Fingerprint, Registry, Version, version_numb
 from proxy.adapters.sources import fingerprint
 from proxy.clock import Failed
 from proxy.fleet.replica import Replica
-from proxy.metrics import Metrics
+from proxy.metrics.recorder import Metrics
 from proxy.upstream.errors import CONTROL_ERRORS
 
 log = logging.getLogger("proxy.adapters")

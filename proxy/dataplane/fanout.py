@@ -10,11 +10,13 @@ loads and unloads have their own service (``proxy.adapters``).
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.fleet.sync import FleetSync
+from proxy.metrics.recorder import Metrics
 from proxy.upstream.client import Reply, UpstreamClient
 from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 
@@ -31,10 +33,13 @@ class Outcome:
 
 
 class FanOut:
-    def __init__(self, pool: ReplicaPool, client: UpstreamClient, fleet: FleetSync) -> None:
+    def __init__(
+        self, pool: ReplicaPool, client: UpstreamClient, fleet: FleetSync, metrics: Metrics
+    ) -> None:
         self._pool = pool
         self._client = client
         self._fleet = fleet
+        self._metrics = metrics
         self._lock = asyncio.Lock()  # state changes are applied one at a time, in order
 
     async def send(
@@ -60,6 +65,10 @@ class FanOut:
         path_qs = path + (f"?{query}" if query else "")
         async with self._lock:
             targets = self._pool.require_routable()
+            started = time.perf_counter()
             outcomes = await self.send(targets, path_qs, None)
-            self._fleet.control_applied(path, query)
+            self._metrics.record_control(path.lstrip("/"), time.perf_counter() - started)
+            paused = self._fleet.control_applied(path, query)
+            if paused is not None:
+                self._metrics.record_paused_window(paused)
             return outcomes

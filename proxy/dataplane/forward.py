@@ -35,7 +35,7 @@ from proxy.dataplane.usage import usage
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.pool import EjectCause, ReplicaPool
 from proxy.fleet.replica import Health, Replica
-from proxy.metrics import Metrics
+from proxy.metrics.recorder import Metrics
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from proxy.clock import Clock
 from proxy.fleet.info import max_loras, refresh_info
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -43,25 +44,55 @@ class AdapterWindow(Protocol):
 
 
 class FleetSync:
-    def __init__(self, pool: ReplicaPool, client: UpstreamClient, adapters: AdapterWindow):
+    def __init__(
+        self,
+        pool: ReplicaPool,
+        client: UpstreamClient,
+        adapters: AdapterWindow,
+        clock: Clock,
+    ) -> None:
         self.pool = pool
         self.client = client
         self.adapters = adapters
+        self._clock = clock
         self._pause_query: str | None = None  # the query string of the last /pause, while paused
         self._bases: set[str] = set()  # base models replicas have listed
         self.epoch = 0
+        # Paused windows (a /pause to its /resume: TRL's weight syncs, as the fleet felt them).
+        self._paused_since: float | None = None
+        self.paused_s_total = 0.0
+        self.syncs = 0
+        self.last_paused_s: float | None = None
 
     @property
     def paused(self) -> bool:
         return self._pause_query is not None
 
-    def control_applied(self, path: str, query: str) -> None:
-        """``/pause``, ``/resume`` or ``/reset_prefix_cache`` went to the fleet: remember it."""
+    def control_applied(self, path: str, query: str) -> float | None:
+        """``/pause``, ``/resume`` or ``/reset_prefix_cache`` went to the fleet: remember it.
+
+        Returns the length of the paused window a ``/resume`` closes (else None)."""
+        self.epoch += 1
+        now = self._clock.monotonic()
         if path == "/pause":
             self._pause_query = f"?{query}" if query else ""
+            if self._paused_since is None:
+                self._paused_since = now
         elif path == "/resume":
             self._pause_query = None
-        self.epoch += 1
+            if self._paused_since is not None:
+                window = now - self._paused_since
+                self._paused_since = None
+                self.paused_s_total += window
+                self.syncs += 1
+                self.last_paused_s = window
+                return window
+        return None
+
+    def paused_seconds(self) -> float:
+        """Seconds the fleet has spent paused so far (the current window included)."""
+        since = self._paused_since
+        return self.paused_s_total + (self._clock.monotonic() - since if since is not None else 0)
 
     def _epoch(self) -> tuple[int, int]:
         return self.epoch, self.adapters.epoch

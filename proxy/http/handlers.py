@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 
+import xxhash
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -31,13 +32,15 @@ from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
-from proxy.metrics import Metrics
-from proxy.routing.peek import BadBody, peek_generation
+from proxy.metrics.recorder import Metrics
+from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
+from proxy.routing.reuse import ReuseEstimator
 from proxy.supervise import restarts_so_far
 from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
+SINGLE_PROMPTS = ("tokens", "text", "messages")
 STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
@@ -77,6 +80,7 @@ class Handlers:
     redactor: Redactor
     guard: Guard
     bodies: BodyBudget
+    reuse: ReuseEstimator
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the inbound key check, request metrics, and the connection's
@@ -163,7 +167,17 @@ class Handlers:
         headers = request.headers
         key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
         keys = () if key is not None else self.policy.route_keys(peek, model)
+        if keys and self.reuse.sampled(keys[0]) and peek.kind in SINGLE_PROMPTS:
+            self._observe_reuse(peek, model)
         return await self._forward(request, route, body, RouteRequest(model, key, keys))
+
+    def _observe_reuse(self, peek: Peek, model: str | None) -> None:
+        """Available prefix reuse of a sampled prompt (see ``routing.reuse``), in tokens."""
+        seed = xxhash.xxh64_intdigest((model or "").encode())
+        size, available = self.reuse.observe(peek.buffer, peek.start, peek.end, seed)
+        if size:
+            tokens = prompt_tokens(peek)
+            self.metrics.record_reuse(tokens, tokens * available // size)
 
     async def _forward(
         self, request: web.Request, route: str, body: bytes, facts: RouteRequest

@@ -22,7 +22,7 @@ from proxy.config import HealthSettings, Settings, UpstreamSettings
 from proxy.fleet.health import HealthMonitor
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
-from proxy.metrics import Metrics
+from proxy.metrics.recorder import Metrics
 from proxy.upstream.client import UpstreamClient
 from tests.support.adapters import write_adapter
 from tests.support.calls import metric_value

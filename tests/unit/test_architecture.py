@@ -20,6 +20,8 @@ MAX_TOP_MODULES = 10
 # Everything points inwards: http -> dataplane -> adapters -> fleet -> upstream.
 ALLOWED = {
     "routing": set(),
+    "console": set(),
+    "metrics": {"fleet"},
     "upstream": {"config"},
     "fleet": {"clock", "config", "upstream"},
     "adapters": {"clock", "metrics", "fleet", "upstream"},

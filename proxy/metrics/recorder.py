@@ -1,127 +1,33 @@
-"""Prometheus metrics: one registry per app, fixed label sets, a few operations per request.
+"""The metrics the proxy records (the ``record_*`` API) and renders: one registry per app, fixed
+label sets, a few operations per request.
 
 Gauges that describe state (in-flight, queue depth, replica health) are read at scrape time by a
-collector, so the request path pays nothing for them. The request path's counters and histograms
-are lock-free tallies (``proxy.tally``), a dict update each; the rarer ones (rejections, errors,
-adapter loads) are prometheus_client metrics bound to their label children once. Label values
-come from fixed sets (routes, reasons) or configuration (replica ids), never from request data.
+collector (``collector``), so the request path pays nothing for them. The request path's
+counters and histograms are lock-free tallies (``tally``), a dict update each; the rarer ones
+(rejections, errors, adapter loads) are prometheus_client metrics bound to their label children
+once. Label values come from fixed sets (``labels``) or configuration (replica ids), never from
+request data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from proxy.fleet.pool import EJECT_CAUSES, ReplicaPool
-from proxy.fleet.replica import Health
-from proxy.tally import Spread, Tally, TallyCollector
-
-PREFIX = "rollout_proxy_"
-# Fixed label sets, exported from the start (at 0) so dashboards and alerts always find them.
-REJECTION_REASONS = (
-    "queue_full",
-    "queue_timeout",
-    "too_large",
-    "bad_request",
-    "unauthorized",
-    "unknown_model",
-    "upstream_failed",
-    "too_many_connections",
-    "body_budget",
-    "body_timeout",
-    "local_resources",
+from proxy.metrics.collector import StateCollector
+from proxy.metrics.labels import (
+    BACKGROUND_TASKS,
+    BAD_INPUT_KINDS,
+    CONTROL_ACTIONS,
+    LATENCY_BUCKETS,
+    OVERHEAD_BUCKETS,
+    PREFIX,
+    REJECTION_REASONS,
 )
-BAD_INPUT_KINDS = (
-    "too_long",
-    "bad_method",
-    "bad_request_line",
-    "bad_target",
-    "bad_header",
-    "bad_framing",
-    "bad_message",
-    "other",
-)
-BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters")
-_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
-_OVERHEAD_BUCKETS = (
-    0.00005,
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.5,
-)
-
-
-class _StateCollector(Collector):
-    """Reads pool, limiter and routing state when Prometheus scrapes."""
-
-    def __init__(
-        self,
-        pool: ReplicaPool,
-        inflight: Callable[[], int],
-        queued: Callable[[], int],
-        routing: Callable[[], dict[str, int]],
-        adapters: Callable[[], dict[str, int]],
-    ) -> None:
-        self._pool = pool
-        self._inflight = inflight
-        self._queued = queued
-        self._routing = routing
-        self._adapters = adapters
-
-    def collect(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", self._inflight())
-        yield GaugeMetricFamily(
-            PREFIX + "queue_depth", "Requests waiting for a slot", self._queued()
-        )
-        loaded = GaugeMetricFamily(
-            PREFIX + "replica_adapters", "Adapters loaded on the replica", labels=["replica"]
-        )
-        for replica in self._pool:
-            loaded.add_metric([replica.id], len(replica.adapters))
-        yield loaded
-        healthy = GaugeMetricFamily(
-            PREFIX + "replica_healthy", "1 if the replica takes new requests", labels=["replica"]
-        )
-        inflight = GaugeMetricFamily(
-            PREFIX + "replica_inflight", "Requests in flight on the replica", labels=["replica"]
-        )
-        for replica in self._pool:
-            healthy.add_metric([replica.id], 1.0 if replica.routable else 0.0)
-            inflight.add_metric([replica.id], replica.inflight)
-        yield healthy
-        yield inflight
-        up = GaugeMetricFamily(PREFIX + "replicas", "Replicas by health state", labels=["state"])
-        for state in Health:
-            up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))
-        yield up
-        tracked = GaugeMetricFamily(
-            PREFIX + "routing_state",
-            "Entries of the routing policy's bounded state",
-            labels=["kind"],
-        )
-        for kind, size in sorted(self._routing().items()):
-            tracked.add_metric([kind], size)
-        yield tracked
-        versions = GaugeMetricFamily(
-            PREFIX + "adapter_versions",
-            "Adapter versions: wanted on the fleet, loading, and the newest version number",
-            labels=["kind"],
-        )
-        for kind, value in sorted(self._adapters().items()):
-            versions.add_metric([kind], value)
-        yield versions
+from proxy.metrics.tally import Spread, Tally, TallyCollector
 
 
 class Metrics:
@@ -137,7 +43,7 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
-        # The request path's metrics: lock-free, rendered at scrape time (see proxy.tally).
+        # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).
         self._requests = Tally(
             PREFIX + "requests", "Requests answered, by route and HTTP status", ["route", "status"]
         )
@@ -145,19 +51,19 @@ class Metrics:
             PREFIX + "request_duration_seconds",
             "Time from request to last byte sent",
             ["route"],
-            _LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
         )
         self._ttfb = Spread(
             PREFIX + "upstream_ttfb_seconds",
             "Time from upstream send to response headers",
             ["route"],
-            _LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
         )
         self._overhead = Spread(
             PREFIX + "overhead_seconds",
             "Time spent in the proxy, excluding waiting on upstream",
             ["route"],
-            _OVERHEAD_BUCKETS,
+            OVERHEAD_BUCKETS,
         )
         self._replica_requests = Tally(
             PREFIX + "replica_requests", "Generation requests sent to each replica", ["replica"]
@@ -167,11 +73,21 @@ class Metrics:
             "Prompt tokens reported by replicas (usage), and those served from their prefix caches",
             ["kind"],
         )
+        for kind in ("prompt", "cached"):
+            self._tokens.add((kind,), 0)
         self._replica_tokens = Tally(
             PREFIX + "replica_tokens",
             "Prompt tokens per replica (usage), and those its prefix cache served",
             ["replica", "kind"],
         )
+        self._reuse = Tally(
+            PREFIX + "reuse_tokens",
+            "Sampled prompts: their tokens, and those whose prefix the fleet had seen before "
+            "(the reuse available to routing)",
+            ["kind"],
+        )
+        for kind in ("prompt", "available"):
+            self._reuse.add((kind,), 0)
         self._decisions = Tally(
             PREFIX + "routing_decisions", "Routing decisions, by reason", ["reason"]
         )
@@ -246,12 +162,27 @@ class Metrics:
             "Times the supervisor restarted the proxy (--supervise) before this process",
             registry=reg,
         )
+        self._control = Histogram(
+            PREFIX + "control_seconds",
+            "Fan-out of a state change to every replica (TRL's pause and resume), by action",
+            ["action"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=reg,
+        )
+        for action in CONTROL_ACTIONS:
+            self._control.labels(action)
+        self._paused_windows = Histogram(
+            PREFIX + "sync_paused_seconds",
+            "How long the fleet stayed paused per weight sync (from /pause to /resume)",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120),
+            registry=reg,
+        )
         self._reconciles = Counter(
             PREFIX + "reconciliations",
             "Replicas brought in step with the adapter window",
             registry=reg,
         )
-        reg.register(_StateCollector(pool, inflight, queued, routing, adapters))
+        reg.register(StateCollector(pool, inflight, queued, routing, adapters))
         reg.register(
             TallyCollector(
                 [
@@ -262,6 +193,7 @@ class Metrics:
                     self._replica_requests,
                     self._tokens,
                     self._replica_tokens,
+                    self._reuse,
                     self._decisions,
                 ]
             )
@@ -290,6 +222,16 @@ class Metrics:
         self._tokens.add(("cached",), cached_tokens)
         self._replica_tokens.add((replica, "prompt"), prompt_tokens)
         self._replica_tokens.add((replica, "cached"), cached_tokens)
+
+    def record_control(self, action: str, seconds: float) -> None:
+        self._child(self._control, action).observe(seconds)
+
+    def record_paused_window(self, seconds: float) -> None:
+        self._paused_windows.observe(seconds)
+
+    def record_reuse(self, prompt_tokens: int, available_tokens: int) -> None:
+        self._reuse.add(("prompt",), prompt_tokens)
+        self._reuse.add(("available",), available_tokens)
 
     def record_rejection(self, reason: str) -> None:
         self._child(self._rejections, reason).inc()

@@ -1,0 +1,51 @@
+"""Metric names' prefix, fixed label sets and bucket bounds.
+
+Label values come from these fixed sets (or from configuration: replica ids), never from request
+data; every family with a fixed label set is exported from the start, at 0, so a dashboard or an
+alert never points at a series that does not exist yet.
+"""
+
+from __future__ import annotations
+
+PREFIX = "rollout_proxy_"
+# Fixed label sets, exported from the start (at 0) so dashboards and alerts always find them.
+REJECTION_REASONS = (
+    "queue_full",
+    "queue_timeout",
+    "too_large",
+    "bad_request",
+    "unauthorized",
+    "unknown_model",
+    "upstream_failed",
+    "too_many_connections",
+    "body_budget",
+    "body_timeout",
+    "local_resources",
+)
+BAD_INPUT_KINDS = (
+    "too_long",
+    "bad_method",
+    "bad_request_line",
+    "bad_target",
+    "bad_header",
+    "bad_framing",
+    "bad_message",
+    "other",
+)
+CONTROL_ACTIONS = ("pause", "resume", "reset_prefix_cache")
+BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+OVERHEAD_BUCKETS = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.5,
+)
