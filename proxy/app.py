@@ -40,6 +40,7 @@ from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
 from proxy.logs import BackgroundErrors, secret_values
+from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
 from proxy.routing.factory import build_policy
 from proxy.routing.reuse import ReuseEstimator
@@ -81,10 +82,16 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     source = build_source(adapter_cfg, settings.hub_endpoint)
     metrics = Metrics(
         pool,
-        lambda: limiter.inflight,
-        lambda: limiter.queued,
-        policy.stats,
-        lambda: adapters.stats(),
+        StateSources(
+            inflight=lambda: limiter.inflight,
+            max_inflight=limiter.overall_cap,
+            queued=lambda: limiter.queued,
+            queue_limit=lambda: settings.limits.queue_size,
+            routing=policy.stats,
+            adapters=lambda: adapters.stats(),
+            paused_seconds=lambda: fleet.paused_seconds(),
+            inflight_by_version=lambda: forwarder.inflight_by_version(registry.versions),
+        ),
     )
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)

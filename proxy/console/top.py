@@ -144,6 +144,7 @@ STATE_STYLES = {"healthy": "green", "pending": "yellow", "draining": "yellow"}
 
 def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
+    hits = (snap.status.get("quality") or {}).get("replicas") or {}
     for r in snap.status.get("replicas", []):
         load = r.get("load") or {}
         rid = str(r.get("id", "?"))
@@ -154,7 +155,7 @@ def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
                 str(r.get("inflight", 0)),
                 _num(load.get("waiting")),
                 _pct(load.get("kv_usage")),
-                _pct(snap.figures.replica_hit_ratio.get(rid, r.get("hit_ratio"))),
+                _pct(snap.figures.replica_hit_ratio.get(rid, hits.get(rid))),
                 ",".join(v.rsplit("-", 1)[-1] for v in r.get("adapters", [])) or "-",
             )
         )

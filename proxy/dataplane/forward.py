@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,6 +116,20 @@ class Forwarder:
         self._breaker = breaker
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
+        self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
+
+    def inflight_by_version(self, versions: Container[str]) -> dict[str, int]:
+        """Requests in flight by adapter version (``versions``: the ones the proxy manages), the
+        base model (``base``) and anything else (``other``): a fixed-size label set."""
+        bases = {r.base_model for r in self._pool}
+        out = {"base": 0, "other": 0}
+        for model, count in self._by_model.items():
+            if model is not None and model in versions:
+                label = model
+            else:
+                label = "base" if model is None or model in bases else "other"
+            out[label] = out.get(label, 0) + count
+        return out
 
     def _place(self, route: RouteRequest, tried: set[str]) -> Placement | None:
         cap = self._limiter.per_replica
@@ -145,6 +159,20 @@ class Forwarder:
             request.headers.get("Content-Type", "application/json"),
             time.perf_counter(),
         )
+        by_model = self._by_model
+        model = route.model
+        by_model[model] = by_model.get(model, 0) + 1
+        try:
+            return await self._forward(exchange, route)
+        finally:
+            left = by_model[model] - 1
+            if left:
+                by_model[model] = left
+            else:
+                del by_model[model]
+
+    async def _forward(self, exchange: _Exchange, route: RouteRequest) -> web.StreamResponse:
+        request = exchange.request
         tried: set[str] = set()
         errors: list[str] = []
         last_answer: web.Response | None = None

@@ -270,6 +270,8 @@ class Handlers:
         )
 
     async def status(self, request: web.Request) -> web.StreamResponse:
+        uptime = time.monotonic() - STARTED
+        paused = self.fleet.paused_seconds()
         return json_response(
             200,
             {
@@ -284,7 +286,17 @@ class Handlers:
                 "replicas": [views.replica_status(r) for r in self.pool],
                 "tasks": len(asyncio.all_tasks()),
                 "pid": os.getpid(),
-                "uptime_s": round(time.monotonic() - STARTED, 3),
+                "uptime_s": round(uptime, 3),
+                "quality": self.metrics.quality(),
+                "syncs": {
+                    "count": self.fleet.syncs,
+                    "last_s": self.fleet.last_paused_s,
+                    "paused_s": round(paused, 3),
+                    "paused_share": paused / uptime if uptime > 0 else None,
+                },
+                "inflight_by_version": self.forwarder.inflight_by_version(
+                    self.adapters.registry.versions
+                ),
                 "restarts": restarts_so_far(),
                 "client_connections": self.guard.connections,
                 "body_bytes_held": self.bodies.held,

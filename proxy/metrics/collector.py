@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from proxy.fleet.pool import ReplicaPool
@@ -12,28 +13,63 @@ from proxy.fleet.replica import Health
 from proxy.metrics.labels import PREFIX
 
 
-class StateCollector(Collector):
-    """Reads pool, limiter and routing state when Prometheus scrapes."""
+def _no_count() -> int:
+    return 0
 
-    def __init__(
-        self,
-        pool: ReplicaPool,
-        inflight: Callable[[], int],
-        queued: Callable[[], int],
-        routing: Callable[[], dict[str, int]],
-        adapters: Callable[[], dict[str, int]],
-    ) -> None:
+
+def _no_seconds() -> float:
+    return 0.0
+
+
+@dataclass(frozen=True)
+class StateSources:
+    """Where the scrape-time gauges read their state (each owner exposes a reader)."""
+
+    inflight: Callable[[], int] = _no_count
+    max_inflight: Callable[[], int] = _no_count
+    queued: Callable[[], int] = _no_count
+    queue_limit: Callable[[], int] = _no_count
+    routing: Callable[[], dict[str, int]] = dict
+    adapters: Callable[[], dict[str, int]] = dict
+    paused_seconds: Callable[[], float] = _no_seconds
+    inflight_by_version: Callable[[], dict[str, int]] = dict
+
+
+class StateCollector(Collector):
+    """Reads pool, limiter, routing, adapter and fleet state when Prometheus scrapes."""
+
+    def __init__(self, pool: ReplicaPool, sources: StateSources) -> None:
         self._pool = pool
-        self._inflight = inflight
-        self._queued = queued
-        self._routing = routing
-        self._adapters = adapters
+        self._sources = sources
 
     def collect(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", self._inflight())
+        sources = self._sources
+        yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", sources.inflight())
         yield GaugeMetricFamily(
-            PREFIX + "queue_depth", "Requests waiting for a slot", self._queued()
+            PREFIX + "max_inflight", "The overall in-flight cap", sources.max_inflight()
         )
+        yield GaugeMetricFamily(
+            PREFIX + "queue_depth", "Requests waiting for a slot", sources.queued()
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "queue_limit",
+            "How many requests may wait (--queue-size)",
+            sources.queue_limit(),
+        )
+        yield CounterMetricFamily(
+            PREFIX + "paused_seconds",
+            "Seconds the fleet has spent paused (TRL's weight syncs)",
+            sources.paused_seconds(),
+        )
+        versions = GaugeMetricFamily(
+            PREFIX + "inflight_by_version",
+            "Requests in flight by the model they ask for (adapter versions the proxy manages, "
+            "base, other)",
+            labels=["version"],
+        )
+        for version, count in sorted(sources.inflight_by_version().items()):
+            versions.add_metric([version], count)
+        yield versions
         loaded = GaugeMetricFamily(
             PREFIX + "replica_adapters", "Adapters loaded on the replica", labels=["replica"]
         )
@@ -60,7 +96,7 @@ class StateCollector(Collector):
             "Entries of the routing policy's bounded state",
             labels=["kind"],
         )
-        for kind, size in sorted(self._routing().items()):
+        for kind, size in sorted(sources.routing().items()):
             tracked.add_metric([kind], size)
         yield tracked
         versions = GaugeMetricFamily(
@@ -68,6 +104,6 @@ class StateCollector(Collector):
             "Adapter versions: wanted on the fleet, loading, and the newest version number",
             labels=["kind"],
         )
-        for kind, value in sorted(self._adapters().items()):
+        for kind, value in sorted(sources.adapters().items()):
             versions.add_metric([kind], value)
         yield versions

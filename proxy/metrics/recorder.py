@@ -11,13 +11,12 @@ request data.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from proxy.fleet.pool import EJECT_CAUSES, ReplicaPool
-from proxy.metrics.collector import StateCollector
+from proxy.metrics.collector import StateCollector, StateSources
 from proxy.metrics.labels import (
     BACKGROUND_TASKS,
     BAD_INPUT_KINDS,
@@ -33,14 +32,7 @@ from proxy.metrics.tally import Spread, Tally, TallyCollector
 class Metrics:
     """Every metric the proxy exports, with ``record_*`` methods for the edge to call."""
 
-    def __init__(
-        self,
-        pool: ReplicaPool,
-        inflight: Callable[[], int],
-        queued: Callable[[], int],
-        routing: Callable[[], dict[str, int]],
-        adapters: Callable[[], dict[str, int]],
-    ) -> None:
+    def __init__(self, pool: ReplicaPool, sources: StateSources | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         reg = self.registry
         # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).
@@ -182,7 +174,7 @@ class Metrics:
             "Replicas brought in step with the adapter window",
             registry=reg,
         )
-        reg.register(StateCollector(pool, inflight, queued, routing, adapters))
+        reg.register(StateCollector(pool, sources or StateSources()))
         reg.register(
             TallyCollector(
                 [
@@ -270,6 +262,26 @@ class Metrics:
 
     def record_ejection(self, cause: str) -> None:
         self._child(self._ejections, cause).inc()
+
+    def quality(self) -> dict[str, Any]:
+        """Routing quality since start: the realized prefix-cache hit ratio (fleet and per
+        replica), the reuse that was available (sampled), and affinity efficiency = realized /
+        available (None until there is traffic to say)."""
+        tokens, reuse = self._tokens.values, self._reuse.values
+        prompt, cached = tokens.get(("prompt",), 0), tokens.get(("cached",), 0)
+        offered, available = reuse.get(("prompt",), 0), reuse.get(("available",), 0)
+        hit = cached / prompt if prompt else None
+        share = available / offered if offered else None
+        replicas: dict[str, float] = {}
+        for (rid, kind), value in self._replica_tokens.values.items():
+            if kind == "prompt" and value:
+                replicas[rid] = self._replica_tokens.values.get((rid, "cached"), 0) / value
+        return {
+            "hit_ratio": hit,
+            "available": share,
+            "efficiency": hit / share if hit is not None and share else None,
+            "replicas": replicas,
+        }
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
