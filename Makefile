@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv e2e-venv test unit e2e hub-floor lint demo bench clean
+.PHONY: venv e2e-venv test unit e2e hub-floor monitoring-tools lint demo bench clean
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ lint: venv
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
 # minute), the deploy and discovery tests on the oldest huggingface_hub we allow, then the real
 # tier (vLLM CPU servers + TRL; about 9 minutes).
-test: venv lint
+test: venv lint monitoring-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor
 	$(MAKE) e2e
@@ -61,6 +61,17 @@ hub-floor:
 	"$$tmp/venv/bin/python" -m pip install --quiet -e . "huggingface_hub==$(HUB_FLOOR)" \
 		"hf_xet==$(XET_FLOOR)" pytest pytest-asyncio pytest-timeout && \
 	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py
+
+# The monitoring tier (tests/monitoring) runs Debian's real Prometheus and promtool against a live
+# proxy: installed once (about 10 s), as root or through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+monitoring-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+		echo ">> installing Debian's prometheus package for the monitoring tier"; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+			prometheus >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+			prometheus >/dev/null; }; }
 
 unit: venv
 	$(PY) -m pytest tests/unit
