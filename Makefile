@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv e2e-venv test unit e2e hub-floor monitoring-tools lint demo bench clean
+.PHONY: venv e2e-venv test unit e2e hub-floor test-tools lint demo bench clean
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ lint: venv
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
 # minute), the deploy and discovery tests on the oldest huggingface_hub we allow, then the real
 # tier (vLLM CPU servers + TRL; about 9 minutes).
-test: venv lint monitoring-tools
+test: venv lint test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor
 	$(MAKE) e2e
@@ -62,16 +62,18 @@ hub-floor:
 		"hf_xet==$(XET_FLOOR)" pytest pytest-asyncio pytest-timeout && \
 	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py
 
-# The monitoring tier (tests/monitoring) runs Debian's real Prometheus and promtool against a live
-# proxy: installed once (about 10 s), as root or through sudo.
+# Debian packages two test tiers run for real: prometheus + promtool (tests/monitoring, against a
+# live proxy) and tmux (tests/console: top's live view in a terminal). Installed once (about 10 s),
+# as root or through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-monitoring-tools:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-		echo ">> installing Debian's prometheus package for the monitoring tier"; \
+test-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && \
+	command -v tmux >/dev/null || { \
+		echo ">> installing Debian's prometheus and tmux packages for the test tiers"; \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-			prometheus >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
+			prometheus tmux >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-			prometheus >/dev/null; }; }
+			prometheus tmux >/dev/null; }; }
 
 unit: venv
 	$(PY) -m pytest tests/unit

@@ -32,7 +32,7 @@ MONITORING = ROOT / "monitoring"
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
-    reason="prometheus is not installed here (make monitoring-tools installs Debian's package)",
+    reason="prometheus is not installed here (make test-tools installs Debian's package)",
 )
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$replica": ".*"}
 FINAL_COMPARISON = re.compile(r"\s*(==|!=|>=|<=|>|<)\s*[0-9.]+\s*$")
