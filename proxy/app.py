@@ -36,6 +36,7 @@ from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.handlers import Handlers
+from proxy.http.identity import Identities
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
@@ -133,6 +134,8 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         guard=guard,
         bodies=BodyBudget(settings.client.max_body_bytes_in_flight),
         reuse=ReuseEstimator(),
+        ids=Identities(),
+        access_log=settings.access_log,
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)

@@ -35,6 +35,7 @@ _HELP = {
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
     "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
     "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",
+    "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",
     "supervise": "run the proxy as a child process and restart it on the same port if it dies",
 }
 
@@ -51,7 +52,7 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     for name in flat_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
-        if name in ("tls_verify", "supervise"):
+        if name in ("tls_verify", "supervise", "access_log"):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )

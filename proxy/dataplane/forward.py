@@ -46,10 +46,22 @@ log = logging.getLogger("proxy.forward")
 _PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
 REPLICA_HEADER = "X-Rollout-Replica"
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
+REQUEST_ID_HEADER = "X-Request-ID"
 
 
 class OutOfStep(Protocol):
     def out_of_step(self, replica: Replica, name: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request is, upstream and back: its id, and the header lines sent to the replica."""
+
+    request_id: str
+    upstream: bytes  # ``X-Request-ID: ...\r\n`` (and ``traceparent``), ready for the wire
+
+
+NO_IDENTITY = Identity("", b"")
 
 
 class NoAnswer(Exception):
@@ -91,6 +103,7 @@ class _Exchange:
     body: bytes
     content_type: str
     started: float
+    identity: Identity
 
 
 class Forwarder:
@@ -147,7 +160,12 @@ class Forwarder:
                 yield r
 
     async def forward(
-        self, request: web.Request, route_name: str, body: bytes, route: RouteRequest
+        self,
+        request: web.Request,
+        route_name: str,
+        body: bytes,
+        route: RouteRequest,
+        identity: Identity = NO_IDENTITY,
     ) -> web.StreamResponse:
         """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``."""
         exchange = _Exchange(
@@ -158,6 +176,7 @@ class Forwarder:
             body,
             request.headers.get("Content-Type", "application/json"),
             time.perf_counter(),
+            identity,
         )
         by_model = self._by_model
         model = route.model
@@ -203,10 +222,17 @@ class Forwarder:
         sent = time.perf_counter()
         try:
             async with self._connections.request(
-                replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type
+                replica.url,
+                ex.request.method,
+                ex.path_qs,
+                ex.body,
+                ex.content_type,
+                ex.identity.upstream,
             ) as upstream:
                 ttfb = time.perf_counter()
                 headers = _response_headers(upstream.headers, replica, placed.reason)
+                if ex.identity.request_id:
+                    headers[REQUEST_ID_HEADER] = ex.identity.request_id
                 if upstream.content_length is not None:
                     response, done = await self._whole(ex, upstream, headers, replica)
                 else:

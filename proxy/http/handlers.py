@@ -22,7 +22,7 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.service import AdapterService, BadAdapterRequest
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import FanOut
-from proxy.dataplane.forward import Forwarder, NoAnswer, UpstreamTimeout
+from proxy.dataplane.forward import REPLICA_HEADER, Forwarder, NoAnswer, UpstreamTimeout
 from proxy.dataplane.limiter import Limiter, Rejected
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica, ReplicaPool
@@ -30,6 +30,7 @@ from proxy.fleet.sync import FleetSync
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
+from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
 from proxy.metrics.recorder import Metrics
@@ -44,6 +45,7 @@ SINGLE_PROMPTS = ("tokens", "text", "messages")
 STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
+access_log = logging.getLogger("proxy.access")
 
 
 def _printable_ascii(text: str) -> bool:
@@ -81,25 +83,46 @@ class Handlers:
     guard: Guard
     bodies: BodyBudget
     reuse: ReuseEstimator
+    ids: Identities
+    access_log: bool = False
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
-        """Wrap ``handler`` with the inbound key check, request metrics, and the connection's
-        busy mark (its head timer is off while a request is being handled)."""
-        api_key, metrics, guard = self.api_key, self.metrics, self.guard
+        """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
+        the access log and the connection's busy mark (no head timer while it is handled)."""
+        api_key, metrics, guard, identities = self.api_key, self.metrics, self.guard, self.ids
+        access = access_log if self.access_log else None
 
         async def run(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             connection = guard.busy(request.transport)
+            identity = identities.of(request)
             try:
-                if not open_route and not api_key.allows(request):
+                if identity is None:
+                    metrics.record_rejection("bad_request")
+                    response: web.StreamResponse = responses.bad_request_id()
+                elif not open_route and not api_key.allows(request):
                     metrics.record_rejection("unauthorized")
-                    response: web.StreamResponse = api_key.refusal()
+                    response = api_key.refusal()
                 else:
+                    request[IDENTITY] = identity
                     response = await handler(request)
             finally:
                 if connection is not None:
                     connection.finished()
-            metrics.record_request(route, response.status, time.perf_counter() - started)
+            if identity is not None and not response.prepared:
+                response.headers[REQUEST_ID] = identity.request_id
+            seconds = time.perf_counter() - started
+            metrics.record_request(route, response.status, seconds)
+            if access is not None:
+                access.info(
+                    "%s %s %s %d %s %.1f ms",
+                    identity.request_id if identity is not None else "-",
+                    request.method,
+                    request.path,
+                    response.status,
+                    response.headers.get(REPLICA_HEADER, "-"),
+                    1000 * seconds,
+                )
             return response
 
         return run
@@ -183,7 +206,7 @@ class Handlers:
         self, request: web.Request, route: str, body: bytes, facts: RouteRequest
     ) -> web.StreamResponse:
         try:
-            return await self.forwarder.forward(request, route, body, facts)
+            return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
         except Rejected as exc:
             self.metrics.record_rejection(exc.reason)
             return responses.rejected(str(exc), exc.retry_after_s)
