@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -40,6 +40,7 @@ from proxy.http.identity import Identities
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
+from proxy.http.tracing import Spans
 from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
@@ -47,6 +48,9 @@ from proxy.routing.factory import build_policy
 from proxy.routing.reuse import ReuseEstimator
 from proxy.supervise import restarts_so_far
 from proxy.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 log = logging.getLogger("proxy")
 
@@ -64,8 +68,12 @@ CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
 
 
-def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
+def build_app(
+    settings: Settings, *, clock: Clock | None = None, tracer: Tracer | None = None
+) -> web.Application:
+    """The proxy as an aiohttp app. ``tracer``: OpenTelemetry spans (``--otel-spans``)."""
     clock = clock or RealClock()
+    spans = Spans(tracer) if tracer is not None else None
     upstream = settings.upstream
     pool = ReplicaPool(
         settings.replicas, clock=clock, on_eject=lambda cause: metrics.record_ejection(cause)
@@ -115,6 +123,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         adapters,
         max_attempts=upstream.max_attempts,
         request_timeout_s=upstream.request_timeout_s,
+        tracing=spans,
     )
     fanout = FanOut(pool, client, fleet, metrics)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
@@ -136,6 +145,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         reuse=ReuseEstimator(),
         ids=Identities(),
         access_log=settings.access_log,
+        spans=spans,
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)

@@ -181,6 +181,7 @@ class Settings(BaseSettings):
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
     supervise: bool = False
     access_log: bool = False
+    otel_spans: bool = False
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None

@@ -22,7 +22,13 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.service import AdapterService, BadAdapterRequest
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import FanOut
-from proxy.dataplane.forward import REPLICA_HEADER, Forwarder, NoAnswer, UpstreamTimeout
+from proxy.dataplane.forward import (
+    REPLICA_HEADER,
+    Forwarder,
+    Identity,
+    NoAnswer,
+    UpstreamTimeout,
+)
 from proxy.dataplane.limiter import Limiter, Rejected
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica, ReplicaPool
@@ -33,6 +39,7 @@ from proxy.http.bodies import BodyBudget
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
+from proxy.http.tracing import Spans
 from proxy.metrics.recorder import Metrics
 from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
@@ -46,6 +53,22 @@ STARTED = time.monotonic()  # when this process began serving (the status page's
 
 log = logging.getLogger("proxy.http")
 access_log = logging.getLogger("proxy.access")
+
+
+def _in_span(spans: Spans, handler: Handler) -> Handler:
+    """``handler`` inside the request's span; the replica gets that span's ``traceparent``."""
+
+    async def traced(request: web.Request) -> web.StreamResponse:
+        identity = request[IDENTITY]
+        with spans.request(request.headers, request.method, request.path) as (span, parent):
+            span.set_attribute("rollout.request_id", identity.request_id)
+            lines = f"{REQUEST_ID}: {identity.request_id}\r\n".encode("ascii") + parent
+            request[IDENTITY] = Identity(identity.request_id, lines)
+            response = await handler(request)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
+
+    return traced
 
 
 def _printable_ascii(text: str) -> bool:
@@ -85,12 +108,15 @@ class Handlers:
     reuse: ReuseEstimator
     ids: Identities
     access_log: bool = False
+    spans: Spans | None = None
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
         the access log and the connection's busy mark (no head timer while it is handled)."""
         api_key, metrics, guard, identities = self.api_key, self.metrics, self.guard, self.ids
         access = access_log if self.access_log else None
+        if self.spans is not None:
+            handler = _in_span(self.spans, handler)
 
         async def run(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
