@@ -41,6 +41,8 @@ from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
 from proxy.http.tracing import Spans
+from proxy.insight.advisor import VERDICTS, Sample
+from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
@@ -66,6 +68,7 @@ DISCOVERY = web.AppKey("discovery", JobsDiscovery)
 GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
+SAMPLER = web.AppKey("sampler", Sampler)
 
 
 def build_app(
@@ -100,6 +103,8 @@ def build_app(
             adapters=lambda: adapters.stats(),
             paused_seconds=lambda: fleet.paused_seconds(),
             inflight_by_version=lambda: forwarder.inflight_by_version(registry.versions),
+            advice=lambda: sampler.advice().verdict,
+            verdicts=VERDICTS,
         ),
     )
     metrics.record_restarts(restarts_so_far())
@@ -127,6 +132,23 @@ def build_app(
     )
     fanout = FanOut(pool, client, fleet, metrics)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
+
+    def sample() -> Sample:
+        totals = metrics.totals()
+        return Sample(
+            at=clock.monotonic(),
+            inflight=limiter.inflight,
+            queued=limiter.queued,
+            replica_inflight={r.id: r.inflight for r in pool.routable()},
+            requests=totals["requests"],
+            paused_s=fleet.paused_seconds(),
+            prompt_tokens=totals["prompt"],
+            cached_tokens=totals["cached"],
+            offered_tokens=totals["offered"],
+            available_tokens=totals["available"],
+        )
+
+    sampler = Sampler(clock, sample, settings.advice_window, failed)
     guard = Guard(settings.client, metrics.record_rejection)
     handlers = Handlers(
         pool=pool,
@@ -146,6 +168,7 @@ def build_app(
         ids=Identities(),
         access_log=settings.access_log,
         spans=spans,
+        sampler=sampler,
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)
@@ -158,6 +181,7 @@ def build_app(
     app[METRICS] = metrics
     app[HEALTH] = monitor
     app[CLIENT] = client
+    app[SAMPLER] = sampler
     app[ADAPTERS] = adapters
     if source is not None:
         app[WATCHER] = Watcher(source, clock, adapters.source_changed, failed)
@@ -178,6 +202,7 @@ def build_app(
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
     app.cleanup_ctx.append(_discovery_ctx)
+    app.cleanup_ctx.append(_sampler_ctx)
     return app
 
 
@@ -216,6 +241,11 @@ async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
             "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
         )
     async with _running(discovery.run() if discovery else None, "replica-discovery"):
+        yield
+
+
+async def _sampler_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with _running(app[SAMPLER].run(), "advisor-sampler"):
         yield
 
 

@@ -182,6 +182,7 @@ class Settings(BaseSettings):
     supervise: bool = False
     access_log: bool = False
     otel_spans: bool = False
+    advice_window: PositiveFloat = 60.0
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None

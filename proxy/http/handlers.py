@@ -40,6 +40,7 @@ from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
 from proxy.http.tracing import Spans
+from proxy.insight.sampler import Sampler
 from proxy.metrics.recorder import Metrics
 from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
@@ -49,10 +50,20 @@ from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
 SINGLE_PROMPTS = ("tokens", "text", "messages")
+CONVERSATION_BYTES = 2048
 STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
 access_log = logging.getLogger("proxy.access")
+
+
+def _conversation(peek: Peek, keys: tuple[int, ...]) -> int:
+    """What samples a prompt for the reuse estimate: its routing key (one per conversation),
+    or, under a policy that makes none, a hash of its first ``CONVERSATION_BYTES``."""
+    if keys:
+        return keys[0]
+    end = min(peek.end, peek.start + CONVERSATION_BYTES)
+    return xxhash.xxh64_intdigest(peek.buffer[peek.start : end])
 
 
 def _in_span(spans: Spans, handler: Handler) -> Handler:
@@ -109,6 +120,7 @@ class Handlers:
     ids: Identities
     access_log: bool = False
     spans: Spans | None = None
+    sampler: Sampler | None = None
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
@@ -216,7 +228,7 @@ class Handlers:
         headers = request.headers
         key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
         keys = () if key is not None else self.policy.route_keys(peek, model)
-        if keys and self.reuse.sampled(keys[0]) and peek.kind in SINGLE_PROMPTS:
+        if peek.kind in SINGLE_PROMPTS and self.reuse.sampled(_conversation(peek, keys)):
             self._observe_reuse(peek, model)
         return await self._forward(request, route, body, RouteRequest(model, key, keys))
 
@@ -343,6 +355,7 @@ class Handlers:
                     "paused_s": round(paused, 3),
                     "paused_share": paused / uptime if uptime > 0 else None,
                 },
+                "advice": self.sampler.advice().as_dict() if self.sampler is not None else None,
                 "inflight_by_version": self.forwarder.inflight_by_version(
                     self.adapters.registry.versions
                 ),
