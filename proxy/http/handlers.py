@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import xxhash
@@ -168,7 +169,7 @@ class Handlers:
     async def _read(self, request: web.Request) -> bytes | web.Response:
         """The request body, within the body limit, the body timeout and the memory budget.
 
-        The body's bytes stay reserved in ``bodies`` until ``_done(body)``."""
+        The body's bytes stay reserved in ``bodies`` until ``_with_body`` releases them."""
         limit, length = self.client.max_body_bytes, request.content_length
         if length is not None and length > limit:
             self.metrics.record_rejection("too_large")
@@ -194,24 +195,35 @@ class Handlers:
         self.bodies.release(reserved - len(body))
         return body
 
-    def _done(self, body: bytes) -> None:
-        self.bodies.release(len(body))
-
     def generation(self, route: str, prompt_key: bytes) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._with_body(
+                request, lambda body: self._generate(request, route, prompt_key, body)
+            )
+
+        return handle
+
+    async def _with_body(
+        self,
+        request: web.Request,
+        use: Callable[[bytes], Awaitable[web.StreamResponse]],
+        *,
+        forwarded: bool = True,
+    ) -> web.StreamResponse:
+        """Read the body (``_read``'s bounds), hand it to ``use``, release it after.
+        ``forwarded``: the request goes to a replica as it came, so it must be passable."""
+        if forwarded:
             bad = _unsafe_request(request)
             if bad is not None:
                 self.metrics.record_rejection("bad_request")
                 return bad
-            body = await self._read(request)
-            if isinstance(body, web.Response):
-                return body
-            try:
-                return await self._generate(request, route, prompt_key, body)
-            finally:
-                self._done(body)
-
-        return handle
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            return await use(body)
+        finally:
+            self.bodies.release(len(body))
 
     async def _generate(
         self, request: web.Request, route: str, prompt_key: bytes, body: bytes
@@ -258,42 +270,30 @@ class Handlers:
             return responses.local_resources(f"{exc}; retry shortly")
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        bad = _unsafe_request(request)
-        if bad is not None:
-            self.metrics.record_rejection("bad_request")
-            return bad
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
-        try:
-            return await self._forward(request, "passthrough", body, RouteRequest(None))
-        finally:
-            self._done(body)
+        return await self._with_body(
+            request, lambda body: self._forward(request, "passthrough", body, RouteRequest(None))
+        )
 
     async def load(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+        return await self._with_body(request, self._load, forwarded=False)
+
+    async def _load(self, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.load(body)
         except BadAdapterRequest as exc:
             return error_response(400, str(exc), param=exc.param)
         except NoReplica:
             return responses.no_replica()
-        finally:
-            self._done(body)
         return self.redactor.load_answer(result)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+        return await self._with_body(request, self._unload, forwarded=False)
+
+    async def _unload(self, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.unload(body)
         except BadAdapterRequest as exc:
             return error_response(400, str(exc), param=exc.param)
-        finally:
-            self._done(body)
         return responses.unload_answer(result)
 
     async def control(self, request: web.Request) -> web.StreamResponse:

@@ -118,12 +118,3 @@ class StateCollector(Collector):
         for kind, value in sorted(sources.adapters().items()):
             versions.add_metric([kind], value)
         yield versions
-        advice = GaugeMetricFamily(
-            PREFIX + "advice",
-            "The bottleneck advisor's verdict now (1 for the current one)",
-            labels=["verdict"],
-        )
-        current = sources.advice()
-        for verdict in sources.verdicts:
-            advice.add_metric([verdict], 1.0 if verdict == current else 0.0)
-        yield advice
