@@ -86,7 +86,7 @@ class LoadGenerator:
         )
 
     async def _rollout(self, session: aiohttp.ClientSession, group: Group, index: int) -> None:
-        prompt = list(group.prompt)
+        prompt = group.first_prompt(index)
         for turn in range(self._shape.turns):
             answer = await self._request(session, prompt, seed=group.index * 1000 + index)
             if answer is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from benchmarks.trace import TraceShape, build_groups, next_prompt
+from benchmarks.trace import TraceShape, build_groups, next_prompt, rollout_order
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import Decision, Policy, RouteRequest, Snapshot
 from replica_entry.sim.prefix_cache import PrefixCache
@@ -149,7 +149,7 @@ def simulate(policy: Policy, shape: TraceShape, config: SimConfig) -> RoutingRes
     """Replay ``shape``'s trace through ``policy`` on ``config``'s simulated fleet."""
     run = _Run(policy, shape, config)
     groups = build_groups(shape)
-    rollouts = [(g, i) for g in groups for i in range(shape.group_size)]
+    rollouts = rollout_order(groups, shape)
     # Event heap: (finish time, sequence, slot state); a slot state is the rollout in progress.
     events: list[tuple[float, int, tuple[int, int, list[int], _Replica, list[int]]]] = []
     seq = 0
@@ -168,7 +168,8 @@ def simulate(policy: Policy, shape: TraceShape, config: SimConfig) -> RoutingRes
         heapq.heappush(events, (now + duration, seq, (index, turn, prompt, replica, answer)))
 
     while next_rollout < min(config.concurrency, len(rollouts)):
-        start(0.0, next_rollout, 0, list(rollouts[next_rollout][0].prompt))
+        group, i = rollouts[next_rollout]
+        start(0.0, next_rollout, 0, group.first_prompt(i))
         next_rollout += 1
     while events:
         now, _, (index, turn, prompt, replica, answer) = heapq.heappop(events)
@@ -177,7 +178,8 @@ def simulate(policy: Policy, shape: TraceShape, config: SimConfig) -> RoutingRes
         if turn + 1 < shape.turns:
             start(now, index, turn + 1, next_prompt(prompt, answer, group.follow_ups[turn]))
         elif next_rollout < len(rollouts):
-            start(now, next_rollout, 0, list(rollouts[next_rollout][0].prompt))
+            group, i = rollouts[next_rollout]
+            start(now, next_rollout, 0, group.first_prompt(i))
             next_rollout += 1
     run.result.served = {r.id: r.served for r in run.replicas}
     run.result.group_replicas = [len(ids) for ids in run.group_sets.values()]

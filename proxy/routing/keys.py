@@ -19,6 +19,16 @@ Candidates for P come from the longest common prefix with a few recent prompts o
 (a binary search of ``memcmp``s); their successors are counted in a bounded LRU table. Known
 templates are matched with one ``startswith`` per request.
 
+Stability. A key is a function of the prompt and of the *confirmed* templates only: candidates are
+counted, never used for keys, so the same prefix gets the same key whatever traffic came before it
+(a candidate learned from a group's own prompts, which share a long prefix and differ in their
+suffixes, would key each suffix apart and split the group). Before any template is confirmed a
+prompt's key is its first block. Confirming a template moves the keys of the prompts under it
+once, from the one key they all shared before (the first block after the previous template lies
+inside the new one) to one key per problem. Pinning them to that shared key instead would keep
+the warm-up's pile together for the rest of those conversations: measured on the routing trace,
+pins lost 1-2 points of hit rate against letting them move (benchmarks/README.md, routing).
+
 Cost per prompt, steady state: one ``startswith`` over the template, one block match, one xxh64:
 a few microseconds whatever the prompt's length. While no template matches (warm-up, or traffic
 with no shared part) add one longest-common-prefix search over ``recent`` prompts.
@@ -122,7 +132,8 @@ class KeyBuilder:
         return family
 
     def key(self, buf: bytes, lo: int, hi: int, family: _Family, *, tokens: bool) -> int:
-        """Hash of the shared prefix plus the first block after it (or the partial tail)."""
+        """Hash of the longest confirmed template plus the first block after it (or the partial
+        tail); the prompt's first block when no template matches. Learning only counts."""
         for template in family.templates:
             size = len(template.data)
             if hi - lo > size and buf.startswith(template.data, lo):
@@ -130,9 +141,7 @@ class KeyBuilder:
                 key = xxhash.xxh64_intdigest(buf[lo + size : block_end], template.hash)
                 self._note(template.hash, key, family, buf, lo, lo + size)
                 return key
-        tentative = self._learn(buf, lo, hi, family, tokens)
-        if tentative is not None:
-            return tentative
+        self._learn(buf, lo, hi, family, tokens)
         block_end = self._block_end(buf, lo, hi, tokens)
         return xxhash.xxh64_intdigest(buf[lo:block_end], family.seed)
 
@@ -142,34 +151,34 @@ class KeyBuilder:
             return match.end() if match is not None else hi
         return min(pos + self.settings.chunk_bytes, hi)
 
-    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> int | None:
+    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> None:
         """Count the successor of the block-aligned prefix this prompt shares with recent ones.
 
         The candidate is the shortest common prefix with a recent prompt it diverges from (the
-        most general: another group's prompt shares only the template). Returns the key this
-        prompt will have once that prefix is confirmed as template, so keys do not move when it
-        is; None when there is no candidate.
+        most general: another group's prompt shares only the template). Both prompts' successors
+        are counted (the first conversation seen counts too).
         """
         prompt = buf[lo:hi]
-        shared = [
-            common
-            for other in family.recent
-            if other != prompt  # another rollout of the same prompt: nothing to learn
-            for common in (_common_prefix(prompt, other),)
-            if 0 < common < min(len(prompt), len(other))  # they diverge: not one conversation
-        ]
+        common, other = 0, b""
+        for recent in family.recent:
+            if recent == prompt:  # another rollout of the same prompt: nothing to learn
+                continue
+            shared = _common_prefix(prompt, recent)
+            # They diverge (not one conversation extending the other); keep the shortest.
+            if 0 < shared < min(len(prompt), len(recent)) and (not other or shared < common):
+                common, other = shared, recent
         if prompt not in family.recent:
             if len(family.recent) >= self.settings.recent:
                 family.recent.popleft()
             family.recent.append(prompt)
-        size = self._align(prompt, min(shared), tokens) if shared else 0
+        size = self._align(prompt, common, tokens) if other else 0
         if size <= 0:
-            return None
+            return
         prefix_hash = xxhash.xxh64_intdigest(prompt[:size], family.seed)
-        next_end = self._block_end(prompt, size, len(prompt), tokens)
-        successor = xxhash.xxh64_intdigest(prompt[size:next_end], prefix_hash)
-        self._note(prefix_hash, successor, family, prompt, 0, size)
-        return successor
+        for seen in (other, prompt):
+            next_end = self._block_end(seen, size, len(seen), tokens)
+            successor = xxhash.xxh64_intdigest(seen[size:next_end], prefix_hash)
+            self._note(prefix_hash, successor, family, prompt, 0, size)
 
     def _align(self, prompt: bytes, size: int, tokens: bool) -> int:
         """``size`` rounded down to a whole number of blocks."""

@@ -81,17 +81,16 @@ class PrefixPolicy:
         mean = (sum(loads) + 1) / len(loads)
         bound = max(self.settings.load_factor * mean, min(loads) + self.settings.load_slack)
 
-        sticky = self._sticky.get(key)
-        if sticky is not None:
-            load = _load_of(candidates, loads, sticky)
-            if load is not None and load < bound:
-                self._sticky.move_to_end(key)
-                return Decision(sticky, "sticky")
+        home = self._sticky.get(key)
         owner = ring.first(key)
+        if home is not None:
+            load = _load_of(candidates, loads, home)
+            if load is not None and load < bound + self.settings.load_slack:
+                self._sticky.move_to_end(key)
+                return Decision(home, reason if home == owner else "sticky")
         load = _load_of(candidates, loads, owner)
         if owner is not None and load is not None and load < bound:
-            if sticky is not None:
-                del self._sticky[key]
+            self._remember(key, owner)
             return Decision(owner, reason)
         for rid in ring.preference(key):
             load = _load_of(candidates, loads, rid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import tracemalloc
@@ -153,3 +154,94 @@ def test_key_independent_of_other_fields_and_stable(prompt: list[int], spaced: b
     raw = json.dumps(doc, separators=(", ", ": ") if spaced else (",", ":")).encode()
     again = builder.keys(peek_generation(raw, b"prompt"), "m")
     assert first == again
+
+
+# -- stability: a key depends on the prompt and the confirmed templates, never on the traffic order
+
+
+def shared_prefix_groups(
+    rng: random.Random, groups: int, template: list[int], size: int = 8
+) -> list[list[list[int]]]:
+    """Each group: one long prefix (template + 300 tokens), ``size`` different 40-token suffixes."""
+    out = []
+    for _ in range(groups):
+        prefix = template + problem(rng, 300)
+        out.append([prefix + problem(rng, 40) for _ in range(size)])
+    return out
+
+
+def test_shared_prefix_groups_keep_one_key_each_without_a_template() -> None:
+    # Sent one group after another, the recent prompts are the group's own: their common prefix
+    # is the group's long prefix, which must never decide the key (it split groups before).
+    builder = KeyBuilder()
+    groups = shared_prefix_groups(random.Random(21), 12, template=[])
+    keys = [{key_of(builder, prompt) for prompt in group} for group in groups]
+    assert all(len(group_keys) == 1 for group_keys in keys)
+    assert len(set().union(*keys)) == len(groups)
+
+
+def test_shared_prefix_groups_keep_one_key_each_under_a_template() -> None:
+    builder = KeyBuilder()
+    warm(builder, TEMPLATE)
+    groups = shared_prefix_groups(random.Random(22), 12, template=TEMPLATE)
+    keys = [{key_of(builder, prompt) for prompt in group} for group in groups]
+    assert all(len(group_keys) == 1 for group_keys in keys)
+    assert len(set().union(*keys)) == len(groups)
+
+
+def conversation(rng: random.Random, start: list[int], turns: int) -> list[list[int]]:
+    """One rollout's prompts, turn by turn (each re-sends the conversation so far)."""
+    prompts = [start]
+    for _ in range(turns - 1):
+        prompts.append(prompts[-1] + problem(rng, 48) + problem(rng, 12))
+    return prompts
+
+
+def test_multi_turn_rollouts_keep_their_key_in_any_order_without_a_template() -> None:
+    rng = random.Random(23)
+    rollouts = [conversation(rng, first, 3) for first in [problem(rng, 120)] * 8]
+    grouped = [prompt for rollout in rollouts for prompt in rollout]  # one rollout after another
+    by_turn = [rollout[t] for t in range(3) for rollout in rollouts]  # turn 1 of all, then 2, 3
+    for order in (grouped, by_turn):
+        builder = KeyBuilder()
+        assert len({key_of(builder, prompt) for prompt in order}) == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.booleans())
+def test_any_preceding_traffic_leaves_a_key_unchanged(seed: int, templated: bool) -> None:
+    """Keys are a function of the prompt and the confirmed templates: shuffle shared-prefix
+    groups, GRPO groups and multi-turn rollouts in any order, and every prompt's key is the one
+    a builder that saw none of that traffic (only the same template warm-up) gives it."""
+    rng = random.Random(seed)
+    template = TEMPLATE if templated else []
+    traffic: list[list[int]] = []
+    for group in shared_prefix_groups(rng, 3, template, size=6):
+        traffic += group
+    for _ in range(3):
+        traffic += [template + problem(rng, 100)] * 4
+    for first in [template + problem(rng, 90)] * 2:
+        traffic += conversation(rng, first, 3)
+    rng.shuffle(traffic)
+
+    warmed = KeyBuilder()
+    if templated:
+        warm(warmed, TEMPLATE, seed=5)
+    seen = copy.deepcopy(warmed)
+    got = [key_of(seen, prompt) for prompt in traffic]
+    assert seen.templates == warmed.templates  # this traffic confirms nothing new
+    assert got == [key_of(copy.deepcopy(warmed), prompt) for prompt in traffic]
+
+
+def test_a_prefix_followed_by_at_most_threshold_blocks_is_never_a_template() -> None:
+    # 16 different suffixes behind one long prefix (a group of 16): still one key; a 17th
+    # different follower makes the prefix a template, and new suffixes then key apart.
+    builder = KeyBuilder(KeySettings(threshold=16))
+    rng = random.Random(24)
+    (group,) = shared_prefix_groups(rng, 1, template=[], size=16)
+    assert len({key_of(builder, prompt) for prompt in group}) == 1
+    assert builder.templates == 0
+    prefix = group[0][:-40]
+    key_of(builder, prefix + problem(rng, 40))
+    assert builder.templates == 1
+    assert key_of(builder, prefix + problem(rng, 40)) != key_of(builder, prefix + problem(rng, 40))
