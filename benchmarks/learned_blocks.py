@@ -14,9 +14,8 @@ from array import array
 import orjson
 import xxhash
 
-from proxy.routing.least_loaded import least_loaded
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
 
 BLOCK = 16
 SLACK = 8
@@ -42,7 +41,7 @@ class LearnedBlocks:
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
         candidates = snapshot.candidates
-        least = least_loaded(candidates)
+        least = min(candidates, key=_inflight)  # as published: in-flight request counts
         blocks = request.keys
         owner = None
         for block in blocks:
@@ -67,3 +66,7 @@ class LearnedBlocks:
 
     def stats(self) -> dict[str, int]:
         return {"blocks": len(self._owner)}
+
+
+def _inflight(candidate: Candidate) -> int:
+    return candidate.inflight

@@ -25,6 +25,8 @@ from proxy.routing.prefix import PrefixPolicy
 class _Replica:
     id: str
     inflight: int = 0
+    cost: float = 0.0
+    reported: None = None
 
 
 def _bodies(tokens: int, count: int, template: int, seed: int) -> list[bytes]:

@@ -52,6 +52,8 @@ class _Replica:
     cache: PrefixCache
     inflight: int = 0
     served: int = 0
+    cost: float = 0.0  # no cost estimates here: the policies balance request counts
+    reported: None = None
 
 
 @dataclass(slots=True)

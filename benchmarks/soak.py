@@ -64,7 +64,8 @@ async def soak(
         sampler = asyncio.create_task(_sample(proxy.url, proxy.process.pid, interval_s, result))
         seed = 0
         while time.monotonic() < deadline:
-            shape = TraceShape(prompts=16, group_size=8, turns=2, seed=seed)
+            # One run's template (a run has one chat template), new problems each round.
+            shape = TraceShape(prompts=16, group_size=8, turns=2, seed=seed, template_seed=0)
             generator = LoadGenerator(proxy.url, shape, model=model, concurrency=concurrency)
             run = await generator.run()
             result.requests += len(run.samples)

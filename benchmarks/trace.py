@@ -30,6 +30,7 @@ class TraceShape:
     seed: int = 0
     suffix_tokens: int = 0  # > 0: each rollout's prompt ends in its own suffix (shared-prefix)
     interleave: int = 1  # rollouts start round-robin over this many groups at a time
+    template_seed: int | None = None  # the template's own seed (one run's template, many traces)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +49,8 @@ class Group:
 def build_groups(shape: TraceShape) -> list[Group]:
     """The trace's groups, deterministic from ``shape.seed``."""
     rng = random.Random(shape.seed)
-    template = tuple(rng.randrange(shape.vocab) for _ in range(shape.template_tokens))
+    template_rng = rng if shape.template_seed is None else random.Random(shape.template_seed)
+    template = tuple(template_rng.randrange(shape.vocab) for _ in range(shape.template_tokens))
     groups = []
     for index in range(shape.prompts):
         length = rng.randint(*shape.problem_tokens)

@@ -4,7 +4,7 @@
 Every shared object lives on the app under a ``web.AppKey``; one clock tells time for all of
 them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client,
 the adapter watcher, the health loop (first probe round at once, so a fleet that is up is
-routable within milliseconds), replica discovery.
+routable within milliseconds), the load scraper (each replica's /metrics), replica discovery.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from proxy.dataplane.limiter import Limiter
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.discovery import JobsDiscovery
 from proxy.fleet.health import HealthMonitor
+from proxy.fleet.load import LoadScraper
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.sync import FleetSync
 from proxy.http.admin import Admin
@@ -46,6 +47,7 @@ from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
+from proxy.routing.cost import CostModel
 from proxy.routing.factory import build_policy
 from proxy.routing.reuse import ReuseEstimator
 from proxy.supervise import restarts_so_far
@@ -65,6 +67,7 @@ CLIENT = web.AppKey("client", UpstreamClient)
 ADAPTERS = web.AppKey("adapters", AdapterService)
 WATCHER = web.AppKey("watcher", Watcher)
 DISCOVERY = web.AppKey("discovery", JobsDiscovery)
+LOAD = web.AppKey("load", LoadScraper)
 GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
@@ -85,6 +88,7 @@ def build_app(
     limiter = Limiter(settings.limits, pool, clock)
     pool.on_change = limiter.wake
     policy = build_policy(settings.policy)
+    costs = CostModel()
     registry = Registry(window_override=settings.adapters.window)
     adapter_cfg = settings.adapters
     retry = RetryPolicy(
@@ -129,6 +133,7 @@ def build_app(
         max_attempts=upstream.max_attempts,
         request_timeout_s=upstream.request_timeout_s,
         tracing=spans,
+        costs=costs,
     )
     fanout = FanOut(pool, client, fleet, metrics)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
@@ -169,6 +174,7 @@ def build_app(
         access_log=settings.access_log,
         spans=spans,
         sampler=sampler,
+        costs=costs,
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)
@@ -180,6 +186,10 @@ def build_app(
     app[LIMITER] = limiter
     app[METRICS] = metrics
     app[HEALTH] = monitor
+    if settings.load.interval_s > 0:
+        app[LOAD] = LoadScraper(
+            pool, client, settings.load, clock, failed, metrics.record_load_scrape
+        )
     app[CLIENT] = client
     app[SAMPLER] = sampler
     app[ADAPTERS] = adapters
@@ -201,6 +211,7 @@ def build_app(
     app.cleanup_ctx.append(_client_ctx)
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
+    app.cleanup_ctx.append(_load_ctx)
     app.cleanup_ctx.append(_discovery_ctx)
     app.cleanup_ctx.append(_sampler_ctx)
     return app
@@ -251,6 +262,13 @@ async def _sampler_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _health_ctx(app: web.Application) -> AsyncIterator[None]:
     async with _running(app[HEALTH].run(), "health-monitor"):
+        yield
+
+
+async def _load_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The load scraper (unless ``--load-interval 0``): each replica's /metrics figures."""
+    scraper = app.get(LOAD)
+    async with _running(scraper.run() if scraper else None, "load-scraper"):
         yield
 
 

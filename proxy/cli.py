@@ -34,8 +34,11 @@ _HELP = {
     "discover": "also take replicas from HF Jobs: hf-jobs:LABEL=VALUE (RUNNING jobs' exposed URLs)",
     "hub_endpoint": "Hub API endpoint (default: huggingface_hub's, i.e. HF_ENDPOINT)",
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
-    "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
-    "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",
+    "load_factor": "prefix policy: spill above this x the mean load (and the slack)",
+    "load_slack": "prefix policy: ... and this many requests' work over the least-loaded replica",
+    "load_interval": "seconds between scrapes of each replica's /metrics load figures (0: off)",
+    "kv_high": "a replica reporting this KV-cache usage (0-1) is full: new work goes elsewhere",
+    "waiting_high": "... as is one reporting this many requests waiting, two scrapes in a row",
     "otel_spans": "OpenTelemetry spans (queue, route, upstream) to OTEL_EXPORTER_OTLP_ENDPOINT "
     "(needs the otel extra)",
     "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",

@@ -56,6 +56,18 @@ class LimitSettings(BaseModel):
     queue_timeout_s: PositiveFloat = 60.0
 
 
+class LoadSettings(BaseModel):
+    """Scraping each replica's own load figures from its ``/metrics`` (``fleet.load``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interval_s: Annotated[float, Field(ge=0)] = 0.5  # 0: do not scrape
+    timeout_s: PositiveFloat = 1.0
+    stale_s: PositiveFloat = 2.0
+    kv_high: Annotated[float, Field(gt=0, le=1)] = 0.9
+    waiting_high: Annotated[int, Field(ge=1)] = 1
+
+
 class UpstreamSettings(BaseModel):
     """How the proxy talks to replicas."""
 
@@ -153,6 +165,11 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "watch_interval": ("adapters", "watch_interval_s"),
     "adapter_window": ("adapters", "window"),
     "adapter_load_deadline": ("adapters", "load_deadline_s"),
+    "load_interval": ("load", "interval_s"),
+    "load_timeout": ("load", "timeout_s"),
+    "load_stale": ("load", "stale_s"),
+    "kv_high": ("load", "kv_high"),
+    "waiting_high": ("load", "waiting_high"),
     "policy": ("policy", "kind"),
     "load_factor": ("policy", "load_factor"),
     "load_slack": ("policy", "load_slack"),
@@ -163,7 +180,7 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "template_threshold": ("policy", "template_threshold"),
     "max_tracked": ("policy", "max_tracked"),
 }
-_NESTED = ("health", "limits", "upstream", "client", "policy", "adapters")
+_NESTED = ("health", "limits", "upstream", "client", "policy", "adapters", "load")
 
 
 class Settings(BaseSettings):
@@ -195,6 +212,7 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = UpstreamSettings()
     client: ClientSettings = ClientSettings()
     adapters: AdapterSettings = AdapterSettings()
+    load: LoadSettings = LoadSettings()
 
     @field_validator("replicas", mode="before")
     @classmethod

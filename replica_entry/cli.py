@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-cpu-loras", type=int, default=None)
     add("--block-size", type=int, default=16)
     add("--cache-blocks", type=int, default=4096, help="prefix cache capacity in blocks")
+    add("--max-num-seqs", type=int, default=0, help="requests run at once; more wait (0: any)")
+    add("--kv-blocks", type=int, default=0, help="KV blocks running requests may hold (0: any)")
     add("--api-key", default=os.environ.get("VLLM_API_KEY"), help="default: $VLLM_API_KEY")
     add("--seed", type=int, default=0)
     add("--prompt-token-s", type=float, default=0.0, help="seconds per uncached prompt token")

@@ -13,6 +13,8 @@ without it. What it always adds, and why:
   not override the sampling parameters TRL sends.
 - ``--enable-prefix-caching`` and ``--enable-prompt-tokens-details``: the point of prefix routing,
   and ``usage.prompt_tokens_details.cached_tokens`` to observe it.
+- ``--enable-scale-out``: token-in generation (``POST /inference/v1/generate``, token ids in,
+  tokens out, for RL clients); without it vLLM answers that route 403.
 - ``--max-loras`` defaults to ``max_staleness + 2``: a version is loaded before the oldest one is
   unloaded, and one slot too few makes vLLM silently evict a live policy.
 
@@ -114,7 +116,7 @@ def build_launch(options: VllmOptions, install: Install, environ: Mapping[str, s
         *("--enable-lora", "--max-lora-rank", str(options.max_lora_rank)),
         *("--max-loras", str(options.effective_max_loras)),
         *("--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"),
-        *("--enable-prefix-caching", "--enable-prompt-tokens-details"),
+        *("--enable-prefix-caching", "--enable-prompt-tokens-details", "--enable-scale-out"),
     ]
     optional = (
         ("--served-model-name", options.served_model_name),

@@ -37,6 +37,7 @@ from proxy.fleet.breaker import Breaker
 from proxy.fleet.pool import EjectCause, ReplicaPool
 from proxy.fleet.replica import Health, Replica
 from proxy.metrics.recorder import Metrics
+from proxy.routing.cost import CostModel
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool
@@ -111,6 +112,7 @@ class _Exchange:
     content_type: str
     started: float
     identity: Identity
+    decode_budget: int  # what the cost model learns from, with the answer's completion tokens
 
 
 class Forwarder:
@@ -127,7 +129,9 @@ class Forwarder:
         max_attempts: int,
         request_timeout_s: float,
         tracing: Tracing | None = None,
+        costs: CostModel | None = None,
     ) -> None:
+        self._costs = costs or CostModel()
         self._adapters = adapters
         self._pool = pool
         self._connections = connections
@@ -190,7 +194,7 @@ class Forwarder:
             return None
         decision = self._policy.select(Snapshot(candidates, self._pool.ids), route)
         replica = self._pool.get(decision.replica_id)
-        return None if replica is None else Placement(replica, decision.reason)
+        return None if replica is None else Placement(replica, decision.reason, route.cost)
 
     def _eligible(self, model: str | None, tried: set[str]) -> Iterator[Replica]:
         """Routable replicas not tried yet that serve ``model`` (or have not listed models)."""
@@ -216,6 +220,7 @@ class Forwarder:
             request.headers.get("Content-Type", "application/json"),
             time.perf_counter(),
             identity,
+            route.decode_budget,
         )
         by_model = self._by_model
         model = route.model
@@ -314,7 +319,9 @@ class Forwarder:
             await answer.write_eof()
         counts = usage(data)
         if counts is not None:
-            self._metrics.record_usage(replica.id, *counts)
+            self._metrics.record_usage(replica.id, counts.prompt, counts.cached)
+            if status == 200:
+                self._costs.observe(ex.decode_budget, counts.completion)
         return answer, done
 
     async def _stream(

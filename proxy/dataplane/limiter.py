@@ -9,8 +9,9 @@ capacity: a ``Placement`` carrying the replica and the decision's reason), or re
   Each ``release`` and each fleet change (``wake``) hands freed slots to waiters in arrival
   order; a waiter whose pick finds nothing is skipped, so one request waiting for a busy adapter
   does not block others. A waiter still queued after ``queue_timeout_s`` is refused.
-Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released; the
-limiter is the one writer of ``Replica.inflight``.
+Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released, and
+each replica's ``cost`` is the sum of its leases' costs; the limiter is the one writer of
+``Replica.inflight`` and ``Replica.cost``.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from proxy.fleet.replica import Replica
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a request goes, and why (the routing decision's reason)."""
+    """Where a request goes, why (the routing decision's reason), and its estimated cost."""
 
     replica: Replica
     reason: str
+    cost: float = 1.0
 
 
 P = TypeVar("P", bound=Placement)
@@ -85,6 +87,7 @@ class Limiter:
         if placed is not None:
             self.inflight += 1
             placed.replica.inflight += 1
+            placed.replica.cost += placed.cost
         return placed
 
     async def acquire(self, pick: Pick[P]) -> P:
@@ -113,7 +116,10 @@ class Limiter:
 
     def release(self, placed: Placement) -> None:
         self.inflight -= 1
-        placed.replica.inflight -= 1
+        replica = placed.replica
+        replica.inflight -= 1
+        # Float sums drift; an idle replica's cost is exactly zero again.
+        replica.cost = replica.cost - placed.cost if replica.inflight else 0.0
         if self._waiters:
             self.wake()
 

@@ -2,7 +2,8 @@
 
 Every field has one writer: the pool (``fleet.pool.ReplicaPool``) for health, draining, streaks,
 cool-down, the last error and what the replica reported (models, server info, adapters); the
-limiter for ``inflight``; the circuit breaker for ``error_streak``. Everyone else reads. Ids are
+limiter for ``inflight`` and ``cost``; the circuit breaker for ``error_streak``; the load scraper
+(``fleet.load``) for ``reported``. Everyone else reads. Ids are
 stable, human-readable and come from configuration (the URL's host:port), never from request data.
 """
 
@@ -20,6 +21,18 @@ class Health(enum.Enum):
     EJECTED = "ejected"
 
 
+@dataclass(frozen=True, slots=True)
+class ReportedLoad:
+    """A replica's own load figures, from its last good ``/metrics`` scrape (``fleet.load``)."""
+
+    running: float
+    waiting: float
+    kv_usage: float  # 0..1: KV blocks held by running requests (cached free blocks are free)
+    preemptions: float  # a counter since the replica started
+    foreign: float = 0.0  # requests it runs or queues that this proxy did not send
+    saturated: bool = False  # full: a lasting queue, or its KV cache nearly used up
+
+
 @dataclass(eq=False, slots=True)
 class Replica:
     id: str
@@ -27,6 +40,8 @@ class Replica:
     health: Health = Health.PENDING
     draining: bool = False
     inflight: int = 0
+    cost: float = 0.0  # estimated work of the requests in flight (routing.cost)
+    reported: ReportedLoad | None = None  # its own /metrics, while fresh
     ok_streak: int = 0
     fail_streak: int = 0
     error_streak: int = 0  # consecutive 5xx answers to generation requests (circuit breaker)

@@ -25,6 +25,8 @@ def add_routes(app: web.Application, h: Handlers, admin: Admin) -> None:
         "/v1/chat/completions",
         g("chat_completions", h.generation("chat_completions", b"messages")),
     )
+    # Token-in generation (vLLM with --enable-scale-out): routed like completions.
+    router.add_post("/inference/v1/generate", g("generate", h.generation("generate", b"token_ids")))
     router.add_post("/v1/load_lora_adapter", g("load_lora_adapter", h.load))
     router.add_post("/v1/unload_lora_adapter", g("unload_lora_adapter", h.unload))
     for path in CONTROL:

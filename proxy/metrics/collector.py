@@ -93,11 +93,34 @@ class StateCollector(Collector):
         inflight = GaugeMetricFamily(
             PREFIX + "replica_inflight", "Requests in flight on the replica", labels=["replica"]
         )
+        cost = GaugeMetricFamily(
+            PREFIX + "replica_cost",
+            "Estimated work in flight on the replica (decode-token equivalents)",
+            labels=["replica"],
+        )
+        reported = GaugeMetricFamily(
+            PREFIX + "replica_reported",
+            "What the replica last reported of its load (absent while stale)",
+            labels=["replica", "kind"],
+        )
         for replica in self._pool:
             healthy.add_metric([replica.id], 1.0 if replica.routable else 0.0)
             inflight.add_metric([replica.id], replica.inflight)
+            cost.add_metric([replica.id], replica.cost)
+            report = replica.reported
+            if report is not None:
+                for kind, value in (
+                    ("running", report.running),
+                    ("waiting", report.waiting),
+                    ("kv_usage", report.kv_usage),
+                    ("foreign", report.foreign),
+                    ("saturated", float(report.saturated)),
+                ):
+                    reported.add_metric([replica.id, kind], value)
         yield healthy
         yield inflight
+        yield cost
+        yield reported
         up = GaugeMetricFamily(PREFIX + "replicas", "Replicas by health state", labels=["state"])
         for state in Health:
             up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))

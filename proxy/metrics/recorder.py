@@ -107,6 +107,14 @@ class Metrics:
         )
         for task in BACKGROUND_TASKS:
             self._background_errors.labels(task)
+        self._load_scrapes = Counter(
+            PREFIX + "load_scrapes",
+            "Scrapes of the replicas' /metrics load figures, by outcome",
+            ["outcome"],
+            registry=reg,
+        )
+        for outcome in ("ok", "failed"):
+            self._load_scrapes.labels(outcome)
         self._replica_errors = Counter(
             PREFIX + "replica_errors",
             "Upstream failures per replica, by kind",
@@ -233,6 +241,9 @@ class Metrics:
 
     def record_bad_input(self, kind: str) -> None:
         self._child(self._bad_input, kind).inc()
+
+    def record_load_scrape(self, outcome: str) -> None:
+        self._child(self._load_scrapes, outcome).inc()
 
     def record_background_error(self, task: str) -> None:
         self._child(self._background_errors, task).inc()

@@ -1,11 +1,12 @@
-"""Least-loaded: the candidate with the fewest requests in flight; ties go to the earliest."""
+"""Least-loaded: the candidate with the least estimated work in flight (``routing.cost``): the
+proxy's own cost estimate plus what the replica reports, a replica that reports itself full last;
+ties go to the earliest. Without cost estimates it is the fewest requests in flight."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from proxy.routing.cost import measure
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Decision, RouteRequest, Snapshot
 
 
 class LeastLoaded:
@@ -15,15 +16,9 @@ class LeastLoaded:
         return ()
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
-        return Decision(least_loaded(snapshot.candidates).id, "least_loaded")
+        candidates = snapshot.candidates
+        loads = measure(candidates, request.cost)
+        return Decision(candidates[loads.least()].id, "least_loaded")
 
     def stats(self) -> dict[str, int]:
         return {}
-
-
-def least_loaded(candidates: Sequence[Candidate]) -> Candidate:
-    return min(candidates, key=_inflight)
-
-
-def _inflight(candidate: Candidate) -> int:
-    return candidate.inflight

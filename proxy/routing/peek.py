@@ -40,7 +40,8 @@ _CLOSER = {ord("["): ord("]"), ord("{"): ord("}")}
 _BACKSLASH = 92
 _MAX_DEPTH = 512
 _KEYS = {
-    key: re.compile(rb'"' + key + rb'"[ \t\r\n]*:[ \t\r\n]*') for key in (b"prompt", b"messages")
+    key: re.compile(rb'"' + key + rb'"[ \t\r\n]*:[ \t\r\n]*')
+    for key in (b"prompt", b"messages", b"token_ids")
 }
 
 
@@ -85,12 +86,15 @@ class Peek:
     buffer: bytes  # the bytes ``start``/``end`` index (the original body on the fast path)
     start: int
     end: int
+    max_tokens: int | None = None  # max_tokens / max_completion_tokens (sampling_params' for
+    n: int = 1  # token-in requests), n: the budget the cost model reads
 
 
 def peek_generation(
     body: bytes, prompt_key: bytes, max_elements: int = DEFAULT_MAX_ELEMENTS
 ) -> Peek:
-    """``model``, ``stream`` and the span of ``prompt_key``'s value (``prompt``/``messages``)."""
+    """``model``, ``stream``, the decode budget and the span of ``prompt_key``'s value
+    (``prompt``, ``messages``, or ``token_ids`` for token-in generation)."""
     found = _fast(body, prompt_key, max_elements)
     if found is not None:
         return found
@@ -133,7 +137,19 @@ def _fast(body: bytes, prompt_key: bytes, max_elements: int) -> Peek | None:
         return None
     model = _model(parsed.get("model"))
     stream = _stream(parsed.get("stream"))
-    return Peek(model, stream, _classify(body, start, prompt_key), body, start, end)
+    kind = _classify(body, start, prompt_key)
+    limits = parsed.get("sampling_params") if prompt_key == b"token_ids" else parsed
+    max_tokens, n = _budget(limits if isinstance(limits, dict) else {})
+    return Peek(model, stream, kind, body, start, end, max_tokens, n)
+
+
+def _budget(fields: dict[str, Any]) -> tuple[int | None, int]:
+    """``max_tokens`` (or ``max_completion_tokens``) and ``n`` when they are positive integers;
+    anything else is left for the replica to refuse."""
+    limit = fields.get("max_completion_tokens") or fields.get("max_tokens")
+    n = fields.get("n")
+    good_limit = limit if type(limit) is int and limit > 0 else None
+    return good_limit, n if type(n) is int and n > 0 else 1
 
 
 def _canonical(body: bytes, max_elements: int) -> bytes:
@@ -270,6 +286,11 @@ def _classify(body: bytes, start: int, prompt_key: bytes) -> PromptKind:
         if first != b"[":
             raise BadBody("'messages' must be a list of message objects", param="messages")
         return "messages"
+    if prompt_key == b"token_ids":
+        inner = body[_ws(body, start + 1) : _ws(body, start + 1) + 1]
+        if first != b"[" or not (inner == b"-" or inner.isdigit()):
+            raise BadBody("'token_ids' must be a non-empty list of token ids", param="token_ids")
+        return "tokens"
     if first == b'"':
         return "text"
     if first == b"[":

@@ -9,14 +9,35 @@ from typing import Protocol
 from proxy.routing.peek import Peek
 
 
+class Reported(Protocol):
+    """What a replica last reported of its own load (its ``/metrics``), while fresh."""
+
+    @property
+    def saturated(self) -> bool:
+        """Full: a queue beyond what it runs, or its KV cache nearly used up."""
+        ...
+
+    @property
+    def foreign(self) -> float:
+        """Requests it runs or queues that this proxy did not send it."""
+        ...
+
+
 class Candidate(Protocol):
-    """What a policy may know of a replica: its id and its current in-flight count."""
+    """What a policy may know of a replica: its id, its in-flight requests, the estimated work
+    they hold (``routing.cost``, the proxy's own view) and what it reported (None when stale)."""
 
     @property
     def id(self) -> str: ...
 
     @property
     def inflight(self) -> int: ...
+
+    @property
+    def cost(self) -> float: ...
+
+    @property
+    def reported(self) -> Reported | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +47,8 @@ class RouteRequest:
     model: str | None
     routing_key: str | None = None  # from X-Routing-Key / X-Session-ID
     keys: tuple[int, ...] = ()  # content keys, one per prompt (see routing.keys)
+    cost: float = 1.0  # estimated work (routing.cost.CostModel.estimate), >= 1
+    decode_budget: int = 0  # tokens the request may generate (prompts x n x max_tokens)
 
 
 @dataclass(frozen=True, slots=True)

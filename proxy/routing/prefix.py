@@ -1,14 +1,19 @@
-"""The default policy: content key -> hash ring -> bounded loads -> sticky memory of spills.
+"""The default policy: content key -> hash ring -> bounded loads -> memory of where keys went.
 
 For a request with key k (a content key, or the hash of its X-Routing-Key header):
-1. sticky: if k spilled before and the replica it went to can take it without being
-   overloaded, go there again: its KV cache holds the conversation (reason ``sticky``);
+1. home: if k was placed before and its replica (where its KV now lives) is not overloaded even
+   with one more ``load_slack``, go there again (reason ``affinity`` / ``explicit_key`` when that
+   is k's ring owner, ``sticky`` when k had spilled): the G rollouts of a group arriving together
+   and every later turn of a conversation follow the first;
 2. otherwise walk k's ring preference order over the pool's members and take the first
    candidate that is not overloaded: the owner itself (``affinity`` / ``explicit_key``) or a
-   later one (``spill``, remembered in the sticky LRU).
-Overloaded means above BOTH ``load_factor`` x the candidates' mean in-flight (this request
-included) AND ``load_slack`` requests over the least-loaded candidate: a group of G rollouts
-arriving together stays together on a quiet fleet; a busy fleet stays balanced.
+   later one (``spill``), remembered as k's new home (a bounded LRU of ``sticky_size`` keys).
+Loads are estimated work in flight (``routing.cost``: the proxy's own cost estimate of each
+request plus what the replica reports). Overloaded means above BOTH ``load_factor`` x the mean
+load (this request included) AND ``load_slack`` requests' worth over the least-loaded
+candidate, or the replica reports itself full (a queue, or its KV cache nearly used up) while
+another candidate does not: a group arriving together stays together on a quiet fleet; a busy
+fleet stays balanced on work, not request counts.
 A request without a key goes to the least-loaded candidate (``no_key``). A batch with several
 prompts follows the key whose owner most of its prompts share.
 Cost: O(candidates) for the load figures plus O(log(points)) for the ring lookup.
@@ -18,13 +23,12 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from operator import attrgetter
 
 import xxhash
 
+from proxy.routing.cost import Loads, measure
 from proxy.routing.hashring import HashRing
 from proxy.routing.keys import KeyBuilder
-from proxy.routing.least_loaded import least_loaded
 from proxy.routing.peek import Peek
 from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
 from proxy.routing.settings import PrefixSettings
@@ -59,13 +63,14 @@ class PrefixPolicy:
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
         candidates = snapshot.candidates
         ring = self.ring_for(snapshot.members)
+        loads = measure(candidates, request.cost)
         if request.routing_key is not None:
             key, reason = xxhash.xxh64_intdigest(request.routing_key.encode()), "explicit_key"
         elif request.keys:
             key, reason = self._majority(ring, request.keys), "affinity"
         else:
-            return Decision(least_loaded(candidates).id, "no_key")
-        return self._place(ring, candidates, key, reason)
+            return Decision(candidates[loads.least()].id, "no_key")
+        return self._place(ring, candidates, loads, key, reason)
 
     def _majority(self, ring: HashRing, keys: tuple[int, ...]) -> int:
         if len(keys) == 1:
@@ -75,29 +80,33 @@ class PrefixPolicy:
         return next(key for key in keys if ring.first(key) == winner)
 
     def _place(
-        self, ring: HashRing, candidates: Sequence[Candidate], key: int, reason: str
+        self,
+        ring: HashRing,
+        candidates: Sequence[Candidate],
+        loads: Loads,
+        key: int,
+        reason: str,
     ) -> Decision:
-        loads = list(map(_inflight, candidates))
-        mean = (sum(loads) + 1) / len(loads)
-        bound = max(self.settings.load_factor * mean, min(loads) + self.settings.load_slack)
+        settings = self.settings
+        values, full, index = loads.values, loads.full, loads.index
+        slack = settings.load_slack * loads.unit
+        bound = max(settings.load_factor * loads.mean, min(values) + slack)
 
-        home = self._sticky.get(key)
         owner = ring.first(key)
+        home = self._sticky.get(key)
         if home is not None:
-            load = _load_of(candidates, loads, home)
-            if load is not None and load < bound + self.settings.load_slack:
+            at = index.get(home)
+            if at is not None and not full[at] and values[at] < bound + slack:
                 self._sticky.move_to_end(key)
                 return Decision(home, reason if home == owner else "sticky")
-        load = _load_of(candidates, loads, owner)
-        if owner is not None and load is not None and load < bound:
-            self._remember(key, owner)
-            return Decision(owner, reason)
         for rid in ring.preference(key):
-            load = _load_of(candidates, loads, rid)
-            if rid != owner and load is not None and load < bound:
+            at = index.get(rid)
+            if at is not None and not full[at] and values[at] < bound:
                 self._remember(key, rid)
-                return Decision(rid, "spill")
-        return Decision(least_loaded(candidates).id, "spill")
+                return Decision(rid, reason if rid == owner else "spill")
+        chosen = candidates[loads.least()].id
+        self._remember(key, chosen)
+        return Decision(chosen, "spill")
 
     def _remember(self, key: int, rid: str) -> None:
         if self.settings.sticky_size == 0:
@@ -106,14 +115,3 @@ class PrefixPolicy:
         self._sticky.move_to_end(key)
         if len(self._sticky) > self.settings.sticky_size:
             self._sticky.popitem(last=False)
-
-
-_inflight = attrgetter("inflight")
-
-
-def _load_of(candidates: Sequence[Candidate], loads: list[int], rid: str | None) -> int | None:
-    """The in-flight count of candidate ``rid``, or None when it is not a candidate."""
-    for candidate, load in zip(candidates, loads, strict=True):
-        if candidate.id == rid:
-            return load
-    return None

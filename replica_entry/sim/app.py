@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from replica_entry.sim import routes_control, routes_generate, routes_sim
+from replica_entry.sim import routes_control, routes_generate, routes_sim, routes_tokens
 from replica_entry.sim.middleware import check_api_key, record_requests, render_errors
 from replica_entry.sim.settings import SimSettings
 from replica_entry.sim.state import SIM_STATE, SimState
@@ -28,5 +28,6 @@ def build_sim_app(
     app[SIM_STATE] = SimState(settings, clock)
     app.add_routes(routes_control.routes)
     app.add_routes(routes_generate.routes)
+    app.add_routes(routes_tokens.routes)
     app.add_routes(routes_sim.routes)
     return app

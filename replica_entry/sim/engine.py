@@ -1,8 +1,13 @@
 """Admission and time-keeping of the simulated engine: who is in flight, waiting or running,
 and sleeping the simulated time so that pause, abort and client disconnects interrupt it.
 
-A generation request is *in flight* from arrival to answer, *waiting* while the engine is
-paused before it starts, and *running* once admitted. ``spend`` sleeps simulated engine time:
+A generation request is *in flight* from arrival to answer, *waiting* before it starts (while
+the engine is paused, or while it is full: ``max_num_seqs`` requests running, or the KV blocks
+it needs not free), and *running* once admitted. A running request holds KV blocks (its
+prompt and what it has generated so far, ``grow``); ``kv_usage`` is their share of the KV
+capacity, as vLLM's ``kv_cache_usage_perc`` counts it (cached blocks nobody runs on are free).
+Nothing is ever preempted: the simulation admits a request only when its prompt fits.
+``spend`` sleeps simulated engine time:
 it stops counting while the engine is frozen (pause ``keep``), returns early when an abort
 ends the request, and raises ``ClientGone`` when the client has disconnected.
 
@@ -32,25 +37,31 @@ class ClientGone(ConnectionResetError):
     """The client disconnected while its request was being served."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
-    """An admitted request: the abort epoch it runs under and how busy the engine was."""
+    """An admitted request: the abort epoch it runs under, how busy the engine was, and the KV
+    blocks it holds."""
 
     epoch: int
     other_running: int
     lora: str | None
+    blocks: int = 0
 
 
 class Engine:
-    def __init__(self) -> None:
+    def __init__(self, max_num_seqs: int = 0, kv_blocks: int = 0) -> None:
         self.gate = PauseGate()
+        self.max_num_seqs = max_num_seqs  # 0: no limit
+        self.kv_blocks = kv_blocks  # 0: no limit
         self.in_flight = 0
         self.max_in_flight = 0
         self.waiting = 0
         self.running = 0
+        self.held_blocks = 0
         self.running_by_lora: Counter[str] = Counter()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._freed = asyncio.Event()  # pulsed when a running request leaves
 
     @asynccontextmanager
     async def tracked(self) -> AsyncIterator[None]:
@@ -62,22 +73,47 @@ class Engine:
         finally:
             self.in_flight -= 1
 
-    async def admit(self, lora: str | None, probe: Probe) -> Ticket:
-        """Wait while paused, then start running. Pair with ``release``."""
-        while self.gate.paused:
+    def full(self, blocks: int) -> bool:
+        """No room for one more request needing ``blocks`` KV blocks (an idle engine has room)."""
+        if self.running == 0:
+            return False
+        if self.max_num_seqs and self.running >= self.max_num_seqs:
+            return True
+        return bool(self.kv_blocks) and self.held_blocks + blocks > self.kv_blocks
+
+    def kv_usage(self, capacity: int) -> float:
+        """Share of the KV capacity held by running requests (``capacity`` when unlimited)."""
+        total = self.kv_blocks or capacity
+        return min(self.held_blocks / total, 1.0) if total else 0.0
+
+    async def admit(self, lora: str | None, probe: Probe, blocks: int = 0) -> Ticket:
+        """Wait while paused or full, then start running, holding ``blocks``. Pair with
+        ``release``."""
+        while self.gate.paused or self.full(blocks):
             self.waiting += 1
             try:
-                await wait_event(self.gate.next_change(), None, probe)
+                event = self.gate.next_change() if self.gate.paused else self._freed
+                await wait_event(event, None, probe)
             finally:
                 self.waiting -= 1
-        ticket = Ticket(self.gate.epoch, self.running, lora)
+        ticket = Ticket(self.gate.epoch, self.running, lora, blocks)
+        self.held_blocks += blocks
         self.running += 1
         if lora is not None:
             self.running_by_lora[lora] += 1
         self._idle.clear()
         return ticket
 
+    def grow(self, ticket: Ticket, blocks: int) -> None:
+        """The request now holds ``blocks`` KV blocks (its context grew)."""
+        self.held_blocks += blocks - ticket.blocks
+        ticket.blocks = blocks
+
     def release(self, ticket: Ticket) -> None:
+        self.held_blocks -= ticket.blocks
+        ticket.blocks = 0
+        freed, self._freed = self._freed, asyncio.Event()
+        freed.set()
         self.running -= 1
         if ticket.lora is not None:
             self.running_by_lora[ticket.lora] -= 1

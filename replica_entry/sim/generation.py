@@ -73,12 +73,21 @@ class Generation:
         if self.aborted or steps <= 0:
             return
         step_s = self._simulator.latency.decode_step_s(self._ticket.other_running)
-        finished, spent = await self._simulator.engine.spend(self._ticket, steps * step_s, probe)
+        engine = self._simulator.engine
+        finished, spent = await engine.spend(self._ticket, steps * step_s, probe)
         if finished:
             self.step += steps
         else:
             self.step += min(steps, int(spent / step_s)) if step_s > 0 else 0
             self.aborted = True
+        engine.grow(self._ticket, self.blocks())
+
+    def blocks(self) -> int:
+        """KV blocks the job holds now: each sequence's prompt and generated tokens."""
+        size = self._simulator.cache.block_size
+        prompts = self.job.prompts
+        return sum(-(-(len(prompts[seq.prompt_index]) + self.emitted(seq)) // size)
+                   for seq in self.sequences)  # fmt: skip
 
     def text_offsets(self, seq: Sequence) -> list[int]:
         """Where each token of ``seq`` starts in its text; computed once per choice, so a
@@ -119,7 +128,9 @@ class Simulator:
 
     @asynccontextmanager
     async def run(self, job: GenerationJob, probe: Probe) -> AsyncIterator[Generation]:
-        ticket = await self.engine.admit(job.lora, probe)
+        size = self.cache.block_size
+        need = job.n * sum(-(-len(prompt) // size) for prompt in job.prompts)
+        ticket = await self.engine.admit(job.lora, probe, need)
         try:
             cached = [self.cache.query(job.lora, prompt) for prompt in job.prompts]
             prompt_tokens = sum(len(prompt) for prompt in job.prompts)

@@ -22,6 +22,7 @@ class EngineSnapshot:
     waiting: int
     running_loras: Iterable[str]
     max_loras: int
+    kv_usage: float = 0.0
 
 
 class SimMetrics:
@@ -47,6 +48,16 @@ class SimMetrics:
         self._waiting = Gauge(
             "vllm:num_requests_waiting", "Requests waiting to be processed.", _LABELS, registry=r
         ).labels(**labels)
+        self._kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "KV-cache usage. 1 means 100 percent usage.",
+            _LABELS,
+            registry=r,
+        ).labels(**labels)
+        # The simulation never preempts (it admits a request only when it fits): always 0.
+        Counter(
+            "vllm:num_preemptions", "Cumulative number of preemptions.", _LABELS, registry=r
+        ).labels(**labels)
         self._lora_info = Gauge(
             "vllm:lora_requests_info",
             "Running stats on LoRA requests.",
@@ -67,6 +78,7 @@ class SimMetrics:
         """Bring the gauges up to date before a scrape."""
         self._running.set(snapshot.running)
         self._waiting.set(snapshot.waiting)
+        self._kv_usage.set(snapshot.kv_usage)
         self._lora_info.clear()
         self._lora_info.labels(
             max_lora=str(snapshot.max_loras),

@@ -126,7 +126,7 @@ def completion_prompts(request: CompletionRequest, vocab_size: int) -> list[list
     else:
         prompts = [[t for t in prompt if isinstance(t, int)]]
     for ids in prompts:
-        _check_token_ids(ids)
+        check_token_ids(ids)
     return prompts
 
 
@@ -134,11 +134,11 @@ def chat_prompt(request: ChatRequest, vocab_size: int) -> list[int]:
     """The token ids of a conversation, through the canonical chat template."""
     pairs = [(message.role, message.text()) for message in request.messages]
     ids = encode_text(render_chat(pairs, request.add_generation_prompt), vocab_size)
-    _check_token_ids(ids)
+    check_token_ids(ids)
     return ids
 
 
-def _check_token_ids(ids: list[int]) -> None:
+def check_token_ids(ids: list[int]) -> None:
     if not ids:
         raise ApiError("Prompt cannot be empty", param="prompt")
     for token_id in ids:

@@ -84,13 +84,13 @@ async def _read_job(
     record = request[RECORD]
     record.model = parsed.model
     settings = state.settings
-    lora = _resolve_model(parsed.model, settings, state)
+    lora = resolve_model(parsed.model, settings, state)
     job = build(parsed, served=lora or settings.model, lora=lora, settings=settings)
     record.prompt_tokens = sum(len(prompt) for prompt in job.prompts)
     return job
 
 
-def _resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
+def resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
     """The adapter a request names (``None`` for the base model); vLLM's 404 otherwise."""
     if name is None or name == settings.model:
         return None

@@ -57,6 +57,8 @@ class SimSettings(BaseModel):
     max_cpu_loras: int | None = None
     block_size: int = Field(default=16, ge=1)
     cache_blocks: int = Field(default=4096, ge=0)
+    max_num_seqs: int = Field(default=0, ge=0)  # 0: no limit
+    kv_blocks: int = Field(default=0, ge=0)  # KV capacity for running requests; 0: no limit
     api_key: str | None = None
     seed: int = 0
     prompt_token_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)

@@ -36,7 +36,7 @@ class SimState:
         s = self.settings
         self.faults = s.faults
         self.adapters = AdapterRegistry(s.max_lora_rank, self.clock)
-        self.engine = Engine()
+        self.engine = Engine(s.max_num_seqs, s.kv_blocks)
         self.cache = PrefixCache(s.block_size, s.cache_blocks)
         self.metrics = SimMetrics(s.model)
         self.records = RequestLog()
@@ -49,6 +49,7 @@ class SimState:
             waiting=self.engine.waiting,
             running_loras=tuple(self.engine.running_by_lora),
             max_loras=self.settings.max_loras,
+            kv_usage=self.engine.kv_usage(self.settings.cache_blocks),
         )
 
     def counters(self) -> dict[str, int]:

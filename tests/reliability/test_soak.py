@@ -15,6 +15,9 @@ async def test_soak_leaves_nothing_behind() -> None:
     assert last["rss_mb"] - warm["rss_mb"] < 10
     assert last["inflight"] == 0
     assert last["tasks"] <= 8  # back to the background loops once the load stops
-    assert last["fds"] <= samples[0]["fds"] + 16  # keep-alive connections, nothing leaking
+    # Idle keep-alive connections to the replicas (up to each one's peak in flight, which the
+    # prefix policy lets reach a group's slack above the bound: 32 in flight over 2 replicas
+    # peak at ~28 each), nothing leaking: a leak over ~1,000 requests would be hundreds.
+    assert last["fds"] <= samples[0]["fds"] + 32
     assert all(s.get("routing_sticky_keys", 0) <= 4096 for s in samples)
     assert all(s.get("routing_tracked_prefixes", 0) <= 4096 for s in samples)

@@ -38,6 +38,7 @@ def test_gpu_install_runs_vllm_serve_with_what_trl_needs() -> None:
     assert _flag(launch.argv, "--generation-config") == "vllm"
     for flag in ("--enable-lora", "--enable-prefix-caching", "--enable-prompt-tokens-details"):
         assert flag in launch.argv
+    assert "--enable-scale-out" in launch.argv  # token-in generation: /inference/v1/generate
     assert launch.env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
 
 

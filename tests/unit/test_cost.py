@@ -1,0 +1,79 @@
+"""The cost model and the load figures policies decide on: pure arithmetic."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from proxy.routing.cost import CostModel, measure, prompt_tokens
+from proxy.routing.least_loaded import LeastLoaded
+from proxy.routing.peek import peek_generation
+from proxy.routing.policy import RouteRequest, Snapshot
+
+
+@dataclass
+class Report:
+    saturated: bool = False
+    foreign: float = 0.0
+
+
+@dataclass
+class Fake:
+    id: str
+    inflight: int = 0
+    cost: float = 0.0
+    reported: Report | None = None
+
+
+def test_prompt_tokens_are_estimated_from_the_body_size() -> None:
+    rng = random.Random(1)
+    for length in (5, 600, 3000):
+        ids = [rng.randrange(150_000) for _ in range(length)]
+        peek = peek_generation(json.dumps({"model": "m", "prompt": ids}).encode(), b"prompt")
+        assert abs(prompt_tokens(peek) - length) <= 0.1 * length + 1
+    text = peek_generation(b'{"prompt": "' + b"word " * 400 + b'"}', b"prompt")
+    assert 400 <= prompt_tokens(text) <= 600
+
+
+def test_cost_grows_with_the_budget_and_the_prompt_and_learns_the_decode_share() -> None:
+    model = CostModel(prefill_weight=0.15, smoothing=0.5)
+    assert model.estimate(1000, 1000) == 1000 + 150
+    assert model.estimate(0, 0) == 1.0  # never below one request
+    for _ in range(20):
+        model.observe(1000, 250)  # answers use a quarter of their budget
+    assert abs(model.decode_share - 0.25) < 0.01
+    assert abs(model.estimate(1000, 1000) - (250 + 150)) < 10
+    model.observe(0, 5)  # no budget known: nothing learned
+    assert abs(model.decode_share - 0.25) < 0.01
+
+
+def test_loads_add_foreign_requests_and_mark_full_replicas() -> None:
+    a = Fake("a", inflight=2, cost=200.0)
+    b = Fake("b", inflight=2, cost=200.0, reported=Report(foreign=3.0))
+    c = Fake("c", inflight=0, cost=0.0, reported=Report(saturated=True))
+    loads = measure([a, b, c], request_cost=100.0)
+    assert loads.unit == (400 + 100) / 5
+    assert loads.values == [200.0, 200.0 + 3 * 100.0, 0.0]
+    assert loads.full == [False, False, True]
+    assert loads.least() == 0  # c is idle but says it is full
+
+
+def test_when_every_replica_is_full_none_counts_as_full() -> None:
+    fleet = [Fake(str(i), inflight=i, cost=10.0 * i, reported=Report(saturated=True))
+             for i in range(3)]  # fmt: skip
+    loads = measure(fleet, 10.0)
+    assert loads.full == [False, False, False]
+    assert loads.least() == 0
+
+
+def test_least_loaded_goes_by_work_not_request_count() -> None:
+    # One replica holds 2 long generations, the other 6 short ones: the short ones' replica has
+    # less work left, though more requests.
+    long, short = Fake("long", inflight=2, cost=2 * 4000.0), Fake("short", inflight=6, cost=600.0)
+    snapshot = Snapshot([long, short], ("long", "short"))
+    assert LeastLoaded().select(snapshot, RouteRequest("m", cost=100.0)).replica_id == "short"
+    # Without cost estimates (cost below the request count) it is the fewest requests.
+    blind = [Fake("a", inflight=2), Fake("b", inflight=6)]
+    chosen = LeastLoaded().select(Snapshot(blind, ("a", "b")), RouteRequest("m"))
+    assert chosen.replica_id == "a"
