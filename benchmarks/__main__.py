@@ -1,12 +1,13 @@
 """``python -m benchmarks SUITE [--json OUT] [--plot DIR] [--quick]`` (also ``make bench``).
 
 Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
-balance per policy), ``sync`` (adapter fleet-sync latency under mount lag), ``policy`` (the
-routing policy alone), ``soak`` (RSS, open files and tasks under load over time), ``scale``
-(throughput and memory against fleet size and tracked prompts), ``profile`` (where the proxy's
-CPU goes, by module, under cProfile). Everything
-runs on loopback against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and
-``soak`` at real ones.
+balance per policy), ``fleet`` (step time of async GRPO on a simulated fleet, per policy; its
+own flags: ``python -m benchmarks fleet --help``), ``sync`` (adapter fleet-sync latency under
+mount lag), ``policy`` (the routing policy alone), ``soak`` (RSS, open files and tasks under
+load over time), ``scale`` (throughput and memory against fleet size and tracked prompts),
+``profile`` (where the proxy's CPU goes, by module, under cProfile). Everything runs on loopback
+against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and ``soak`` at real
+ones.
 """
 
 from __future__ import annotations
@@ -303,8 +304,13 @@ def _urls(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["fleet"]:  # many model flags of its own
+        from benchmarks.fleet.cli import main as fleet_main
+
+        return fleet_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("suite", choices=[*sorted(SUITES), "fleet"])
     parser.add_argument("--json", type=Path, help="write results (with the environment) here")
     parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")

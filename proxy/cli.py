@@ -38,7 +38,7 @@ _HELP = {
     "load_slack": "prefix policy: ... and this many requests' work over the least-loaded replica",
     "load_interval": "seconds between scrapes of each replica's /metrics load figures (0: off)",
     "kv_high": "a replica reporting this KV-cache usage (0-1) is full: new work goes elsewhere",
-    "waiting_high": "... as is one reporting this many requests waiting, two scrapes in a row",
+    "waiting_high": "... as is one reporting this many waiting, two scrapes in a row (8)",
     "otel_spans": "OpenTelemetry spans (queue, route, upstream) to OTEL_EXPORTER_OTLP_ENDPOINT "
     "(needs the otel extra)",
     "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",

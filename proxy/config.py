@@ -65,7 +65,7 @@ class LoadSettings(BaseModel):
     timeout_s: PositiveFloat = 1.0
     stale_s: PositiveFloat = 2.0
     kv_high: Annotated[float, Field(gt=0, le=1)] = 0.9
-    waiting_high: Annotated[int, Field(ge=1)] = 1
+    waiting_high: Annotated[int, Field(ge=1)] = 8  # more than one group's burst
 
 
 class UpstreamSettings(BaseModel):

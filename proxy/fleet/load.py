@@ -12,7 +12,10 @@ The scraper is the one writer of ``Replica.reported``:
   proxy did not send it (its own count read before and after the scrape, the larger one taken,
   so requests finishing meanwhile are not mistaken for someone else's);
 - ``saturated``: KV usage at or above ``kv_high``, or at least ``waiting_high`` requests waiting
-  on two scrapes in a row (one queued burst between two engine steps is not a full replica);
+  (default 8) on two scrapes in a row: vLLM counts as waiting what its last step could not
+  schedule, and a group's burst of long prompts can overflow one step's token budget without
+  the replica being full; measured in the fleet simulator, a threshold of 1 sent multi-turn
+  continuations away from their KV (hit rate 0.70 -> 0.60);
 - a replica whose last good scrape is older than ``stale_s`` (failed scrapes, a replica that
   left routing) has ``reported`` None: routing falls back to the proxy's own counts.
 A failed scrape is counted (``on_scrape("failed")``) and changes nothing else; the loop runs
@@ -76,6 +79,21 @@ def parse_load(page: bytes) -> ReportedLoad | None:
     )
 
 
+def judge(
+    load: ReportedLoad, own: int, was_queued: bool, settings: LoadSettings
+) -> tuple[ReportedLoad, bool]:
+    """A scrape's figures with ``foreign`` and ``saturated`` filled in (``own``: the proxy's
+    requests on the replica; ``was_queued``: the previous scrape showed a queue), and whether
+    this one shows a queue."""
+    queued = load.waiting >= settings.waiting_high
+    saturated = load.kv_usage >= settings.kv_high or (queued and was_queued)
+    foreign = max(0.0, load.running + load.waiting - own)
+    judged = ReportedLoad(
+        load.running, load.waiting, load.kv_usage, load.preemptions, foreign, saturated
+    )
+    return judged, queued
+
+
 class LoadScraper:
     """Scrapes every routable replica each ``interval_s``; started and stopped by the app."""
 
@@ -131,16 +149,9 @@ class LoadScraper:
         if load is None:
             self._count("failed")
             return
+        was_queued = self._queued.get(replica.id, False)
         own = max(own, replica.inflight)
-        queued = load.waiting >= self._settings.waiting_high
-        saturated = load.kv_usage >= self._settings.kv_high or (
-            queued and self._queued.get(replica.id, False)
-        )
-        self._queued[replica.id] = queued
-        foreign = max(0.0, load.running + load.waiting - own)
-        replica.reported = ReportedLoad(
-            load.running, load.waiting, load.kv_usage, load.preemptions, foreign, saturated
-        )
+        replica.reported, self._queued[replica.id] = judge(load, own, was_queued, self._settings)
         self._at[replica.id] = self._clock.monotonic()
         self._count("ok")
 

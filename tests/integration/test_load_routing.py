@@ -13,7 +13,7 @@ from proxy.routing.hashring import DEFAULT_VNODES, HashRing
 from tests.support.calls import completion, metric_value, post
 from tests.support.fleet import Sim, Stack, run_stack, wait_for
 
-SCRAPE: dict[str, Any] = {"load_interval": 0.02, "load_stale": 5.0}
+SCRAPE: dict[str, Any] = {"load_interval": 0.02, "load_stale": 5.0, "waiting_high": 3}
 
 
 def keys_owned_by(stack: Stack, sim: Sim, count: int) -> list[str]:

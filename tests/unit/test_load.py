@@ -90,16 +90,16 @@ async def test_a_scrape_records_figures_and_requests_that_are_not_ours() -> None
     pool, client, _, scraper, outcomes, _ = setup()
     a, b = pool
     a.inflight = 4
-    client.pages = {a.url: gauges(5, 3, 0.2), b.url: gauges(0, 0, 0.0)}
+    client.pages = {a.url: gauges(5, 9, 0.2), b.url: gauges(0, 2, 0.0)}
     await scraper.scrape_all()
     assert a.reported is not None and b.reported is not None
-    assert a.reported.foreign == 4.0  # 8 on the replica, 4 of them ours
+    assert a.reported.foreign == 10.0  # 14 on the replica, 4 of them ours
     assert not a.reported.saturated  # one queue seen once is a burst, not a full replica
     assert outcomes == ["ok", "ok"]
     await scraper.scrape_all()
     again, quiet = a.reported, b.reported
     assert again is not None and again.saturated  # a queue on two scrapes in a row
-    assert quiet is not None and not quiet.saturated
+    assert quiet is not None and not quiet.saturated  # 2 waiting: below waiting_high (8)
 
 
 async def test_high_kv_usage_is_full_at_once() -> None:

@@ -1,0 +1,199 @@
+"""``python -m benchmarks fleet [--quick] [--json OUT] [--plot DIR] [model flags] [--what-if]``.
+
+Without ``--what-if``: the published run reproduced, then the grid (workloads x 2/8/16/64
+replicas x policies, and the lower bound). With ``--what-if``: for the model, GPU and TRL
+settings given, the step time for 1..``--max-replicas`` replicas and 1-4 steps' worth of
+rollouts in flight, and the smallest fleet within 5 % of the best. Every constant of the
+models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. from the sync
+suite or a real run), ``--sync-mode push --push-s`` a push model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
+from benchmarks.fleet.suite import run_grid, validate, what_if
+from benchmarks.fleet.workloads import WORKLOADS
+
+# GPU: memory (GB), HBM bandwidth (TB/s), dense bf16 peak (TFLOP/s); vendor data sheets.
+GPUS = {
+    "h200": (141.0, 4.8, 989.0),
+    "h100": (80.0, 3.35, 989.0),
+    "a100": (80.0, 2.0, 312.0),
+    "l40s": (48.0, 0.864, 362.0),
+}
+# Model: parameters (billions), KV bytes per token (layers x KV heads x head dim x 2 x 2 bytes).
+MODELS = {
+    "qwen2.5-1.5b": (1.54, 28 * 2 * 128 * 2 * 2),
+    "qwen2.5-7b": (7.6, 28 * 4 * 128 * 2 * 2),
+    "llama-3.1-8b": (8.0, 32 * 8 * 128 * 2 * 2),
+}
+_BASE_STEP_S = 0.0085  # the calibrated step cost of Qwen2.5-1.5B on an H200 (model.py)
+_BASE_SEQ_S = 3.1e-5
+
+
+def gpu_for(gpu: str, model: str, params_b: float | None, kv_bytes: int | None) -> GpuModel:
+    """A replica's constants for another GPU or model, scaled from the calibrated ones: the
+    weights read once per step at the GPU's bandwidth, prefill at 40 % of its peak, KV read
+    at its bandwidth, the rest of the step (scheduler, sampler: CPU work) unchanged."""
+    memory, bandwidth, peak = GPUS[gpu]
+    params, kv = MODELS[model]
+    params = params_b if params_b is not None else params
+    kv = kv_bytes if kv_bytes is not None else kv
+    weights = 2 * params * 1e9
+    base_weights_s = 2 * 1.54e9 / 4.8e12
+    prefill_token_s = 2 * params * 1e9 / (0.4 * peak * 1e12)
+    base_prefill_s = 2 * 1.54e9 / (0.4 * 989e12)
+    blocks = int((memory * 0.9e9 - weights - 5e9) / kv / 16)
+    return GpuModel(
+        step_s=_BASE_STEP_S - base_weights_s + weights / (bandwidth * 1e12),
+        prefill_token_s=prefill_token_s,
+        seq_s=_BASE_SEQ_S - base_prefill_s + prefill_token_s,
+        kv_token_s=kv / (bandwidth * 1e12),
+        kv_blocks=max(blocks, 1),
+    )
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> None:
+    group = parser.add_argument_group(cls.__name__)
+    for field in dataclasses.fields(cls):
+        flag = "--" + (prefix + field.name).replace("_", "-")
+        kind = {int: int, float: float, str: str}.get(type(field.default), float)
+        group.add_argument(flag, dest=prefix + field.name, type=kind, default=None,
+                           help=f"default {field.default}")  # fmt: skip
+
+
+def _build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
+    base = base if base is not None else cls()
+    given = {
+        f.name: getattr(args, prefix + f.name)
+        for f in dataclasses.fields(cls)
+        if getattr(args, prefix + f.name) is not None
+    }
+    return dataclasses.replace(base, **given)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks fleet",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--quick", action="store_true", help="a smaller grid (under a minute)")
+    add("--json", type=Path, help="write the rows (with the environment) here")
+    add("--plot", type=Path, help="write PNG charts into this directory")
+    add("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    add("--sizes", help="comma-separated fleet sizes (default 2,8,16,64)")
+    add("--grid-load", type=float, default=2.0, help="grid: x the published rollouts/step")
+    add("--what-if", action="store_true", help="how many replicas and what max_inflight_tasks")
+    add("--max-replicas", type=int, default=8, help="what-if: fleets of 1..this")
+    add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
+    add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
+    add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
+    add("--params-b", type=float, help="what-if: model parameters, billions")
+    add("--kv-bytes-per-token", type=int, help="what-if: KV cache bytes per token")
+    _add_fields(parser, GpuModel)
+    _add_fields(parser, TrainerModel)
+    _add_fields(parser, SyncModel, "sync_")
+    _add_fields(parser, ProxyModel)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.monotonic()
+    gpu = GpuModel()
+    if args.gpu or args.params_b or args.kv_bytes_per_token or args.model != "qwen2.5-1.5b":
+        gpu = gpu_for(args.gpu or "h200", args.model, args.params_b, args.kv_bytes_per_token)
+    gpu = _build(GpuModel, args, base=gpu)
+    trainer = _build(TrainerModel, args)
+    sync = _build(SyncModel, args, "sync_")
+    proxy = _build(ProxyModel, args, base=ProxyModel(per_replica_cap=192))
+    mode = (" (quick)" if args.quick else "") + (" what-if" if args.what_if else "")
+    print(f"benchmarks: suite fleet{mode}")
+    if args.what_if:
+        results, text = _what_if(args, gpu, trainer, sync, proxy)
+    else:
+        results, text = _suite(args, gpu, trainer, sync, proxy)
+    print(text)
+    print(f"({time.monotonic() - started:.0f} s)")
+    if args.json:
+        settings = {
+            "suite": "fleet",
+            "quick": args.quick,
+            "gpu": dataclasses.asdict(gpu),
+            "trainer": dataclasses.asdict(trainer),
+            "sync": dataclasses.asdict(sync),
+            "proxy": dataclasses.asdict(proxy),
+        }
+        report.write_json(args.json, "fleet", report.environment(settings), results)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _progress(message: str) -> None:
+    sys.stderr.write(f"  .. {message}\n")
+    sys.stderr.flush()
+
+
+def _suite(
+    args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
+) -> tuple[Any, str]:
+    checks = validate(gpu, trainer, sync, quick=args.quick)
+    text = "published run (REFERENCE.md section 4), prefix policy:\n" + report.table(
+        ["in_flight", "replicas", "mean_s", "p50_s", "bound_s", "published_s", "hit", "wasted"],
+        [[r["max_inflight"], r["replicas"], r["step_time_mean_s"], r["step_time_p50_s"],
+          r["lower_bound_s"], r["published_s"] or "-", r["hit_rate"], r["wasted_tokens"]]
+         for r in checks],
+    )  # fmt: skip
+    workloads = tuple(args.workloads.split(",")) if args.workloads else None
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
+    rows = run_grid(gpu, trainer, sync, proxy, quick=args.quick, load=args.grid_load,
+                    workloads=workloads, sizes=sizes, progress=_progress)  # fmt: skip
+    text += "\n\n" + report.table(
+        ["workload", "replicas", "policy", "p50_s", "p99_s", "mean_s", "of_bound", "hit",
+         "util", "preempt", "wasted"],
+        [[r["workload"], r["replicas"], r["policy"], r["step_time_p50_s"], r["step_time_p99_s"],
+          r["step_time_mean_s"], r["of_lower_bound"], r["hit_rate"], r["utilization"],
+          r["preemptions"], r["wasted_tokens"]] for r in rows],
+    )  # fmt: skip
+    if args.plot:
+        cells = list(dict.fromkeys((r["workload"], r["replicas"]) for r in rows))
+        policies = list(dict.fromkeys(r["policy"] for r in rows))
+        by = {(r["workload"], r["replicas"], r["policy"]): r["step_time_mean_s"] for r in rows}
+        report.bar_chart(
+            args.plot / "fleet_step_time.png",
+            "Mean step time (s), by workload and fleet size",
+            [f"{w} x{n}" for w, n in cells],
+            {p: [by[(w, n, p)] for w, n in cells] for p in policies},
+            "seconds",
+        )
+    return {"validation": checks, "rows": rows}, text
+
+
+def _what_if(
+    args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
+) -> tuple[Any, str]:
+    rows, pick = what_if(WORKLOADS[args.workload], gpu, trainer, sync, proxy,
+                         max_replicas=args.max_replicas, quick=args.quick)  # fmt: skip
+    text = report.table(
+        ["replicas", "max_inflight_tasks", "mean_step_s", "wasted_share", "util"],
+        [[r["replicas"], r["max_inflight_tasks"], r["step_time_mean_s"], r["wasted_share"],
+          r["utilization"]] for r in rows],
+    )  # fmt: skip
+    text += (
+        f"\nrecommended: {pick['replicas']} replicas,"
+        f" max_inflight_tasks {pick['max_inflight_tasks']}"
+        f" (mean step {pick['step_time_mean_s']:.2f} s,"
+        f" {100 * pick['wasted_share']:.1f} % of generated tokens wasted);"
+        " more replicas gain less than 5 %"
+    )
+    return {"rows": rows, "recommended": pick}, text

@@ -1,0 +1,372 @@
+"""The fleet simulation: TRL's AsyncGRPOTrainer sends its rollouts through the proxy's routing
+(its real policy objects, reading each request's real body) to simulated vLLM replicas.
+
+- Rollout worker (as TRL's): keeps ``max_inflight`` rollouts going; rollouts come in groups of
+  ``group_size`` (consecutive, one prompt); a group's version is the policy version when its
+  first rollout starts; each turn's request names the policy version current when it is sent
+  (``trl-policy-vN``: a new version is a new prefix-cache namespace on the replicas). A
+  multi-turn rollout sends its next turn ``tool_s`` after an answer, the whole conversation.
+- Trainer: a step consumes ``groups_per_step`` whole groups from the queue in completion order,
+  dropping groups more than ``max_staleness`` versions old (their tokens are wasted), trains for
+  ``train_s``, and every ``sync.every`` steps syncs: the fleet pauses (running requests freeze)
+  for the sync's duration, then the version goes up.
+- Proxy: per-replica in-flight cap with a FIFO queue; each request's body is built as TRL sends
+  it and read by the proxy's own ``peek``; the policy gets the proxy's own cost estimates
+  (``routing.cost``) and the replicas' scraped figures (``fleet.load.judge``) every
+  ``scrape_s`` unless it is a *blind* variant (request counts only).
+Step time is the time between two optimizer steps' ends, syncs included.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from benchmarks.fleet.engine import Loop, Replica, Request
+from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
+from benchmarks.fleet.workloads import Workload
+from proxy.config import LoadSettings
+from proxy.fleet.load import judge
+from proxy.fleet.replica import ReportedLoad
+from proxy.routing.cost import CostModel, prompt_tokens
+from proxy.routing.peek import peek_generation
+from proxy.routing.policy import Policy, RouteRequest, Snapshot
+
+
+@dataclass(eq=False, slots=True)
+class Candidate:
+    """A replica as the policy sees it."""
+
+    id: str
+    inflight: int = 0
+    cost: float = 0.0
+    reported: ReportedLoad | None = None
+    queued: bool = False  # the last scrape showed a queue
+
+
+@dataclass(slots=True)
+class _Sent:
+    request: Request
+    replica: int
+    cost: float
+    budget: int
+
+
+class Router:
+    """The proxy between the trainer and the replicas."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        replicas: list[Replica],
+        informed: bool,
+        proxy: ProxyModel,
+        loop: Loop,
+        max_tokens: int,
+    ) -> None:
+        self.policy = policy
+        self.replicas = replicas
+        self.informed = informed
+        self.proxy = proxy
+        self.loop = loop
+        self.max_tokens = max_tokens
+        self.candidates = [Candidate(r.id) for r in replicas]
+        self.members = tuple(r.id for r in replicas)
+        self.index = {r.id: i for i, r in enumerate(replicas)}
+        self.costs = CostModel()
+        self.queue: deque[tuple[Request, RouteRequest]] = deque()
+        self.load = LoadSettings()
+        self._sent: dict[int, _Sent] = {}
+        if informed:
+            loop.at(proxy.scrape_s, self._scrape)
+
+    def submit(self, request: Request) -> None:
+        body = orjson.dumps(
+            {
+                "model": request.lora,
+                "prompt": request.prompt,
+                "max_tokens": self.max_tokens,
+                "temperature": 1.0,
+                "n": 1,
+                "return_token_ids": True,
+                "logprobs": 0,
+            }
+        )
+        peek = peek_generation(body, b"prompt")
+        keys = self.policy.route_keys(peek, request.lora)
+        cost = self.costs.estimate(prompt_tokens(peek), self.max_tokens) if self.informed else 1.0
+        route = RouteRequest(request.lora, None, keys, cost, self.max_tokens)
+        if self.queue or not self._place(request, route):
+            self.queue.append((request, route))
+
+    def _place(self, request: Request, route: RouteRequest) -> bool:
+        cap = self.proxy.per_replica_cap
+        free = [c for c in self.candidates if c.inflight < cap]
+        if not free:
+            return False
+        decision = self.policy.select(Snapshot(free, self.members), route)
+        at = self.index[decision.replica_id]
+        candidate = self.candidates[at]
+        candidate.inflight += 1
+        if self.informed:
+            candidate.cost += route.cost
+        self._sent[request.uid] = _Sent(request, at, route.cost, route.decode_budget)
+        user_done = request.done
+        request.done = lambda r: self._answered(r, user_done)
+        self.replicas[at].submit(request)
+        return True
+
+    def _answered(self, request: Request, user_done: Any) -> None:
+        sent = self._sent.pop(request.uid)
+        candidate = self.candidates[sent.replica]
+        candidate.inflight -= 1
+        if self.informed:
+            candidate.cost = candidate.cost - sent.cost if candidate.inflight else 0.0
+            self.costs.observe(sent.budget, request.answer)
+        request.done = user_done
+        user_done(request)
+        while self.queue and self._place(*self.queue[0]):
+            self.queue.popleft()
+
+    def _scrape(self) -> None:
+        for replica, candidate in zip(self.replicas, self.candidates, strict=True):
+            figures = ReportedLoad(
+                float(len(replica.running)),
+                float(replica.queued()),
+                replica.kv_usage(),
+                float(replica.preemptions),
+            )
+            candidate.reported, candidate.queued = judge(
+                figures, candidate.inflight, candidate.queued, self.load
+            )
+        self.loop.at(self.loop.now + self.proxy.scrape_s, self._scrape)
+
+
+@dataclass(slots=True)
+class _Group:
+    version: int
+    done: int = 0
+    tokens: int = 0
+
+
+@dataclass(slots=True)
+class FleetRun:
+    """What one simulation measured, over the steps after the warm-up."""
+
+    step_times: list[float] = field(default_factory=list)
+    wasted_tokens: int = 0
+    generated_tokens: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    preemptions: int = 0
+    busy_s: float = 0.0
+    wall_s: float = 0.0
+    replicas: int = 0
+    requests: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / max(self.prompt_tokens, 1)
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_s / max(self.wall_s * self.replicas, 1e-9)
+
+
+class Trainer:
+    """TRL's AsyncGRPOTrainer: rollout worker, trainer, weight syncs."""
+
+    def __init__(
+        self,
+        trainer: TrainerModel,
+        sync: SyncModel,
+        workload: Workload,
+        router: Router,
+        replicas: list[Replica],
+        loop: Loop,
+        steps: int,
+        warmup: int,
+        seed: int,
+    ) -> None:
+        self.t = trainer
+        self.sync = sync
+        self.workload = workload
+        self.router = router
+        self.replicas = replicas
+        self.loop = loop
+        self.steps = steps
+        self.warmup = warmup
+        self.rng = random.Random(seed)
+        self.version = 1
+        self.step = 0
+        self.state = "idle"
+        self.queue: deque[_Group] = deque()
+        self.groups: dict[int, _Group] = {}
+        self.prefixes: dict[int, list[int]] = {}
+        self.inflight = 0
+        self.next = 0  # rollouts started
+        self.uid = 0
+        self.last_step_at = 0.0
+        self.run = FleetRun(replicas=len(replicas))
+        self._window: dict[str, float] = {}
+
+    @property
+    def finished(self) -> bool:
+        return self.step >= self.steps
+
+    def start(self) -> None:
+        while self.inflight < self.t.max_inflight:
+            self._start_rollout()
+
+    def _start_rollout(self) -> None:
+        group, rollout = divmod(self.next, self.t.group_size)
+        self.next += 1
+        self.inflight += 1
+        if rollout == 0:
+            self.groups[group] = _Group(self.version)
+            self.prefixes[group] = self.workload.group_prefix(group)
+        prefix = self.prefixes[group]
+        if rollout == self.t.group_size - 1:
+            del self.prefixes[group]
+        self._send(group, rollout, 0, self.workload.first_prompt(prefix, group, rollout))
+
+    def _send(self, group: int, rollout: int, turn: int, prompt: list[int]) -> None:
+        self.uid += 1
+        answer = self.workload.answer_tokens(group, rollout, turn, self.t.max_tokens)
+        more = turn + 1 < self.workload.turns
+        request = Request(
+            self.uid,
+            prompt,
+            answer,
+            f"trl-policy-v{self.version}",
+            lambda r: self._answered(r, group, rollout, turn),
+            (lambda: self.workload.answer(group, rollout, turn, answer)) if more else None,
+        )
+        self.run.requests += 1
+        self.router.submit(request)
+
+    def _answered(self, request: Request, group: int, rollout: int, turn: int) -> None:
+        state = self.groups[group]
+        state.tokens += request.answer
+        self.run.generated_tokens += request.answer
+        if turn + 1 < self.workload.turns:
+            answer = self.workload.answer(group, rollout, turn, request.answer)
+            prompt = request.prompt + answer + self.workload.tool_output(group, rollout, turn)
+            when = self.loop.now + self.t.tool_s
+            self.loop.at(when, self._send, group, rollout, turn + 1, prompt)
+            return
+        state.done += 1
+        self.inflight -= 1
+        if state.done == self.t.group_size:
+            del self.groups[group]
+            self.queue.append(state)
+            self._try_train()
+        if not self.finished:
+            self._start_rollout()
+
+    def _try_train(self) -> None:
+        if self.state != "idle":
+            return
+        fresh: deque[_Group] = deque()
+        for group in self.queue:
+            if self.version - group.version <= self.t.max_staleness:
+                fresh.append(group)
+            elif self.step >= self.warmup:  # dropped as TRL drops a stale sample
+                self.run.wasted_tokens += group.tokens
+        self.queue = fresh
+        if len(fresh) < self.t.groups_per_step:
+            return
+        for _ in range(self.t.groups_per_step):
+            fresh.popleft()
+        self.state = "training"
+        self.loop.at(self.loop.now + self.t.train_s, self._trained)
+
+    def _trained(self) -> None:
+        now = self.loop.now
+        self.step += 1
+        if self.step > self.warmup:
+            self.run.step_times.append(now - self.last_step_at)
+        if self.step == self.warmup:
+            self._open_window()
+        self.last_step_at = now
+        if self.step == self.steps:
+            self._close_window()
+            return
+        if self.step % self.sync.every == 0:
+            self.state = "syncing"
+            for replica in self.replicas:
+                replica.pause()
+            self.loop.at(now + self._sync_seconds(), self._synced)
+        else:
+            self.state = "idle"
+            self._try_train()
+
+    def _synced(self) -> None:
+        self.version += 1
+        self.state = "idle"
+        for replica in self.replicas:
+            replica.resume()
+        self._try_train()
+
+    def _sync_seconds(self) -> float:
+        s = self.sync
+        if s.sync_s is not None:
+            return s.sync_s
+        if s.mode == "push":
+            load = s.push_s
+        else:
+            lags = [s.mount_lag_s * self.rng.uniform(0.8, 1.0) for _ in self.replicas]
+            load = -(-max(lags) // s.retry_s) * s.retry_s
+        return s.pause_s + s.save_s + load + s.resume_s
+
+    def _figures(self) -> dict[str, float]:
+        reps = self.replicas
+        return {
+            "busy": sum(r.busy_s for r in reps),
+            "prompt": sum(r.prompt_tokens for r in reps),
+            "hit": sum(r.hit_tokens for r in reps),
+            "preempt": sum(r.preemptions for r in reps),
+            "generated": self.run.generated_tokens,
+            "now": self.loop.now,
+        }
+
+    def _open_window(self) -> None:
+        self._window = self._figures()
+
+    def _close_window(self) -> None:
+        end, start = self._figures(), self._window
+        run = self.run
+        run.busy_s = end["busy"] - start["busy"]
+        run.prompt_tokens = int(end["prompt"] - start["prompt"])
+        run.hit_tokens = int(end["hit"] - start["hit"])
+        run.preemptions = int(end["preempt"] - start["preempt"])
+        run.generated_tokens = int(end["generated"] - start["generated"])
+        run.wall_s = end["now"] - start["now"]
+
+
+def simulate(
+    policy: Policy,
+    *,
+    informed: bool,
+    workload: Workload,
+    replicas: int,
+    gpu: GpuModel,
+    trainer: TrainerModel,
+    sync: SyncModel,
+    proxy: ProxyModel,
+    steps: int,
+    warmup: int,
+    seed: int = 0,
+) -> FleetRun:
+    """Run ``steps`` training steps; figures cover those after ``warmup``."""
+    loop = Loop()
+    fleet = [Replica(f"10.0.{i // 250}.{i % 250 + 1}:8000", gpu, loop) for i in range(replicas)]
+    router = Router(policy, fleet, informed, proxy, loop, trainer.max_tokens)
+    run = Trainer(trainer, sync, workload, router, fleet, loop, steps, warmup, seed)
+    run.start()
+    loop.run(lambda: run.finished)
+    return run.run

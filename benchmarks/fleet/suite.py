@@ -1,0 +1,249 @@
+"""Suite ``fleet``: step time per routing policy, workload and fleet size; the published run
+reproduced; the what-if table.
+
+The grid scales the published run per replica (REFERENCE.md section 4: 3 replicas, 16 groups
+of 8 per step, 384 in flight) with twice its rollouts per step (``--grid-load``): ``32 x N / 3``
+groups per step and ``128 x N`` rollouts in flight on N replicas, the trainer's own step time
+and the sync model as given. At the published load the trainer is the bottleneck from 3
+replicas on and every policy's step time is the trainer's (the validation shows it); twice the
+load makes the fleet the bottleneck, which is where routing can show. The proxy's
+per-replica cap is ``--per-replica-cap`` (192 here: with the published 128, every replica is
+always full and no policy has a choice to make). All policies see the same traffic (every
+length and token is drawn from the rollout's identity). Policies:
+- ``prefix``: the proxy's default, seeing its own cost estimates and the replicas' /metrics;
+- ``prefix_requests``: the same policy seeing request counts only (the proxy before this work,
+  with today's stable keys and placement memory);
+- ``least_loaded`` (request counts), ``least_cost`` (the least_loaded policy seeing costs and
+  /metrics), ``round_robin``, ``learned_blocks`` (the published proxy's, benchmarks/);
+- ``lower_bound``: ``lower_bound.py``, not a policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from benchmarks.fleet.lower_bound import lower_bound
+from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
+from benchmarks.fleet.sim import FleetRun, simulate
+from benchmarks.fleet.workloads import WORKLOADS, Workload
+from benchmarks.learned_blocks import LearnedBlocks
+from proxy.routing.least_loaded import LeastLoaded
+from proxy.routing.policy import Policy
+from proxy.routing.prefix import PrefixPolicy
+from proxy.routing.round_robin import RoundRobin
+
+# name -> (a new policy object, whether it sees costs and /metrics)
+POLICIES: dict[str, tuple[Callable[[], Policy], bool]] = {
+    "prefix": (PrefixPolicy, True),
+    "prefix_requests": (PrefixPolicy, False),
+    "least_loaded": (LeastLoaded, False),
+    "least_cost": (LeastLoaded, True),
+    "round_robin": (RoundRobin, False),
+    "learned_blocks": (LearnedBlocks, False),
+}
+SIZES = (2, 8, 16, 64)
+QUICK_SIZES = (2, 8)
+QUICK_WORKLOADS = ("long_tail", "shared_prefix")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def steps_for(replicas: int, quick: bool) -> tuple[int, int]:
+    """(steps, warm-up steps): fewer steps on bigger fleets (each step has more rollouts)."""
+    if quick:
+        return 14, 4
+    return {2: 70, 8: 50, 16: 36}.get(replicas, 20), 6
+
+
+def scaled(trainer: TrainerModel, replicas: int, load: float) -> TrainerModel:
+    """The published run's per-replica shape on ``replicas`` replicas, ``load`` times the
+    rollouts per step (128 in flight per replica either way)."""
+    groups = max(1, round(trainer.groups_per_step * load * replicas / 3))
+    return replace(trainer, groups_per_step=groups, max_inflight=128 * replicas)
+
+
+def row(workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float) -> dict[str, Any]:
+    times = run.step_times
+    mean = sum(times) / len(times)
+    return {
+        "workload": workload,
+        "replicas": replicas,
+        "policy": policy,
+        "step_time_p50_s": percentile(times, 0.5),
+        "step_time_p99_s": percentile(times, 0.99),
+        "step_time_mean_s": mean,
+        "of_lower_bound": mean / bound_s,
+        "hit_rate": run.hit_rate,
+        "utilization": run.utilization,
+        "preemptions": run.preemptions,
+        "wasted_tokens": run.wasted_tokens,
+        "requests": run.requests,
+        "steps": len(times),
+    }
+
+
+def run_grid(
+    gpu: GpuModel,
+    trainer: TrainerModel,
+    sync: SyncModel,
+    proxy: ProxyModel,
+    *,
+    quick: bool,
+    load: float = 2.0,
+    workloads: tuple[str, ...] | None = None,
+    sizes: tuple[int, ...] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[dict[str, Any]]:
+    rows = []
+    names = workloads or (QUICK_WORKLOADS if quick else tuple(WORKLOADS))
+    for name in names:
+        workload = WORKLOADS[name]
+        for replicas in sizes or (QUICK_SIZES if quick else SIZES):
+            shape = scaled(trainer, replicas, load)
+            steps, warmup = steps_for(replicas, quick)
+            bound = lower_bound(workload, replicas, gpu, shape, sync)
+            for policy, (factory, informed) in POLICIES.items():
+                run = simulate(
+                    factory(),
+                    informed=informed,
+                    workload=workload,
+                    replicas=replicas,
+                    gpu=gpu,
+                    trainer=shape,
+                    sync=sync,
+                    proxy=proxy,
+                    steps=steps,
+                    warmup=warmup,
+                )
+                rows.append(row(name, replicas, policy, run, bound.step_s))
+                progress(f"{name} x{replicas} {policy}: {rows[-1]['step_time_mean_s']:.2f} s")
+            rows.append(bound_row(name, replicas, bound))
+    return rows
+
+
+def bound_row(workload: str, replicas: int, bound: Any) -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "replicas": replicas,
+        "policy": "lower_bound",
+        "step_time_p50_s": bound.step_s,
+        "step_time_p99_s": bound.step_s,
+        "step_time_mean_s": bound.step_s,
+        "of_lower_bound": 1.0,
+        "hit_rate": bound.hit_rate,
+        "utilization": bound.utilization,
+        "preemptions": 0,
+        "wasted_tokens": 0,
+        "requests": 0,
+        "steps": 0,
+    }
+
+
+# -- the published run (REFERENCE.md section 4) ----------------------------------------------
+
+PUBLISHED = {(384, 3): 6.4}  # 500 steps in 53 min
+
+
+def validate(
+    gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, *, quick: bool
+) -> list[dict[str, Any]]:
+    """The published configuration: 16 groups of 8 per step, a sync every 2 steps taking the
+    published 5.8 s with 3 replicas, the proxy's default cap (128); 128 or 384 in flight, 2 or
+    3 replicas; long-tailed math reasoning lengths."""
+    rows = []
+    steps, warmup = (24, 4) if quick else (80, 8)
+    published_sync = replace(sync, sync_s=sync.sync_s if sync.sync_s is not None else 5.8)
+    for inflight in (128, 384):
+        for replicas in (2, 3):
+            shape = replace(trainer, groups_per_step=16, max_inflight=inflight)
+            run = simulate(
+                PrefixPolicy(),
+                informed=True,
+                workload=WORKLOADS["long_tail"],
+                replicas=replicas,
+                gpu=gpu,
+                trainer=shape,
+                sync=published_sync,
+                proxy=ProxyModel(per_replica_cap=128),
+                steps=steps,
+                warmup=warmup,
+            )
+            bound = lower_bound(WORKLOADS["long_tail"], replicas, gpu, shape, published_sync)
+            times = run.step_times
+            rows.append(
+                {
+                    "max_inflight": inflight,
+                    "replicas": replicas,
+                    "step_time_mean_s": sum(times) / len(times),
+                    "step_time_p50_s": percentile(times, 0.5),
+                    "lower_bound_s": bound.step_s,
+                    "published_s": PUBLISHED.get((inflight, replicas)),
+                    "hit_rate": run.hit_rate,
+                    "wasted_tokens": run.wasted_tokens,
+                }
+            )
+    return rows
+
+
+# -- what if -------------------------------------------------------------------------------
+
+
+def what_if(
+    workload: Workload,
+    gpu: GpuModel,
+    trainer: TrainerModel,
+    sync: SyncModel,
+    proxy: ProxyModel,
+    *,
+    max_replicas: int,
+    quick: bool,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Mean step time for 1..max_replicas replicas and in-flight settings; the recommendation:
+    the fewest replicas within 5 % of the best step time, with the in-flight setting that
+    reaches it wasting the fewest tokens."""
+    steps, warmup = (12, 3) if quick else (30, 5)
+    per_step = trainer.groups_per_step * trainer.group_size
+    rows = []
+    for replicas in range(1, max_replicas + 1):
+        for factor in (1, 2, 3, 4):
+            inflight = per_step * factor
+            shape = replace(trainer, max_inflight=inflight)
+            share = -(-inflight // replicas)
+            cap = replace(proxy, per_replica_cap=max(proxy.per_replica_cap, share))
+            run = simulate(
+                PrefixPolicy(),
+                informed=True,
+                workload=workload,
+                replicas=replicas,
+                gpu=gpu,
+                trainer=shape,
+                sync=sync,
+                proxy=cap,
+                steps=steps,
+                warmup=warmup,
+            )
+            times = run.step_times
+            rows.append(
+                {
+                    "replicas": replicas,
+                    "max_inflight_tasks": inflight,
+                    "step_time_mean_s": sum(times) / len(times),
+                    "wasted_share": run.wasted_tokens / max(run.generated_tokens, 1),
+                    "utilization": run.utilization,
+                }
+            )
+    best = min(r["step_time_mean_s"] for r in rows)
+    good = [r for r in rows if r["step_time_mean_s"] <= 1.05 * best]
+    fewest = min(r["replicas"] for r in good)
+    pick = min((r for r in good if r["replicas"] == fewest), key=lambda r: r["wasted_share"])
+    return rows, pick
