@@ -113,30 +113,20 @@ def suite_routing(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     sizes = (2, 3, 8) if args.quick else (2, 3, 8, 16)
     rows = run(sizes, 20 if args.quick else 60, progress)
     text = report.table(
-        ["replicas", "membership", "policy", "hit_rate", "best", "of_best", "max/mean", "spill"],
-        [
-            [
-                r["replicas"],
-                r["membership"],
-                r["policy"],
-                r["hit_rate"],
-                r["best_rate"],
-                r["of_best"],
-                r["max_mean"],
-                r["spill_rate"],
-            ]
-            for r in rows
-        ],
-    )
+        ["workload", "replicas", "membership", "policy", "hit_rate", "best", "of_best",
+         "max/mean", "spill"],
+        [[r["workload"], r["replicas"], r["membership"], r["policy"], r["hit_rate"],
+          r["best_rate"], r["of_best"], r["max_mean"], r["spill_rate"]] for r in rows],
+    )  # fmt: skip
     if args.plot:
-        cases = sorted({(r["replicas"], r["membership"]) for r in rows})
-        labels = [f"{n} {m}" for n, m in cases]
+        cases = list(dict.fromkeys((r["workload"], r["replicas"], r["membership"]) for r in rows))
+        labels = [f"{w} {n} {m}" for w, n, m in cases]
         series = {
             p: [
                 next(
                     r["hit_rate"]
                     for r in rows
-                    if (r["replicas"], r["membership"]) == c and r["policy"] == p
+                    if (r["workload"], r["replicas"], r["membership"]) == c and r["policy"] == p
                 )
                 for c in cases
             ]

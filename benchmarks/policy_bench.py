@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from proxy.routing.cost import CostModel, prompt_tokens
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
@@ -52,7 +53,8 @@ def _bodies(tokens: int, count: int, template: int, seed: int) -> list[bytes]:
 
 
 def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[str, Any]:
-    """Time peek + keys + select over ``decisions`` distinct prompts of ``tokens`` tokens."""
+    """Time peek + keys + (cost estimate and) select over ``decisions`` distinct prompts of
+    ``tokens`` tokens."""
     fleet = [_Replica(f"10.0.0.{i}:8000") for i in range(replicas)]
     members = tuple(r.id for r in fleet)
     policy = PrefixPolicy()
@@ -65,6 +67,7 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
         )
     peek_s = key_s = select_s = 0.0
     clock = time.perf_counter
+    costs = CostModel()
     for i in range(decisions):
         body = bodies[i % len(bodies)]
         t0 = clock()
@@ -72,7 +75,10 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
         t1 = clock()
         keys = policy.route_keys(peek, "trl-policy-v7")
         t2 = clock()
-        policy.select(Snapshot(fleet, members), RouteRequest("trl-policy-v7", None, keys))
+        # What the handler adds per request: the cost estimate, then the decision.
+        cost = costs.estimate(prompt_tokens(peek), peek.max_tokens or 256)
+        route = RouteRequest("trl-policy-v7", None, keys, cost, peek.max_tokens or 256)
+        policy.select(Snapshot(fleet, members), route)
         t3 = clock()
         peek_s, key_s, select_s = peek_s + t1 - t0, key_s + t2 - t1, select_s + t3 - t2
     total = peek_s + key_s + select_s

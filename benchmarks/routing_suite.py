@@ -1,9 +1,15 @@
 """Suite ``routing``: cache hit rate and balance of each policy on GRPO traces.
 
-For each fleet size, the same trace (groups of 8, 3 turns, a shared template, 64 rollouts in
-flight per replica, finite per-replica caches) goes through each policy in ``routing_sim``;
-reported against the best possible for the trace. A membership case has a replica leave half-way
-and another join later.
+For each fleet size, the same trace goes through each policy in ``routing_sim``; reported
+against the best possible for the trace (one cache as large as the fleet's, seeing every
+request). Workloads:
+- ``grpo``: groups of 8, 3 turns, a 128-token shared template, group after group; a membership
+  case has a replica leave half-way and another join later;
+- ``grpo_interleaved``: the same, rollouts of 8 groups at a time interleaved;
+- ``multi_turn``: 3 turns and no template at all, group after group;
+- ``shared_prefix``: each group's 8 prompts share a 300-600 token prefix and end in their own
+  40-token suffix, no template, one turn, group after group.
+64 rollouts in flight per replica, finite per-replica caches (2,000 blocks).
 """
 
 from __future__ import annotations
@@ -18,22 +24,39 @@ from proxy.routing.policy import Policy
 from proxy.routing.prefix import PrefixPolicy
 from proxy.routing.round_robin import RoundRobin
 
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "grpo": {"turns": 3, "template_tokens": 128},
+    "grpo_interleaved": {"turns": 3, "template_tokens": 128, "interleave": 8},
+    "multi_turn": {"turns": 3, "template_tokens": 0},
+    "shared_prefix": {
+        "turns": 1,
+        "template_tokens": 0,
+        "problem_tokens": (300, 600),
+        "suffix_tokens": 40,
+    },
+}
+
 
 def policies() -> list[Policy]:
     return [PrefixPolicy(), LearnedBlocks(), LeastLoaded(), RoundRobin()]
 
 
-def run(sizes: tuple[int, ...], prompts_per_replica: int, progress: Any) -> list[dict[str, Any]]:
+def run(
+    sizes: tuple[int, ...],
+    prompts_per_replica: int,
+    progress: Any,
+    workloads: tuple[str, ...] = tuple(WORKLOADS),
+) -> list[dict[str, Any]]:
     rows = []
-    cases: list[tuple[int, str]] = [(n, "static") for n in sizes] + [(sizes[-1], "join_leave")]
-    for replicas, membership in cases:
+    cases = [("grpo", n, "static") for n in sizes] + [("grpo", sizes[-1], "join_leave")]
+    cases += [(w, n, "static") for w in workloads if w != "grpo" for n in sizes]
+    for workload, replicas, membership in cases:
         shape = TraceShape(
             prompts=prompts_per_replica * replicas,
             group_size=8,
-            turns=3,
-            template_tokens=128,
             max_tokens=64,
             seed=replicas,
+            **WORKLOADS[workload],
         )
         total = shape.prompts * shape.group_size * shape.turns
         config = SimConfig(
@@ -47,6 +70,7 @@ def run(sizes: tuple[int, ...], prompts_per_replica: int, progress: Any) -> list
             result = simulate(policy, shape, config)
             rows.append(
                 {
+                    "workload": workload,
                     "replicas": replicas,
                     "membership": membership,
                     "policy": policy.name,
@@ -59,5 +83,8 @@ def run(sizes: tuple[int, ...], prompts_per_replica: int, progress: Any) -> list
                     "reasons": dict(result.reasons),
                 }
             )
-            progress(f"{replicas} replicas {membership} {policy.name}: hit {result.hit_rate:.3f}")
+            progress(
+                f"{workload} {replicas} replicas {membership} {policy.name}: "
+                f"hit {result.hit_rate:.3f}"
+            )
     return rows

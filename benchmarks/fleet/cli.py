@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--plot", type=Path, help="write PNG charts into this directory")
     add("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)}")
     add("--sizes", help="comma-separated fleet sizes (default 2,8,16,64)")
-    add("--grid-load", type=float, default=2.0, help="grid: x the published rollouts/step")
+    add("--grid-pressure", type=float, default=1.5, help="grid: fleet time / trainer time")
     add("--what-if", action="store_true", help="how many replicas and what max_inflight_tasks")
     add("--max-replicas", type=int, default=8, help="what-if: fleets of 1..this")
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
@@ -156,7 +156,7 @@ def _suite(
     )  # fmt: skip
     workloads = tuple(args.workloads.split(",")) if args.workloads else None
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
-    rows = run_grid(gpu, trainer, sync, proxy, quick=args.quick, load=args.grid_load,
+    rows = run_grid(gpu, trainer, sync, proxy, quick=args.quick, pressure=args.grid_pressure,
                     workloads=workloads, sizes=sizes, progress=_progress)  # fmt: skip
     text += "\n\n" + report.table(
         ["workload", "replicas", "policy", "p50_s", "p99_s", "mean_s", "of_bound", "hit",

@@ -1,12 +1,12 @@
 """Suite ``fleet``: step time per routing policy, workload and fleet size; the published run
 reproduced; the what-if table.
 
-The grid scales the published run per replica (REFERENCE.md section 4: 3 replicas, 16 groups
-of 8 per step, 384 in flight) with twice its rollouts per step (``--grid-load``): ``32 x N / 3``
-groups per step and ``128 x N`` rollouts in flight on N replicas, the trainer's own step time
-and the sync model as given. At the published load the trainer is the bottleneck from 3
-replicas on and every policy's step time is the trainer's (the validation shows it); twice the
-load makes the fleet the bottleneck, which is where routing can show. The proxy's
+The grid keeps the published run's 128 rollouts in flight per replica (REFERENCE.md section 4)
+and sizes each step so that the fleet, not the trainer, sets the pace: as many groups per step
+as make the lower bound's fleet time ``--grid-pressure`` (1.5) times the trainer's own
+(``train_s`` plus its share of the syncs). At the published load the trainer is the bottleneck
+from 3 replicas on and every policy's step time is the trainer's (the validation shows it):
+routing can only show where the fleet is the bottleneck. The proxy's
 per-replica cap is ``--per-replica-cap`` (192 here: with the published 128, every replica is
 always full and no policy has a choice to make). All policies see the same traffic (every
 length and token is drawn from the rollout's identity). Policies:
@@ -61,15 +61,27 @@ def percentile(values: list[float], q: float) -> float:
 def steps_for(replicas: int, quick: bool) -> tuple[int, int]:
     """(steps, warm-up steps): fewer steps on bigger fleets (each step has more rollouts)."""
     if quick:
-        return 14, 4
+        return 10, 3
     return {2: 70, 8: 50, 16: 36}.get(replicas, 20), 6
 
 
-def scaled(trainer: TrainerModel, replicas: int, load: float) -> TrainerModel:
-    """The published run's per-replica shape on ``replicas`` replicas, ``load`` times the
-    rollouts per step (128 in flight per replica either way)."""
-    groups = max(1, round(trainer.groups_per_step * load * replicas / 3))
-    return replace(trainer, groups_per_step=groups, max_inflight=128 * replicas)
+def scaled(
+    trainer: TrainerModel,
+    replicas: int,
+    pressure: float,
+    workload: Workload,
+    gpu: GpuModel,
+    sync: SyncModel,
+) -> TrainerModel:
+    """128 rollouts in flight per replica, and as many groups per step as make the fleet's
+    lower-bound time ``pressure`` times the trainer's (at 1 or below, the trainer sets the pace
+    and routing cannot change the step time)."""
+    shape = replace(trainer, groups_per_step=1, max_inflight=128 * replicas)
+    one = lower_bound(workload, replicas, gpu, shape, sync)
+    pause = one.trainer_s - trainer.train_s
+    per_group = one.fleet_s - pause
+    groups = (pressure * one.trainer_s - pause) / per_group
+    return replace(shape, groups_per_step=max(1, round(groups)))
 
 
 def row(workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float) -> dict[str, Any]:
@@ -99,7 +111,7 @@ def run_grid(
     proxy: ProxyModel,
     *,
     quick: bool,
-    load: float = 2.0,
+    pressure: float = 1.5,
     workloads: tuple[str, ...] | None = None,
     sizes: tuple[int, ...] | None = None,
     progress: Callable[[str], None] = lambda _: None,
@@ -109,7 +121,7 @@ def run_grid(
     for name in names:
         workload = WORKLOADS[name]
         for replicas in sizes or (QUICK_SIZES if quick else SIZES):
-            shape = scaled(trainer, replicas, load)
+            shape = scaled(trainer, replicas, pressure, workload, gpu, sync)
             steps, warmup = steps_for(replicas, quick)
             bound = lower_bound(workload, replicas, gpu, shape, sync)
             for policy, (factory, informed) in POLICIES.items():
@@ -161,7 +173,7 @@ def validate(
     published 5.8 s with 3 replicas, the proxy's default cap (128); 128 or 384 in flight, 2 or
     3 replicas; long-tailed math reasoning lengths."""
     rows = []
-    steps, warmup = (24, 4) if quick else (80, 8)
+    steps, warmup = (16, 3) if quick else (80, 8)
     published_sync = replace(sync, sync_s=sync.sync_s if sync.sync_s is not None else 5.8)
     for inflight in (128, 384):
         for replicas in (2, 3):

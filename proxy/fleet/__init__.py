@@ -4,7 +4,8 @@ Holds ``Replica`` and its id (``replica``), the pool (``pool``: the ONE owner of
 the one way to eject, drain or admit), health probing (``health``: a pure transition and its
 loop), the circuit breaker (``breaker``), reading a replica's models and server info (``info``),
 bringing a replica in step with the fleet before it takes traffic (``sync``), the fleet views TRL
-and the status pages read (``views``) and replica discovery from the HF Jobs API (``discovery``).
+and the status pages read (``views``), replica discovery from the HF Jobs API (``discovery``)
+and the load each replica reports on its ``/metrics``, scraped off the request path (``load``).
 
 Rules: may import the standard library, ``proxy.clock``, ``proxy.config``, ``proxy.upstream`` and
 its own modules; never the data plane, the adapters service or the HTTP edge (what it needs of
