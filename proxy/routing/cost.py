@@ -35,13 +35,13 @@ _CHARS_PER_TOKEN = 4.0  # text and chat prompts
 
 def estimate_prompt_tokens(peek: Peek) -> int:
     """About how many tokens the prompt holds (exact for nothing, within ~10 % for token ids)."""
-    size = peek.end - peek.start
+    start, size = peek.start, peek.end - peek.start
     if peek.kind in ("tokens", "batch_tokens"):
-        head = peek.buffer[peek.start : peek.start + _SAMPLE]
-        commas = head.count(b",")
+        sample = min(size, _SAMPLE)
+        commas = peek.buffer.count(b",", start, start + sample)
         if size <= _SAMPLE or commas == 0:
             return commas + 1
-        return int(size * commas / len(head))
+        return int(size * commas / sample)
     if peek.kind == "empty":
         return 0
     return max(1, int(size / _CHARS_PER_TOKEN))
@@ -71,39 +71,56 @@ class Loads:
     """The candidates' loads for one decision, in cost units, and what bounds them."""
 
     values: list[float]
-    full: list[bool]  # saturated, and some other candidate is not
+    full: list[bool] | None  # saturated while some other candidate is not; None: none is
     unit: float  # the mean cost of one request in flight, this one included
     mean: float  # the mean load, this request included
-    index: dict[str, int]  # candidate id -> position
 
     def least(self) -> int:
         """Position of the least-loaded candidate that is not full (ties: the earliest)."""
         values, full = self.values, self.full
+        if full is None:
+            return values.index(min(values))
         best = -1
         for i, value in enumerate(values):
             if not full[i] and (best < 0 or value < values[best]):
                 best = i
         return best
 
+    def takes(self, at: int, limit: float) -> bool:
+        """Candidate ``at`` is below ``limit`` and not full."""
+        return self.values[at] < limit and (self.full is None or not self.full[at])
+
 
 def measure(candidates: Sequence[Candidate], request_cost: float) -> Loads:
-    """Every candidate's load (see the module docstring); O(candidates)."""
-    costs: list[float] = []
-    reports = []
+    """Every candidate's load (see the module docstring); O(candidates), one pass when no
+    replica has reported (its figures stale or not scraped)."""
+    values: list[float] = []
+    append = values.append
+    total = 0.0
     inflight = 0
+    reported = False
     for c in candidates:
-        costs.append(max(c.cost, float(c.inflight)))
-        reports.append(c.reported)
-        inflight += c.inflight
-    unit = (sum(costs) + request_cost) / (inflight + 1)
-    values = costs
-    saturated = [False] * len(costs)
-    for i, report in enumerate(reports):
-        if report is not None:
+        n = c.inflight
+        cost = c.cost
+        if cost < n:
+            cost = n
+        append(cost)
+        total += cost
+        inflight += n
+        if not reported and c.reported is not None:
+            reported = True
+    unit = (total + request_cost) / (inflight + 1)
+    full = None
+    if reported:
+        flags = []
+        for i, c in enumerate(candidates):
+            report = c.reported
+            if report is None:
+                flags.append(False)
+                continue
             values[i] += report.foreign * unit
-            saturated[i] = report.saturated
-    if all(saturated):
-        saturated = [False] * len(costs)
-    mean = (sum(values) + request_cost) / len(values)
-    index = {c.id: i for i, c in enumerate(candidates)}
-    return Loads(values, saturated, unit, mean, index)
+            total += report.foreign * unit
+            flags.append(report.saturated)
+        if any(flags) and not all(flags):
+            full = flags
+    return Loads(values, full, unit, (total + request_cost) / len(values))

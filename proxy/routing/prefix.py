@@ -88,22 +88,26 @@ class PrefixPolicy:
         reason: str,
     ) -> Decision:
         settings = self.settings
-        values, full, index = loads.values, loads.full, loads.index
         slack = settings.load_slack * loads.unit
-        bound = max(settings.load_factor * loads.mean, min(values) + slack)
+        bound = max(settings.load_factor * loads.mean, min(loads.values) + slack)
 
         owner = ring.first(key)
         home = self._sticky.get(key)
         if home is not None:
-            at = index.get(home)
-            if at is not None and not full[at] and values[at] < bound + slack:
+            at = _position(candidates, home)
+            if at >= 0 and loads.takes(at, bound + slack):
                 self._sticky.move_to_end(key)
                 return Decision(home, reason if home == owner else "sticky")
+        if owner is not None and owner != home:
+            at = _position(candidates, owner)
+            if at >= 0 and loads.takes(at, bound):
+                self._remember(key, owner)
+                return Decision(owner, reason)
         for rid in ring.preference(key):
-            at = index.get(rid)
-            if at is not None and not full[at] and values[at] < bound:
+            at = _position(candidates, rid)
+            if rid != owner and at >= 0 and loads.takes(at, bound):
                 self._remember(key, rid)
-                return Decision(rid, reason if rid == owner else "spill")
+                return Decision(rid, "spill")
         chosen = candidates[loads.least()].id
         self._remember(key, chosen)
         return Decision(chosen, "spill")
@@ -115,3 +119,11 @@ class PrefixPolicy:
         self._sticky.move_to_end(key)
         if len(self._sticky) > self.settings.sticky_size:
             self._sticky.popitem(last=False)
+
+
+def _position(candidates: Sequence[Candidate], rid: str) -> int:
+    """Where candidate ``rid`` is, or -1 (a short linear scan: fleets are small)."""
+    for i, candidate in enumerate(candidates):
+        if candidate.id == rid:
+            return i
+    return -1

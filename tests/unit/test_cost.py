@@ -63,7 +63,7 @@ def test_when_every_replica_is_full_none_counts_as_full() -> None:
     fleet = [Fake(str(i), inflight=i, cost=10.0 * i, reported=Report(saturated=True))
              for i in range(3)]  # fmt: skip
     loads = measure(fleet, 10.0)
-    assert loads.full == [False, False, False]
+    assert loads.full is None  # nobody counts as full
     assert loads.least() == 0
 
 
