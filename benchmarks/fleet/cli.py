@@ -61,21 +61,26 @@ def gpu_for(gpu: str, model: str, params_b: float | None, kv_bytes: int | None) 
     )
 
 
+def _dest(prefix: str, name: str) -> str:
+    """``sync_`` + ``every`` -> ``sync_every``; ``sync_`` + ``sync_s`` -> ``sync_s``."""
+    return name if name.startswith(prefix) else prefix + name
+
+
 def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> None:
     group = parser.add_argument_group(cls.__name__)
     for field in dataclasses.fields(cls):
-        flag = "--" + (prefix + field.name).replace("_", "-")
+        dest = _dest(prefix, field.name)
         kind = {int: int, float: float, str: str}.get(type(field.default), float)
-        group.add_argument(flag, dest=prefix + field.name, type=kind, default=None,
+        group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None,
                            help=f"default {field.default}")  # fmt: skip
 
 
 def _build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
     base = base if base is not None else cls()
     given = {
-        f.name: getattr(args, prefix + f.name)
+        f.name: getattr(args, _dest(prefix, f.name))
         for f in dataclasses.fields(cls)
-        if getattr(args, prefix + f.name) is not None
+        if getattr(args, _dest(prefix, f.name)) is not None
     }
     return dataclasses.replace(base, **given)
 

@@ -1,0 +1,45 @@
+"""``python -m benchmarks fleet``: the JSON rows the issue asks for, and the what-if answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.fleet.cli import gpu_for
+from benchmarks.fleet.model import GpuModel
+
+SMALL = ["--groups-per-step", "4", "--max-tokens", "256", "--train-s", "0.5"]
+
+
+def test_the_suite_writes_one_row_per_workload_size_and_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fleet.json"
+    args = ["fleet", "--quick", "--workloads", "uniform", "--sizes", "2", "--json", str(out)]
+    assert main([*args, *SMALL, "--sync-s", "1.0"]) == 0
+    results = json.loads(out.read_text())["results"]
+    rows = results["rows"]
+    assert {r["policy"] for r in rows} >= {"prefix", "learned_blocks", "lower_bound"}
+    assert all(r["workload"] == "uniform" and r["replicas"] == 2 for r in rows)
+    assert {(v["max_inflight"], v["replicas"]) for v in results["validation"]} == {
+        (128, 2), (128, 3), (384, 2), (384, 3)
+    }  # fmt: skip
+    assert "published run" in capsys.readouterr().out
+
+
+def test_what_if_recommends_a_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fleet", "--what-if", "--quick", "--max-replicas", "2", "--sync-s", "1.0"]
+    assert main([*args, *SMALL]) == 0
+    assert "recommended:" in capsys.readouterr().out
+
+
+def test_another_gpu_or_model_scales_the_calibrated_replica() -> None:
+    base = gpu_for("h200", "qwen2.5-1.5b", None, None)
+    assert base.step_s == pytest.approx(GpuModel().step_s)
+    assert base.seq_s == pytest.approx(GpuModel().seq_s)
+    bigger = gpu_for("h100", "qwen2.5-7b", None, None)
+    assert bigger.step_s > base.step_s  # more weights read per step, at less bandwidth
+    assert bigger.kv_blocks < base.kv_blocks
