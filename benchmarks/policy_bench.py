@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.routing.cost import CostModel, prompt_tokens
+from proxy.routing.cost import CostModel, estimate_prompt_tokens
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
@@ -76,7 +76,7 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
         keys = policy.route_keys(peek, "trl-policy-v7")
         t2 = clock()
         # What the handler adds per request: the cost estimate, then the decision.
-        cost = costs.estimate(prompt_tokens(peek), peek.max_tokens or 256)
+        cost = costs.estimate(estimate_prompt_tokens(peek), peek.max_tokens or 256)
         route = RouteRequest("trl-policy-v7", None, keys, cost, peek.max_tokens or 256)
         policy.select(Snapshot(fleet, members), route)
         t3 = clock()

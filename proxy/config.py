@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.fleet.load_settings import LoadSettings
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
 
@@ -54,18 +55,6 @@ class LimitSettings(BaseModel):
     max_inflight: Annotated[int, Field(ge=1)] | None = None
     queue_size: Annotated[int, Field(ge=0)] = 4096
     queue_timeout_s: PositiveFloat = 60.0
-
-
-class LoadSettings(BaseModel):
-    """Scraping each replica's own load figures from its ``/metrics`` (``fleet.load``)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    interval_s: Annotated[float, Field(ge=0)] = 0.5  # 0: do not scrape
-    timeout_s: PositiveFloat = 1.0
-    stale_s: PositiveFloat = 2.0
-    kv_high: Annotated[float, Field(gt=0, le=1)] = 0.9
-    waiting_high: Annotated[int, Field(ge=1)] = 8  # more than one group's burst
 
 
 class UpstreamSettings(BaseModel):

@@ -29,10 +29,10 @@ import orjson
 from benchmarks.fleet.engine import Loop, Replica, Request
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.workloads import Workload
-from proxy.config import LoadSettings
 from proxy.fleet.load import judge
+from proxy.fleet.load_settings import LoadSettings
 from proxy.fleet.replica import ReportedLoad
-from proxy.routing.cost import CostModel, prompt_tokens
+from proxy.routing.cost import CostModel, estimate_prompt_tokens
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 
@@ -98,7 +98,11 @@ class Router:
         )
         peek = peek_generation(body, b"prompt")
         keys = self.policy.route_keys(peek, request.lora)
-        cost = self.costs.estimate(prompt_tokens(peek), self.max_tokens) if self.informed else 1.0
+        cost = (
+            self.costs.estimate(estimate_prompt_tokens(peek), self.max_tokens)
+            if self.informed
+            else 1.0
+        )
         route = RouteRequest(request.lora, None, keys, cost, self.max_tokens)
         if self.queue or not self._place(request, route):
             self.queue.append((request, route))

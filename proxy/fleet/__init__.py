@@ -5,7 +5,8 @@ the one way to eject, drain or admit), health probing (``health``: a pure transi
 loop), the circuit breaker (``breaker``), reading a replica's models and server info (``info``),
 bringing a replica in step with the fleet before it takes traffic (``sync``), the fleet views TRL
 and the status pages read (``views``), replica discovery from the HF Jobs API (``discovery``)
-and the load each replica reports on its ``/metrics``, scraped off the request path (``load``).
+and the load each replica reports on its ``/metrics``, scraped off the request path (``load``;
+its settings, which ``proxy.config`` imports, in ``load_settings``).
 
 Rules: may import the standard library, ``proxy.clock``, ``proxy.config``, ``proxy.upstream`` and
 its own modules; never the data plane, the adapters service or the HTTP edge (what it needs of

@@ -6,7 +6,7 @@ tokens plus ``prefill_weight`` per prompt token, at least 1.
   budget an answer has used so far (an exponential moving average of ``completion_tokens /
   budget`` over answered requests, ``observe``); long-tailed generations make that share well
   under 1, and the estimate follows the run as lengths change.
-- Prompt tokens are read from the body's size (``prompt_tokens``: the bytes of the prompt over
+- Prompt tokens are read from the body's size (``estimate_prompt_tokens``: its bytes over
   the bytes per token of its first 256 bytes), never counted one by one: a C-level slice, not a
   pass over thousands of ids.
 - ``prefill_weight`` 0.15: on an H100/H200 a ~1.5B model prefills ~50-100k tokens/s and decodes

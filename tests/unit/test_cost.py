@@ -6,7 +6,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from proxy.routing.cost import CostModel, measure, prompt_tokens
+from proxy.routing.cost import CostModel, estimate_prompt_tokens, measure
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
@@ -31,9 +31,9 @@ def test_prompt_tokens_are_estimated_from_the_body_size() -> None:
     for length in (5, 600, 3000):
         ids = [rng.randrange(150_000) for _ in range(length)]
         peek = peek_generation(json.dumps({"model": "m", "prompt": ids}).encode(), b"prompt")
-        assert abs(prompt_tokens(peek) - length) <= 0.1 * length + 1
+        assert abs(estimate_prompt_tokens(peek) - length) <= 0.1 * length + 1
     text = peek_generation(b'{"prompt": "' + b"word " * 400 + b'"}', b"prompt")
-    assert 400 <= prompt_tokens(text) <= 600
+    assert 400 <= estimate_prompt_tokens(text) <= 600
 
 
 def test_cost_grows_with_the_budget_and_the_prompt_and_learns_the_decode_share() -> None:
