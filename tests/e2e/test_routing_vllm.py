@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import urllib.request
 from pathlib import Path
 
 from replica_entry.sim.prefix_cache import PrefixCache
-from tests.e2e.support import VllmServer, get_text, metric_sum, post_json
+from tests.e2e.support import (
+    REPLICA_TOKEN,
+    VllmServer,
+    get_json,
+    get_text,
+    metric_sum,
+    post_json,
+)
 from trainer_entry import sidecar
 
 BLOCK = 32  # the CPU build's KV block (tests/e2e/support.py starts vLLM with it)
@@ -29,6 +37,14 @@ def _counters(fleet: list[VllmServer]) -> tuple[float, float]:
     hits = sum(metric_sum(page, "vllm:prefix_cache_hits_total") for page in pages)
     queries = sum(metric_sum(page, "vllm:prefix_cache_queries_total") for page in pages)
     return hits, queries
+
+
+def _all_routable(url: str, count: int, timeout_s: float = 120.0) -> None:
+    """Until the proxy routes to ``count`` replicas (it admits each after bringing it in step)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(r["routable"] for r in get_json(url + "/proxy/status")["replicas"]) < count:
+        assert time.monotonic() < deadline, f"not all replicas routable in {timeout_s} s"
+        time.sleep(0.2)
 
 
 def _complete(url: str, model: str, prompt: list[int]) -> str:
@@ -61,7 +77,8 @@ def test_shared_prefix_groups_reach_the_one_cache_optimum(
         [s.url for s in clean_fleet], sidecar.free_port(), adapters, PROXY_ARGS
     )
     homes = []
-    with sidecar.running(argv) as url:
+    with sidecar.running(argv, env={"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}) as url:
+        _all_routable(url, len(clean_fleet))
         for group in groups:
             homes.append({_complete(url, model, prompt) for prompt in group})
     hits, queries = _counters(clean_fleet)
