@@ -16,6 +16,7 @@ replica says ``draining`` there as in ``/health``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from proxy.fleet.pool import ReplicaPool
@@ -108,6 +109,8 @@ def replica_status(replica: Replica) -> dict[str, Any]:
         "routable": replica.routable,
         "draining": replica.draining,
         "inflight": replica.inflight,
+        "cost": round(replica.cost, 1),
+        "reported": None if replica.reported is None else dataclasses.asdict(replica.reported),
         "base_model": replica.base_model,
         "max_model_len": replica.max_model_len,
         "adapters": sorted(replica.adapters),

@@ -62,6 +62,11 @@ async def test_a_replica_reporting_a_queue_gets_no_new_work() -> None:
             text = await resp.text()
         series = f'rollout_proxy_replica_reported{{kind="saturated",replica="{busy.id}"}}'
         assert metric_value(text, series) == 1.0
+        async with stack.session.get(stack.proxy_url + "/proxy/status") as resp:
+            status = await resp.json()
+        shown = next(r for r in status["replicas"] if r["id"] == busy.id)
+        assert shown["reported"]["saturated"] is True
+        assert shown["reported"]["waiting"] >= 3
         async with stack.session.post(busy.url + "/resume") as resp:
             assert resp.status == 200
         assert {replica_id for replica_id, _ in await asyncio.gather(*stuck)} == {busy.id}
