@@ -148,7 +148,7 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
         client = UpstreamClient(UpstreamSettings())
         registry = Registry()
         broadcaster = Broadcaster(pool, client, registry, clock, RetryPolicy(1.0, 0.01, 0.01))
-        metrics = Metrics(pool, lambda: 0, lambda: 0, dict, dict)
+        metrics = Metrics(pool)
 
         async def refresh(replica: Replica) -> None:
             raise RuntimeError("a bug in the refresh")
