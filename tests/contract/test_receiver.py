@@ -116,9 +116,9 @@ async def test_unsafe_file_names_are_refused_and_nothing_is_written(
 async def test_unsafe_adapter_names_are_refused(replica: Replica, target: str) -> None:
     before = await listing(replica.session, replica.url)
     body = upload_body({"adapter_config.json": b"{}"})
-    answer = await raw_put(
-        replica.url, f"{PREFIX}/{target}", [body], length=len(body), headers=AUTH
-    )
+    # The name is refused before any body byte is read: none is sent (a server that closes a
+    # connection with unread bytes resets it, which can lose the answer on the way).
+    answer = await raw_put(replica.url, f"{PREFIX}/{target}", [], length=len(body), headers=AUTH)
     assert answer is not None and 400 <= answer[0] < 500, answer
     assert (await listing(replica.session, replica.url))["adapters"] == before["adapters"]
 
