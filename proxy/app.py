@@ -2,7 +2,8 @@
 
 ``build_app`` must be called with an event loop running (the upstream session binds to it).
 Every shared object lives on the app under a ``web.AppKey``; one clock tells time for all of
-them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client,
+them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the adapter store (the
+proxy's own receiver's, emptied at start), the upstream client,
 the adapter watcher, the health loop (first probe round at once, so a fleet that is up is
 routable within milliseconds), replica discovery.
 """
@@ -12,18 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import tempfile
+import uuid
 from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.push import Pushed, Pusher
+from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
+from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
+from proxy.adapters.store import Store
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, RealClock
-from proxy.config import AdapterSettings, Settings, split_bucket
+from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
@@ -36,6 +45,7 @@ from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.handlers import Handlers
+from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
@@ -61,6 +71,7 @@ DISCOVERY = web.AppKey("discovery", JobsDiscovery)
 GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
+RECEIVER = web.AppKey("receiver", Receiver)
 
 
 def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
@@ -78,7 +89,16 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     retry = RetryPolicy(
         adapter_cfg.load_deadline_s, adapter_cfg.retry_min_s, adapter_cfg.retry_max_s
     )
-    broadcaster = Broadcaster(pool, client, registry, clock, retry)
+    store = Store(store_path(settings), adapter_cfg.store_max_bytes)
+    broadcaster = Broadcaster(
+        pool,
+        client,
+        registry,
+        clock,
+        retry,
+        pusher=build_pusher(adapter_cfg, client, clock, settings.health.timeout_s),
+        on_pushed=lambda replica, pushed: record_push(metrics, replica.id, pushed),
+    )
     source = build_source(adapter_cfg, settings.hub_endpoint)
     metrics = Metrics(
         pool,
@@ -101,6 +121,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         lambda replica: fleet.refresh_info(replica),
         has_source=source is not None,
         failed=failed,
+        store=store,
     )
     fleet = FleetSync(pool, client, adapters, clock)
     breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
@@ -160,12 +181,57 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
             token=token.get_secret_value() if token is not None else None,
             namespace=settings.discover_namespace,
         )
-    add_routes(app, handlers, Admin(pool, KeyCheck(settings.admin_key, "admin")))
+    receiver = Receiver(store, Limits(max_adapter_bytes=adapter_cfg.store_max_adapter_bytes))
+    app[RECEIVER] = receiver
+    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"))
+    add_routes(app, handlers, admin, ReceiverRoutes(receiver))
+    app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_client_ctx)
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
     app.cleanup_ctx.append(_discovery_ctx)
     return app
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The proxy's receiver store: emptied at start; removed at exit unless it was named."""
+    receiver = app[RECEIVER]
+    await asyncio.to_thread(receiver.store.reset)
+    yield
+    receiver.close()
+    if app[SETTINGS].adapters.store is None:
+        await asyncio.to_thread(shutil.rmtree, receiver.store.root, True)
+
+
+def store_path(settings: Settings) -> Path:
+    """``--adapter-store``, else one per port (a supervised restart empties its own), else a
+    fresh name for an ephemeral port."""
+    if settings.adapters.store is not None:
+        return settings.adapters.store
+    tag = str(settings.port) if settings.port else uuid.uuid4().hex[:12]
+    return Path(tempfile.gettempdir()) / f"rollout-proxy-{tag}-adapters"
+
+
+def build_pusher(
+    settings: AdapterSettings, client: UpstreamClient, clock: Clock, probe_timeout_s: float
+) -> Pusher | None:
+    if not settings.push:
+        return None
+    return Pusher(
+        client,
+        clock,
+        buffer_bytes=settings.push_buffer_bytes,
+        stall_s=settings.push_stall_s,
+        rate=settings.push_rate,
+        probe_timeout_s=probe_timeout_s,
+    )
+
+
+def record_push(metrics: Metrics, replica: str, pushed: Pushed) -> None:
+    if pushed.path is not None:
+        metrics.push.record_push(replica, pushed.bytes, pushed.seconds)
+    elif pushed.cause is not None:
+        metrics.push.record_fallback(pushed.cause)
 
 
 async def _client_ctx(app: web.Application) -> AsyncIterator[None]:
