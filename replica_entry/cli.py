@@ -55,10 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--vocab-size", type=int, default=1000)
     receiver = parser.add_argument_group("adapter receiver (pushed adapters)")
     receiver.add_argument(
-        "--no-adapter-receiver",
-        dest="adapter_receiver",
-        action="store_false",
-        help="serve no adapter receiver routes (the proxy then loads from the mount)",
+        "--adapter-receiver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the adapter receiver routes (default: on; off: the proxy loads from the mount)",
     )
     receiver.add_argument(
         "--adapter-store", default=None, help="store directory (emptied at start; default: fresh)"

@@ -188,10 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
     add("--api-key", default=None, help="default: $VLLM_API_KEY as inherited")
     add(
-        "--no-adapter-receiver",
-        dest="adapter_receiver",
-        action="store_false",
-        help="leave the adapter receiver out (the proxy then loads from the bucket mount)",
+        "--adapter-receiver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the adapter receiver inside vLLM (default: on; off: the proxy loads from the mount)",
     )
     add("--adapter-store", default=None, help="receiver store (<tmp>/rollout-adapters-PORT)")
     add("--adapter-max-bytes", type=int, default=None, help="receiver: bytes per adapter (1 GiB)")
