@@ -23,7 +23,7 @@ from tests.support.uploads import listing, put, upload_body
 from tests.support.waiting import eventually, wait_for
 
 KEY = "remote-proxy-key"
-NEVER = {"faults": {"mount_lag_s": 3600}}
+NEVER: dict[str, Any] = {"faults": {"mount_lag_s": 3600}}
 
 
 @dataclass
