@@ -68,13 +68,17 @@ class FileSink:
         self._hash = hashlib.sha256()
         self.size = 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self._hash.update(data)
         view = memoryview(data)
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
         self.size += len(data)
+
+    def write_all(self, pieces: list[memoryview]) -> None:
+        for piece in pieces:
+            self.write(piece)
 
     def finish(self) -> str:
         """fsync and close; returns the hex sha256 of what was written."""
