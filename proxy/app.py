@@ -16,7 +16,7 @@ import logging
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
-from proxy.adapters.store import Store
+from proxy.adapters.store import Entry, Store
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, RealClock
 from proxy.config import Settings
@@ -122,6 +122,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         has_source=source is not None,
         failed=failed,
         store=store,
+        fetch=build_fetch(source, store),
     )
     fleet = FleetSync(pool, client, adapters, clock)
     breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
@@ -225,6 +226,18 @@ def build_pusher(
         rate=settings.push_rate,
         probe_timeout_s=probe_timeout_s,
     )
+
+
+def build_fetch(source: Source | None, store: Store) -> Callable[[str, str], Entry | None] | None:
+    """Downloads through the Hub for a bucket source (the proxy has no mount to read)."""
+    if not isinstance(source, BucketSource):
+        return None
+    bucket = source
+
+    def fetch(name: str, path: str) -> Entry | None:
+        return bucket.fetch(name, store, path) if bucket.covers(path) == name else None
+
+    return fetch
 
 
 def record_push(metrics: Metrics, replica: str, pushed: Pushed) -> None:

@@ -26,7 +26,7 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ import orjson
 from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
-from proxy.adapters.store import Store
+from proxy.adapters.store import Entry, Store
 from proxy.clock import Failed
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
@@ -78,9 +78,13 @@ class AdapterService:
         has_source: bool,
         failed: Failed,
         store: Store | None = None,
+        fetch: Callable[[str, str], Entry | None] | None = None,
     ) -> None:
         self.broadcaster = broadcaster
         self.store = store  # the proxy's own receiver store
+        # fetch(name, mount path): download a version this proxy cannot read into ``store``
+        # (the Hub bucket source); None when that path is not one of the source's.
+        self._fetch = fetch
         self.registry: Registry = broadcaster.registry
         self.metrics = metrics
         self._refresh = refresh  # re-read a replica's models (the fleet's info refresh)
@@ -130,6 +134,22 @@ class AdapterService:
         files = await asyncio.to_thread(fingerprint, Path(path))
         return Version(name, path, "client", files, files=path if files is not None else None)
 
+    async def _fetched(self, version: Version) -> Version:
+        """A version to push that this proxy cannot read: its copy, downloaded once."""
+        if version.files is not None or self._fetch is None or self.store is None:
+            return version
+        if self.broadcaster.pusher is None:
+            return version
+        entry = await asyncio.to_thread(self.store.by_origin, version.where)
+        if entry is None:
+            try:
+                entry = await asyncio.to_thread(self._fetch, version.name, version.where)
+            except Exception as exc:  # the Hub failed: the replicas load from their mounts
+                log.warning("adapter %s not downloaded (%s): loading from the mount", version.name,
+                            f"{type(exc).__name__}: {exc}")  # fmt: skip
+                return version
+        return version if entry is None else replace(version, files=str(entry.path))
+
     def _start_load(self, version: Version) -> asyncio.Task[list[Outcome]]:
         pending = self._pending.get(version.name)
         if pending is not None and pending[0].same_files(version):
@@ -161,7 +181,8 @@ class AdapterService:
     async def _load_now(self, version: Version) -> list[Outcome]:
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
-            version = wanted  # keep the record (and source) the watcher made
+            version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
+        version = await self._fetched(version)
         for name in self.registry.add(version):
             self._retired.append(name)
             self._spawn(self._unload_everywhere(name))

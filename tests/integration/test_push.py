@@ -251,3 +251,51 @@ async def test_a_replica_that_stops_taking_bytes_is_cut_off_and_loads_from_the_m
 async def _loaded_from_store(stack: Stack, sim: Sim) -> bool:
     root = (await roots(stack, sim)).get("trl-policy-v1")
     return root is not None and in_store(sim, root)
+
+
+async def test_a_proxy_without_a_mount_downloads_each_bucket_version_once_and_pushes_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """--adapters-bucket: the proxy cannot read the replicas' mount path; it downloads the
+    version through the Hub API (here a copy from the stand-in's directory) and pushes that."""
+    from proxy.adapters.sources import BucketSource
+    from tests.support.hub import build_hub_app
+    from tests.support.servers import serve
+
+    bucket = tmp_path / "hub" / "team" / "rollouts"
+    (bucket / "run1" / ".vllm_lora").mkdir(parents=True)
+    downloads: list[str] = []
+
+    def download(self: BucketSource, api: Any, pairs: list[tuple[Any, Path]]) -> None:
+        for item, local in pairs:
+            downloads.append(item.path)
+            local.write_bytes((bucket / item.path).read_bytes())
+
+    monkeypatch.setattr(BucketSource, "_download", download)
+    settings: dict[str, Any] = {
+        "adapters_bucket": "team/rollouts/run1/.vllm_lora",
+        "adapters_mount": "/nonexistent-mount",  # neither the proxy nor a replica sees it
+        "watch_interval": 0.05,
+    }
+    async with (
+        serve(build_hub_app(tmp_path / "hub")) as hub_url,
+        run_stack(2, hub_endpoint=hub_url, **settings) as stack,
+    ):
+        write_adapter(bucket / "run1" / ".vllm_lora", "trl-policy-v1")
+        mount_path = "/nonexistent-mount/run1/.vllm_lora/trl-policy-v1"
+
+        async def everywhere() -> bool:
+            return all([
+                "trl-policy-v1" in await roots(stack, sim) for sim in stack.sims
+            ])  # fmt: skip
+
+        await eventually(everywhere, what="the downloaded version pushed and loaded")
+        # TRL's own load (the mount path) finds it done, and nothing is fetched again.
+        body = {"lora_name": "trl-policy-v1", "lora_path": mount_path}
+        assert (await load(stack, body))[0] == 200
+        for sim in stack.sims:
+            assert in_store(sim, (await roots(stack, sim))["trl-policy-v1"])
+    assert sorted(downloads) == [
+        "run1/.vllm_lora/trl-policy-v1/adapter_config.json",
+        "run1/.vllm_lora/trl-policy-v1/adapter_model.safetensors",
+    ]
