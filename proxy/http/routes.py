@@ -1,6 +1,7 @@
 """The route table: every path the proxy answers, and the handler behind it.
 
-Only an allowlist of vLLM's public routes is registered; anything else (vLLM's dev-mode control
+Only an allowlist of vLLM's public routes is registered, and the adapter receiver's (a relay
+pushes adapters into this proxy as into a replica); anything else (vLLM's dev-mode control
 routes included) is answered 404 by aiohttp.
 """
 
