@@ -297,11 +297,15 @@ class AdapterService:
         }
 
     def status(self) -> dict[str, Any]:
+        pusher = self.broadcaster.pusher
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
             "loading": sorted(self._pending),
             "newest": self.registry.newest(),
+            # Pushing on or off, and which replicas have a receiver (as last probed).
+            "push": pusher is not None,
+            "receivers": dict(pusher.receivers) if pusher is not None else {},
         }
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:

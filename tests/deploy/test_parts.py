@@ -205,3 +205,11 @@ def test_durations_read_as_the_client_reads_them(text: str) -> None:
     )
     assert parse_duration(text) == spec["timeoutSeconds"]
     assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+def test_proxy_figures_say_whether_adapters_are_pushed_and_where_not() -> None:
+    receivers = {"r1:8000": True, "r2:8000": False}
+    lines = proxy_figures({"adapters": {"window": 3, "push": True, "receivers": receivers}})
+    assert "adapters: pushed; receivers on 1/2 replicas (mount for r2:8000)" in lines
+    lines = proxy_figures({"adapters": {"window": 3, "push": False, "receivers": {}}})
+    assert "adapters: not pushed (--no-adapter-push): every replica loads from its mount" in lines

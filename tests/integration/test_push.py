@@ -101,6 +101,10 @@ async def test_replicas_without_a_receiver_load_from_the_mount_counted(tmp_path:
         assert status == 200, body
         assert in_store(stack.sims[0], (await roots(stack, stack.sims[0]))["trl-policy-v1"])
         assert (await roots(stack, stack.sims[1]))["trl-policy-v1"] == str(path)
+        async with stack.session.get(stack.proxy_url + "/proxy/status") as response:
+            adapters = (await response.json())["adapters"]
+        assert adapters["push"] is True
+        assert adapters["receivers"] == {stack.sims[0].id: True, stack.sims[1].id: False}
         # It is not pushed to again: no upload reached it, the next version goes to the mount.
         path2 = write_adapter(tmp_path, "trl-policy-v2")
         assert (await load(stack, load_body("trl-policy-v2", path2)))[0] == 200
