@@ -31,7 +31,7 @@ from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
 from proxy.adapters.store import Entry, Store
 from proxy.adapters.watcher import Watcher
-from proxy.clock import Clock, RealClock
+from proxy.clock import Clock, Failed, RealClock
 from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder
@@ -96,7 +96,9 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         registry,
         clock,
         retry,
-        pusher=build_pusher(adapter_cfg, client, clock, settings.health.timeout_s),
+        pusher=build_pusher(
+            adapter_cfg, client, clock, settings.health.timeout_s, lambda t, e: failed(t, e)
+        ),
         on_pushed=lambda replica, pushed: record_push(metrics, replica.id, pushed),
     )
     source = build_source(adapter_cfg, settings.hub_endpoint)
@@ -214,7 +216,11 @@ def store_path(settings: Settings) -> Path:
 
 
 def build_pusher(
-    settings: AdapterSettings, client: UpstreamClient, clock: Clock, probe_timeout_s: float
+    settings: AdapterSettings,
+    client: UpstreamClient,
+    clock: Clock,
+    probe_timeout_s: float,
+    failed: Failed,
 ) -> Pusher | None:
     if not settings.push:
         return None
@@ -225,6 +231,7 @@ def build_pusher(
         stall_s=settings.push_stall_s,
         rate=settings.push_rate,
         probe_timeout_s=probe_timeout_s,
+        failed=failed,
     )
 
 

@@ -32,7 +32,7 @@ from typing import BinaryIO, Literal
 
 from proxy.adapters.wire import CONTENT_TYPE, MAX_FILES, PREFIX, FileSpec, Manifest, safe_name
 from proxy.adapters.wire import content_digest as digest_of
-from proxy.clock import Clock
+from proxy.clock import Clock, Failed
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
 from proxy.upstream.errors import EXCHANGE_ERRORS, ReplyError
@@ -199,11 +199,17 @@ class _Push:
             if not self.plan.done():
                 self.plan.set_exception(error)
             await self.tee.close(error)
-        except BaseException as exc:  # cancelled, or a bug: the uploads must not hang
-            if not self.plan.done():
-                self.plan.set_exception(Unreadable(f"reading stopped: {exc!r}"))
-            await asyncio.shield(self.tee.close(Unreadable("reading stopped")))
+        except asyncio.CancelledError:  # every upload ended: nobody reads any more
+            await self._stop(Unreadable("reading stopped"))
             raise
+        except Exception as exc:  # a bug: reported, not raised; the uploads fall back
+            self.pusher.report(exc)
+            await self._stop(Unreadable(f"reading failed: {type(exc).__name__}"))
+
+    async def _stop(self, error: Unreadable) -> None:
+        if not self.plan.done():
+            self.plan.set_exception(error)
+        await asyncio.shield(self.tee.close(error))
 
     async def _read_file(self, spec: FileSpec) -> None:
         hasher = hashlib.sha256()
@@ -283,8 +289,10 @@ class Pusher:
         stall_s: float,
         rate: float | None = None,
         probe_timeout_s: float = 2.0,
+        failed: Failed | None = None,
     ) -> None:
         self.client = client
+        self._failed = failed  # reports an exception a reader survived
         self.buffer_bytes = buffer_bytes
         self.stall_s = stall_s
         self.probe_timeout_s = probe_timeout_s
@@ -327,6 +335,12 @@ class Pusher:
             for task in push.uploads:  # the reader lives as long as an upload does
                 task.add_done_callback(partial(_stop_idle, reader, push))
         return tasks
+
+
+    def report(self, exc: BaseException) -> None:
+        """A reader survived an exception (a bug): counted and logged as the adapters' task."""
+        if self._failed is not None:
+            self._failed("adapters", exc)
 
 
 def _stop_idle(reader: asyncio.Task[None], push: _Push, _: object) -> None:

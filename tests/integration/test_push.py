@@ -303,3 +303,20 @@ async def test_a_proxy_without_a_mount_downloads_each_bucket_version_once_and_pu
         "run1/.vllm_lora/trl-policy-v1/adapter_config.json",
         "run1/.vllm_lora/trl-policy-v1/adapter_model.safetensors",
     ]
+
+
+async def test_a_bug_in_the_reader_is_reported_and_the_replicas_load_from_the_mount(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    def broken(directory: Path) -> Any:
+        raise RuntimeError("a bug in the push reader")
+
+    monkeypatch.setattr(push_module, "list_files", broken)
+    async with run_stack(2) as stack:
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        assert (await load(stack, load_body("trl-policy-v1", path)))[0] == 200
+        for sim in stack.sims:
+            assert (await roots(stack, sim))["trl-policy-v1"] == str(path)
+        text = await metrics_text(stack)
+        assert metric(text, "rollout_proxy_background_errors_total", task="adapters") == 1
+        assert metric(text, "rollout_proxy_adapter_push_fallbacks_total", cause="unreadable") == 2
