@@ -195,10 +195,7 @@ class _Push:
                 await self._read_file(spec)
             await self.tee.close()
         except (OSError, Unreadable) as exc:
-            error = exc if isinstance(exc, Unreadable) else Unreadable(str(exc))
-            if not self.plan.done():
-                self.plan.set_exception(error)
-            await self.tee.close(error)
+            await self._stop(exc if isinstance(exc, Unreadable) else Unreadable(str(exc)))
         except asyncio.CancelledError:  # every upload ended: nobody reads any more
             await self._stop(Unreadable("reading stopped"))
             raise
@@ -335,7 +332,6 @@ class Pusher:
             for task in push.uploads:  # the reader lives as long as an upload does
                 task.add_done_callback(partial(_stop_idle, reader, push))
         return tasks
-
 
     def report(self, exc: BaseException) -> None:
         """A reader survived an exception (a bug): counted and logged as the adapters' task."""
