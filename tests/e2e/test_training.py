@@ -82,8 +82,8 @@ _PROXY_LOAD = re.compile(r"adapter (trl-policy-v\d+) loaded on \d+ replica\(s\) 
 @dataclass(frozen=True)
 class SyncTime:
     version: str
-    trl_transfer_s: float  # TRL's save + its load call (the proxy's push and vLLM's load)
-    trl_sync_s: float  # TRL's whole sync: pause, save, load, resume
+    trl_save_s: float  # TRL's "transfer": saving the adapter (its load call comes after)
+    trl_sync_s: float  # TRL's whole sync: pause, save, load (through the proxy), resume, unload
     proxy_load_s: float | None  # the proxy's: TRL's load request to every replica loaded
 
 
@@ -93,16 +93,14 @@ def report_sync_times(trainer_log: str, title: str) -> list[SyncTime]:
     proxy = {name: float(seconds) for name, seconds in _PROXY_LOAD.findall(trainer_log)}
     pairs = zip(_TRANSFER.findall(trainer_log), _TOTAL.findall(trainer_log), strict=False)
     rows = [
-        SyncTime(f"trl-policy-v{n}", float(transfer), float(total), proxy.get(f"trl-policy-v{n}"))
-        for n, (transfer, total) in enumerate(pairs, 1)
+        SyncTime(f"trl-policy-v{n}", float(save), float(total), proxy.get(f"trl-policy-v{n}"))
+        for n, (save, total) in enumerate(pairs, 1)
     ]
     print(f"\nsync time per step ({title}):")
-    print("  version           TRL save+load   TRL sync   proxy: push + vLLM load")
+    print("  version             TRL save   TRL sync   proxy: push + vLLM load")
     for row in rows:
         shown = "-" if row.proxy_load_s is None else f"{row.proxy_load_s:.3f} s"
-        print(
-            f"  {row.version:<16} {row.trl_transfer_s:>11.1f} s {row.trl_sync_s:>8.1f} s   {shown}"
-        )
+        print(f"  {row.version:<16} {row.trl_save_s:>11.1f} s {row.trl_sync_s:>8.1f} s   {shown}")
     return rows
 
 
