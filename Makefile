@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-core-dev
 
-.PHONY: venv e2e-venv test unit e2e hub-floor lint demo bench clean
+.PHONY: venv e2e-venv test unit e2e hub-floor test-tools lint demo bench clean
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ lint: venv
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
 # minute), the deploy and discovery tests on the oldest huggingface_hub we allow, then the real
 # tier (vLLM CPU servers + TRL; about 9 minutes).
-test: venv lint
+test: venv lint test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor
 	$(MAKE) e2e
@@ -61,6 +61,19 @@ hub-floor:
 	"$$tmp/venv/bin/python" -m pip install --quiet -e . "huggingface_hub==$(HUB_FLOOR)" \
 		"hf_xet==$(XET_FLOOR)" pytest pytest-asyncio pytest-timeout && \
 	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py
+
+# Debian packages two test tiers run for real: prometheus + promtool (tests/monitoring, against a
+# live proxy) and tmux (tests/console: top's live view in a terminal). Installed once (about 10 s),
+# as root or through sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+test-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && \
+	command -v tmux >/dev/null || { \
+		echo ">> installing Debian's prometheus and tmux packages for the test tiers"; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+			prometheus tmux >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
+			prometheus tmux >/dev/null; }; }
 
 unit: venv
 	$(PY) -m pytest tests/unit

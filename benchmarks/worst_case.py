@@ -53,6 +53,11 @@ def shapes() -> dict[str, Callable[[], bytes]]:
         "batch of 4k prompts of 2k tokens (allowed)": lambda: _body(
             b"[" + b",".join([b"[" + b", ".join([b"7"] * 2000) + b"]"] * 4_000) + b"]"
         ),
+        "chat of 1,300 messages (allowed)": lambda: (
+            b'{"model": "m", "messages": ['
+            + b",".join([b'{"role": "user", "content": "' + b"w " * 200 + b'"}'] * 1_300)
+            + b"]}"
+        ),
         "batch of 4k prompts of 2k-byte texts (allowed)": lambda: _body(
             b"[" + b",".join([b'"' + b"a" * 2000 + b'"'] * 4_000) + b"]"
         ),
@@ -65,7 +70,8 @@ def measure(build: Callable[[], bytes], policy: PrefixPolicy) -> dict[str, Any]:
     for _ in range(RUNS):
         started = time.perf_counter()
         try:
-            peek = peek_generation(body, b"prompt", DEFAULT_MAX_ELEMENTS)
+            key = b"messages" if body.startswith(b'{"model": "m", "messages"') else b"prompt"
+            peek = peek_generation(body, key, DEFAULT_MAX_ELEMENTS)
             keys = policy.route_keys(peek, "m")
             outcome = f"routed ({len(keys)} keys)"
         except BadBody as exc:

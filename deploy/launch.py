@@ -206,10 +206,17 @@ def summary(plan: RunPlan, jobs: Sequence[JobView], namespace: str, endpoint: st
         url = job.url(PORT) or ""
         lines.append(f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage:<10} {url}")
     adapters = f"hf://buckets/{plan.bucket}/{plan.run_name}/.vllm_lora"
+    role = "trainer" if plan.topology == "sidecar" else "proxy"
+    proxy = next((job.url(PORT) for job in jobs if job.role == role), None)
+    proxy_url = proxy or f"https://<{role} job id>--{PORT}.hf.jobs"
     lines += [
         f"adapters: {adapters} (at {plan.adapters_dir} in every job)",
         f"follow the trainer: {hint('logs', '--role', 'trainer', '--follow')}",
         f"watch the run:      {hint('status')}",
+        f"watch the proxy:    HF_TOKEN=... rollout-proxy top {proxy_url}",
+        f"scrape its metrics: {proxy_url}/metrics with 'Authorization: Bearer <HF token>' "
+        "(Prometheus: monitoring/prometheus/prometheus.yml, job rollout-proxy-hf-jobs; "
+        "dashboard: monitoring/grafana/rollout-proxy.json)",
         f"stop every job:     {hint('down')}   (GPU jobs bill until stopped or timed out: "
         f"the trainer after {plan.timeout('trainer')}, the replicas after "
         f"{plan.timeout('replica')})",

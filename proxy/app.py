@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -45,10 +45,14 @@ from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.handlers import Handlers
+from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
+from proxy.http.tracing import Spans
+from proxy.insight.advisor import VERDICTS, Sample
+from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors, secret_values
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
@@ -56,6 +60,9 @@ from proxy.routing.factory import build_policy
 from proxy.routing.reuse import ReuseEstimator
 from proxy.supervise import restarts_so_far
 from proxy.upstream.client import UpstreamClient
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 log = logging.getLogger("proxy")
 
@@ -72,10 +79,15 @@ GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
 RECEIVER = web.AppKey("receiver", Receiver)
+SAMPLER = web.AppKey("sampler", Sampler)
 
 
-def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Application:
+def build_app(
+    settings: Settings, *, clock: Clock | None = None, tracer: Tracer | None = None
+) -> web.Application:
+    """The proxy as an aiohttp app. ``tracer``: OpenTelemetry spans (``--otel-spans``)."""
     clock = clock or RealClock()
+    spans = Spans(tracer) if tracer is not None else None
     upstream = settings.upstream
     pool = ReplicaPool(
         settings.replicas, clock=clock, on_eject=lambda cause: metrics.record_ejection(cause)
@@ -113,6 +125,8 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
             adapters=lambda: adapters.stats(),
             paused_seconds=lambda: fleet.paused_seconds(),
             inflight_by_version=lambda: forwarder.inflight_by_version(registry.versions),
+            advice=lambda: sampler.advice().verdict,
+            verdicts=VERDICTS,
         ),
     )
     metrics.record_restarts(restarts_so_far())
@@ -138,9 +152,27 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         adapters,
         max_attempts=upstream.max_attempts,
         request_timeout_s=upstream.request_timeout_s,
+        tracing=spans,
     )
     fanout = FanOut(pool, client, fleet, metrics)
     monitor = HealthMonitor(pool, client, settings.health, clock, fleet, failed)
+
+    def sample() -> Sample:
+        totals = metrics.totals()
+        return Sample(
+            at=clock.monotonic(),
+            inflight=limiter.inflight,
+            queued=limiter.queued,
+            replica_inflight={r.id: r.inflight for r in pool.routable()},
+            requests=totals["requests"],
+            paused_s=fleet.paused_seconds(),
+            prompt_tokens=totals["prompt"],
+            cached_tokens=totals["cached"],
+            offered_tokens=totals["offered"],
+            available_tokens=totals["available"],
+        )
+
+    sampler = Sampler(clock, sample, settings.advice_window, failed)
     guard = Guard(settings.client, metrics.record_rejection)
     handlers = Handlers(
         pool=pool,
@@ -157,6 +189,10 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
         guard=guard,
         bodies=BodyBudget(settings.client.max_body_bytes_in_flight),
         reuse=ReuseEstimator(),
+        ids=Identities(),
+        access_log=settings.access_log,
+        spans=spans,
+        sampler=sampler,
     )
 
     app = web.Application(client_max_size=settings.client.max_body_bytes)
@@ -169,6 +205,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     app[METRICS] = metrics
     app[HEALTH] = monitor
     app[CLIENT] = client
+    app[SAMPLER] = sampler
     app[ADAPTERS] = adapters
     if source is not None:
         app[WATCHER] = Watcher(source, clock, adapters.source_changed, failed)
@@ -193,6 +230,7 @@ def build_app(settings: Settings, *, clock: Clock | None = None) -> web.Applicat
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
     app.cleanup_ctx.append(_discovery_ctx)
+    app.cleanup_ctx.append(_sampler_ctx)
     return app
 
 
@@ -289,6 +327,11 @@ async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
             "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
         )
     async with _running(discovery.run() if discovery else None, "replica-discovery"):
+        yield
+
+
+async def _sampler_ctx(app: web.Application) -> AsyncIterator[None]:
+    async with _running(app[SAMPLER].run(), "advisor-sampler"):
         yield
 
 

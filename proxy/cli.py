@@ -20,6 +20,7 @@ from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, describe_error, env_name, flat_fields
 from proxy.http.server import raise_fd_limit
+from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
 from proxy.supervise import supervise
 
@@ -35,6 +36,9 @@ _HELP = {
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
     "load_factor": "prefix policy: spill above this x the mean in-flight (and the slack)",
     "load_slack": "prefix policy: ... and this many requests over the least-loaded replica",
+    "otel_spans": "OpenTelemetry spans (queue, route, upstream) to OTEL_EXPORTER_OTLP_ENDPOINT "
+    "(needs the otel extra)",
+    "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",
     "supervise": "run the proxy as a child process and restart it on the same port if it dies",
 }
 
@@ -51,7 +55,7 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     for name in flat_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
-        if name in ("tls_verify", "supervise", "adapter_push"):
+        if name in ("tls_verify", "supervise", "access_log", "otel_spans", "adapter_push"):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
@@ -76,7 +80,7 @@ def load_settings(argv: Sequence[str]) -> Settings:
 
 async def serve(settings: Settings) -> None:
     """Run until SIGTERM/SIGINT, then stop accepting and let in-flight requests finish."""
-    app = build_app(settings)
+    app = build_app(settings, tracer=tracer_from_environment() if settings.otel_spans else None)
     host, port = settings.host, settings.port
     async with serve_app(
         app, host=host, port=port, shutdown_timeout=settings.shutdown_timeout
@@ -102,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return top(args[1:])
     settings = load_settings(args)
     configure_logging(settings)
+    if settings.otel_spans:
+        try:
+            require_otel()
+        except OtelMissing as exc:
+            print(f"rollout-proxy: {exc}", file=sys.stderr)
+            return 2
     if settings.supervise:
         if settings.port == 0:
             print("rollout-proxy: --supervise needs a fixed --port", file=sys.stderr)

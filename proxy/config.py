@@ -165,6 +165,9 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = None
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
     supervise: bool = False
+    access_log: bool = False
+    otel_spans: bool = False
+    advice_window: PositiveFloat = 60.0
     policy: PolicySettings = PrefixSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     config: Path | None = None

@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--save-steps", type=int, default=0, help="checkpoint every N steps (0: never)")
     add("--resume", nargs="?", const="latest", default=None, help="checkpoint dir, or latest")
     add("--seed", type=int, default=0)
+    add(
+        "--report-to",
+        default="none",
+        help="TRL's trackers (wandb, tensorboard, trackio, ...): the proxy's figures go there too",
+    )
     add("--server-timeout", type=float, default=240.0, help="seconds to wait for /health")
     return parser
 
@@ -141,6 +146,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         save_steps=args.save_steps,
         resume=args.resume,
         seed=args.seed,
+        report_to=args.report_to,
         server_timeout_s=args.server_timeout,
     )
 

@@ -65,4 +65,5 @@ class TrainerOptions:
     save_steps: int = 0
     resume: str | None = None
     seed: int = 0
+    report_to: str = "none"
     server_timeout_s: float = 240.0

@@ -18,6 +18,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from trainer_entry.cpu_shims import apply_cpu_shims
 from trainer_entry.options import TrainerOptions
+from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.rewards import REWARDS
 
 log = logging.getLogger("trainer_entry")
@@ -76,7 +77,7 @@ def build_config(options: TrainerOptions, base_url: str) -> AsyncGRPOConfig:
         vllm_server_timeout=options.server_timeout_s,
         seed=options.seed,
         logging_steps=1,
-        report_to="none",
+        report_to=options.report_to,
         # TRL defaults to bf16 mixed precision, which transformers refuses without a GPU.
         bf16=torch.cuda.is_available(),
         **save,
@@ -93,17 +94,29 @@ def build_lora(options: TrainerOptions) -> LoraConfig:
     )
 
 
+class _WithProxyFigures(AsyncGRPOTrainer):  # type: ignore[misc]  # TRL is untyped here
+    """TRL's trainer, adding the proxy's key figures to every log line (and tracker)."""
+
+    proxy_figures: ProxyFigures | None = None
+
+    def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
+        if self.proxy_figures is not None and self.accelerator.is_main_process:
+            logs.update(self.proxy_figures.read())
+        super().log(logs, start_time)
+
+
 def run(options: TrainerOptions, base_url: str) -> dict[str, Any]:
     """Train to the end; returns the final metrics TRL reports (its ``TrainOutput.metrics``)."""
     if apply_cpu_shims():
         log.warning("no CUDA: training in float32 on CPU without bf16 mixed precision")
-    trainer = AsyncGRPOTrainer(
+    trainer = _WithProxyFigures(
         model=options.model,
         reward_funcs=[REWARDS[name] for name in options.rewards],
         args=build_config(options, base_url),
         train_dataset=load_prompts(options),
         peft_config=build_lora(options),
     )
+    trainer.proxy_figures = ProxyFigures(base_url)
     resume: str | bool | None = options.resume
     if resume == "latest":
         resume = True

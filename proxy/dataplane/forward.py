@@ -24,9 +24,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Container, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -46,10 +47,28 @@ log = logging.getLogger("proxy.forward")
 _PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
 REPLICA_HEADER = "X-Rollout-Replica"
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
+REQUEST_ID_HEADER = "X-Request-ID"
 
 
 class OutOfStep(Protocol):
     def out_of_step(self, replica: Replica, name: str) -> None: ...
+
+
+class Tracing(Protocol):
+    """Optional spans around the data plane's steps (``proxy.http.tracing.Spans``)."""
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a request is, upstream and back: its id, and the header lines sent to the replica."""
+
+    request_id: str
+    upstream: bytes  # ``X-Request-ID: ...\r\n`` (and ``traceparent``), ready for the wire
+
+
+NO_IDENTITY = Identity("", b"")
 
 
 class NoAnswer(Exception):
@@ -91,6 +110,7 @@ class _Exchange:
     body: bytes
     content_type: str
     started: float
+    identity: Identity
 
 
 class Forwarder:
@@ -106,6 +126,7 @@ class Forwarder:
         *,
         max_attempts: int,
         request_timeout_s: float,
+        tracing: Tracing | None = None,
     ) -> None:
         self._adapters = adapters
         self._pool = pool
@@ -117,6 +138,37 @@ class Forwarder:
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
+        # The steps of a request; with tracing on, each in its own span (else the plain calls,
+        # so tracing costs nothing when it is off).
+        self._acquire: Callable[[Callable[[], Placement | None]], Awaitable[Placement]]
+        self._acquire = limiter.acquire
+        self._choose: Callable[[RouteRequest, set[str]], Placement | None] = self._place
+        self._try: Callable[[_Exchange, Placement], Awaitable[web.StreamResponse]] = self._attempt
+        if tracing is not None:
+            self._trace(tracing)
+
+    def _trace(self, tracing: Tracing) -> None:
+        acquire, choose, attempt = self._acquire, self._choose, self._attempt
+
+        async def queued(pick: Callable[[], Placement | None]) -> Placement:
+            with tracing.span("proxy.queue"):
+                return await acquire(pick)
+
+        def routed(route: RouteRequest, tried: set[str]) -> Placement | None:
+            with tracing.span("proxy.route") as span:
+                placed = choose(route, tried)
+                if placed is not None:
+                    span.set_attribute("rollout.route", placed.reason)
+                return placed
+
+        async def upstream(ex: _Exchange, placed: Placement) -> web.StreamResponse:
+            attributes = {"rollout.replica": placed.replica.id, "rollout.route": placed.reason}
+            with tracing.span("proxy.upstream", **attributes) as span:
+                response = await attempt(ex, placed)
+                span.set_attribute("http.response.status_code", response.status)
+                return response
+
+        self._acquire, self._choose, self._try = queued, routed, upstream
 
     def inflight_by_version(self, versions: Container[str]) -> dict[str, int]:
         """Requests in flight by adapter version (``versions``: the ones the proxy manages), the
@@ -147,7 +199,12 @@ class Forwarder:
                 yield r
 
     async def forward(
-        self, request: web.Request, route_name: str, body: bytes, route: RouteRequest
+        self,
+        request: web.Request,
+        route_name: str,
+        body: bytes,
+        route: RouteRequest,
+        identity: Identity = NO_IDENTITY,
     ) -> web.StreamResponse:
         """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``."""
         exchange = _Exchange(
@@ -158,6 +215,7 @@ class Forwarder:
             body,
             request.headers.get("Content-Type", "application/json"),
             time.perf_counter(),
+            identity,
         )
         by_model = self._by_model
         model = route.model
@@ -179,11 +237,11 @@ class Forwarder:
         for _ in range(self._attempts):
             if tried and next(self._eligible(route.model, tried), None) is None:
                 break
-            placed = await self._limiter.acquire(lambda: self._place(route, tried))
+            placed = await self._acquire(lambda: self._choose(route, tried))
             replica = placed.replica
             self._metrics.record_decision(placed.reason)
             try:
-                return await self._attempt(exchange, placed)
+                return await self._try(exchange, placed)
             except _Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
@@ -203,10 +261,17 @@ class Forwarder:
         sent = time.perf_counter()
         try:
             async with self._connections.request(
-                replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type
+                replica.url,
+                ex.request.method,
+                ex.path_qs,
+                ex.body,
+                ex.content_type,
+                ex.identity.upstream,
             ) as upstream:
                 ttfb = time.perf_counter()
                 headers = _response_headers(upstream.headers, replica, placed.reason)
+                if ex.identity.request_id:
+                    headers[REQUEST_ID_HEADER] = ex.identity.request_id
                 if upstream.content_length is not None:
                     response, done = await self._whole(ex, upstream, headers, replica)
                 else:

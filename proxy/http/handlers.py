@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import xxhash
@@ -22,7 +23,13 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.service import AdapterService, BadAdapterRequest
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import FanOut
-from proxy.dataplane.forward import Forwarder, NoAnswer, UpstreamTimeout
+from proxy.dataplane.forward import (
+    REPLICA_HEADER,
+    Forwarder,
+    Identity,
+    NoAnswer,
+    UpstreamTimeout,
+)
 from proxy.dataplane.limiter import Limiter, Rejected
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica, ReplicaPool
@@ -30,8 +37,11 @@ from proxy.fleet.sync import FleetSync
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
+from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
+from proxy.http.tracing import Spans
+from proxy.insight.sampler import Sampler
 from proxy.metrics.recorder import Metrics
 from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
@@ -41,9 +51,36 @@ from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
 SINGLE_PROMPTS = ("tokens", "text", "messages")
+CONVERSATION_BYTES = 2048
 STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
+access_log = logging.getLogger("proxy.access")
+
+
+def _conversation(peek: Peek, keys: tuple[int, ...]) -> int:
+    """What samples a prompt for the reuse estimate: its routing key (one per conversation),
+    or, under a policy that makes none, a hash of its first ``CONVERSATION_BYTES``."""
+    if keys:
+        return keys[0]
+    end = min(peek.end, peek.start + CONVERSATION_BYTES)
+    return xxhash.xxh64_intdigest(peek.buffer[peek.start : end])
+
+
+def _in_span(spans: Spans, handler: Handler) -> Handler:
+    """``handler`` inside the request's span; the replica gets that span's ``traceparent``."""
+
+    async def traced(request: web.Request) -> web.StreamResponse:
+        identity = request[IDENTITY]
+        with spans.request(request.headers, request.method, request.path) as (span, parent):
+            span.set_attribute("rollout.request_id", identity.request_id)
+            lines = f"{REQUEST_ID}: {identity.request_id}\r\n".encode("ascii") + parent
+            request[IDENTITY] = Identity(identity.request_id, lines)
+            response = await handler(request)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
+
+    return traced
 
 
 def _printable_ascii(text: str) -> bool:
@@ -81,25 +118,50 @@ class Handlers:
     guard: Guard
     bodies: BodyBudget
     reuse: ReuseEstimator
+    ids: Identities
+    access_log: bool = False
+    spans: Spans | None = None
+    sampler: Sampler | None = None
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
-        """Wrap ``handler`` with the inbound key check, request metrics, and the connection's
-        busy mark (its head timer is off while a request is being handled)."""
-        api_key, metrics, guard = self.api_key, self.metrics, self.guard
+        """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
+        the access log and the connection's busy mark (no head timer while it is handled)."""
+        api_key, metrics, guard, identities = self.api_key, self.metrics, self.guard, self.ids
+        access = access_log if self.access_log else None
+        if self.spans is not None:
+            handler = _in_span(self.spans, handler)
 
         async def run(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             connection = guard.busy(request.transport)
+            identity = identities.of(request)
             try:
-                if not open_route and not api_key.allows(request):
+                if identity is None:
+                    metrics.record_rejection("bad_request")
+                    response: web.StreamResponse = responses.bad_request_id()
+                elif not open_route and not api_key.allows(request):
                     metrics.record_rejection("unauthorized")
-                    response: web.StreamResponse = api_key.refusal()
+                    response = api_key.refusal()
                 else:
+                    request[IDENTITY] = identity
                     response = await handler(request)
             finally:
                 if connection is not None:
                     connection.finished()
-            metrics.record_request(route, response.status, time.perf_counter() - started)
+            if identity is not None and not response.prepared:
+                response.headers[REQUEST_ID] = identity.request_id
+            seconds = time.perf_counter() - started
+            metrics.record_request(route, response.status, seconds)
+            if access is not None:
+                access.info(
+                    "%s %s %s %d %s %.1f ms",
+                    identity.request_id if identity is not None else "-",
+                    request.method,
+                    request.path,
+                    response.status,
+                    response.headers.get(REPLICA_HEADER, "-"),
+                    1000 * seconds,
+                )
             return response
 
         return run
@@ -107,7 +169,7 @@ class Handlers:
     async def _read(self, request: web.Request) -> bytes | web.Response:
         """The request body, within the body limit, the body timeout and the memory budget.
 
-        The body's bytes stay reserved in ``bodies`` until ``_done(body)``."""
+        The body's bytes stay reserved in ``bodies`` until ``_with_body`` releases them."""
         limit, length = self.client.max_body_bytes, request.content_length
         if length is not None and length > limit:
             self.metrics.record_rejection("too_large")
@@ -133,24 +195,35 @@ class Handlers:
         self.bodies.release(reserved - len(body))
         return body
 
-    def _done(self, body: bytes) -> None:
-        self.bodies.release(len(body))
-
     def generation(self, route: str, prompt_key: bytes) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._with_body(
+                request, lambda body: self._generate(request, route, prompt_key, body)
+            )
+
+        return handle
+
+    async def _with_body(
+        self,
+        request: web.Request,
+        use: Callable[[bytes], Awaitable[web.StreamResponse]],
+        *,
+        forwarded: bool = True,
+    ) -> web.StreamResponse:
+        """Read the body (``_read``'s bounds), hand it to ``use``, release it after.
+        ``forwarded``: the request goes to a replica as it came, so it must be passable."""
+        if forwarded:
             bad = _unsafe_request(request)
             if bad is not None:
                 self.metrics.record_rejection("bad_request")
                 return bad
-            body = await self._read(request)
-            if isinstance(body, web.Response):
-                return body
-            try:
-                return await self._generate(request, route, prompt_key, body)
-            finally:
-                self._done(body)
-
-        return handle
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            return await use(body)
+        finally:
+            self.bodies.release(len(body))
 
     async def _generate(
         self, request: web.Request, route: str, prompt_key: bytes, body: bytes
@@ -167,7 +240,7 @@ class Handlers:
         headers = request.headers
         key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
         keys = () if key is not None else self.policy.route_keys(peek, model)
-        if keys and self.reuse.sampled(keys[0]) and peek.kind in SINGLE_PROMPTS:
+        if peek.kind in SINGLE_PROMPTS and self.reuse.sampled(_conversation(peek, keys)):
             self._observe_reuse(peek, model)
         return await self._forward(request, route, body, RouteRequest(model, key, keys))
 
@@ -183,7 +256,7 @@ class Handlers:
         self, request: web.Request, route: str, body: bytes, facts: RouteRequest
     ) -> web.StreamResponse:
         try:
-            return await self.forwarder.forward(request, route, body, facts)
+            return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
         except Rejected as exc:
             self.metrics.record_rejection(exc.reason)
             return responses.rejected(str(exc), exc.retry_after_s)
@@ -197,42 +270,30 @@ class Handlers:
             return responses.local_resources(f"{exc}; retry shortly")
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        bad = _unsafe_request(request)
-        if bad is not None:
-            self.metrics.record_rejection("bad_request")
-            return bad
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
-        try:
-            return await self._forward(request, "passthrough", body, RouteRequest(None))
-        finally:
-            self._done(body)
+        return await self._with_body(
+            request, lambda body: self._forward(request, "passthrough", body, RouteRequest(None))
+        )
 
     async def load(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+        return await self._with_body(request, self._load, forwarded=False)
+
+    async def _load(self, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.load(body)
         except BadAdapterRequest as exc:
             return error_response(400, str(exc), param=exc.param)
         except NoReplica:
             return responses.no_replica()
-        finally:
-            self._done(body)
         return self.redactor.load_answer(result)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+        return await self._with_body(request, self._unload, forwarded=False)
+
+    async def _unload(self, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.unload(body)
         except BadAdapterRequest as exc:
             return error_response(400, str(exc), param=exc.param)
-        finally:
-            self._done(body)
         return responses.unload_answer(result)
 
     async def control(self, request: web.Request) -> web.StreamResponse:
@@ -294,6 +355,7 @@ class Handlers:
                     "paused_s": round(paused, 3),
                     "paused_share": paused / uptime if uptime > 0 else None,
                 },
+                "advice": self.sampler.advice().as_dict() if self.sampler is not None else None,
                 "inflight_by_version": self.forwarder.inflight_by_version(
                     self.adapters.registry.versions
                 ),

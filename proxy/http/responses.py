@@ -77,6 +77,12 @@ def model_not_found(model: str) -> web.Response:
     return error_response(404, f"The model `{model}` does not exist.", param="model")
 
 
+def bad_request_id() -> web.Response:
+    return error_response(
+        400, "X-Request-ID must be printable ASCII, 1 to 200 characters", param="X-Request-ID"
+    )
+
+
 def no_replica() -> web.Response:
     return error_response(
         503, "no replica is available; retry when /health answers 200", headers=RETRY_SOON

@@ -33,6 +33,8 @@ class StateSources:
     adapters: Callable[[], dict[str, int]] = dict
     paused_seconds: Callable[[], float] = _no_seconds
     inflight_by_version: Callable[[], dict[str, int]] = dict
+    advice: Callable[[], str] = str
+    verdicts: tuple[str, ...] = ()
 
 
 class StateCollector(Collector):
@@ -70,6 +72,15 @@ class StateCollector(Collector):
         for version, count in sorted(sources.inflight_by_version().items()):
             versions.add_metric([version], count)
         yield versions
+        advice = GaugeMetricFamily(
+            PREFIX + "advice",
+            "The bottleneck advisor's verdict now (1 for the current one)",
+            labels=["verdict"],
+        )
+        current = sources.advice()
+        for verdict in sources.verdicts:
+            advice.add_metric([verdict], 1.0 if verdict == current else 0.0)
+        yield advice
         loaded = GaugeMetricFamily(
             PREFIX + "replica_adapters", "Adapters loaded on the replica", labels=["replica"]
         )

@@ -265,6 +265,17 @@ class Metrics:
     def record_ejection(self, cause: str) -> None:
         self._child(self._ejections, cause).inc()
 
+    def totals(self) -> dict[str, float]:
+        """Cumulative counts the advisor samples: requests, and prompt/cached/reuse tokens."""
+        tokens, reuse = self._tokens.values, self._reuse.values
+        return {
+            "requests": sum(self._requests.values.values()),
+            "prompt": tokens.get(("prompt",), 0),
+            "cached": tokens.get(("cached",), 0),
+            "offered": reuse.get(("prompt",), 0),
+            "available": reuse.get(("available",), 0),
+        }
+
     def quality(self) -> dict[str, Any]:
         """Routing quality since start: the realized prefix-cache hit ratio (fleet and per
         replica), the reuse that was available (sampled), and affinity efficiency = realized /

@@ -32,7 +32,7 @@ import orjson
 
 PromptKind = Literal["tokens", "text", "batch_tokens", "batch_text", "messages", "empty"]
 
-DEFAULT_MAX_ELEMENTS = 4096
+DEFAULT_MAX_ELEMENTS = 8192
 _WS = re.compile(rb"[ \t\r\n]*")
 _SCALAR = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?|true|false|null")
 _STRUCT = re.compile(rb'["\[\]{}]')

@@ -7,19 +7,22 @@ much of it routing captured, as one number.
 
 Algorithm: a prompt is cut into ``CHUNK``-byte chunks of its raw JSON text, chain-hashed with
 xxh64 seeded by the adapter family (as routing keys are); its leading chunks whose chain hash is
-in the table were available, the rest are added. The table keeps at most ``capacity`` hashes
-(oldest dropped first). Cost is bounded by sampling whole conversations: only prompts whose
-routing key falls in 1 of ``SAMPLE`` buckets are hashed (their group's rollouts and later turns
-included, so what they share is seen), at most ``MAX_BYTES`` of each; about 0.5 us per chunk, so
-~2 us per request on average for TRL-sized prompts. Granularity: one chunk (~100 tokens) per
-prompt, counted as not available: the estimate errs low, never high. Pure: no I/O, no clock.
+in the table were available, the rest are added; a prompt seen whole before (its full hash in
+the table: a GRPO group's later rollouts) counts its tail too. The table keeps at most
+``capacity`` hashes (oldest dropped first). Cost is bounded by sampling whole conversations:
+only prompts whose routing key falls in 1 of ``SAMPLE`` buckets are hashed (their group's
+rollouts and later turns included, so what they share is seen), at most ``MAX_BYTES`` of each;
+about 0.5 us per chunk, so
+~2 us per request on average for TRL-sized prompts. Granularity: one chunk (~60 tokens) per
+prompt that extends another, counted as not available: the estimate errs low. Pure: no I/O,
+no clock.
 """
 
 from __future__ import annotations
 
 import xxhash
 
-CHUNK = 512
+CHUNK = 256
 SAMPLE = 8
 MAX_BYTES = 1 << 20
 DEFAULT_CAPACITY = 1 << 18  # chain hashes (~80 bytes each: ~20 MB at most)
@@ -40,21 +43,28 @@ class ReuseEstimator:
     def observe(self, buf: bytes, lo: int, hi: int, seed: int) -> tuple[int, int]:
         """(prompt bytes, available bytes) of the prompt ``buf[lo:hi]``, recording it."""
         hi = min(hi, lo + MAX_BYTES)
-        seen = self._seen
         hasher = xxhash.xxh64(seed=seed)
         view = memoryview(buf)
         available, matching = 0, True
-        for start in range(lo, hi, CHUNK):
-            end = min(start + CHUNK, hi)
-            if end - start < CHUNK:
-                break  # a partial last chunk is never counted (vLLM caches whole blocks only)
-            hasher.update(view[start:end])
-            digest = hasher.intdigest()
-            if matching and digest in seen:
+        for start in range(lo, hi - CHUNK + 1, CHUNK):
+            hasher.update(view[start : start + CHUNK])
+            if self._seen_before(hasher.intdigest()) and matching:
                 available += CHUNK
-                continue
-            matching = False
-            seen[digest] = None
-            if len(seen) > self.capacity:
-                del seen[next(iter(seen))]
+            else:
+                matching = False
+        tail = (hi - lo) % CHUNK
+        if tail:
+            hasher.update(view[hi - tail : hi])
+            if self._seen_before(hasher.intdigest()) and matching:
+                available += tail  # the same prompt whole, seen before
         return hi - lo, available
+
+    def _seen_before(self, digest: int) -> bool:
+        """Whether ``digest`` was in the table; it is in it from now on."""
+        seen = self._seen
+        if digest in seen:
+            return True
+        seen[digest] = None
+        if len(seen) > self.capacity:
+            del seen[next(iter(seen))]
+        return False

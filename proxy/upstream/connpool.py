@@ -75,16 +75,24 @@ class ConnectionPool:
         self.opened = 0  # connections opened so far (a gauge of keep-alive working)
 
     def request(
-        self, url: str, method: str, path_qs: str, body: bytes, content_type: str
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        body: bytes,
+        content_type: str,
+        extra: bytes = b"",
     ) -> Request:
+        """A request for ``url``; ``extra``: more header lines, each ending in CRLF."""
         origin = self._origins.get(url)
         if origin is None:
             origin = self._origins[url] = self._origin(url)
-        head = b"%s %s%s HTTP/1.1\r\n%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+        head = b"%s %s%s HTTP/1.1\r\n%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
             method.encode("ascii"),
             origin.prefix,
             path_qs.encode("latin-1"),
             origin.head,
+            extra,
             content_type.encode("latin-1"),
             len(body),
         )

@@ -51,6 +51,9 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert result.out.count("r1-replica-1 (000000000000000066500002): SCHEDULING") == 1
     assert "python -m deploy down --run-name r1 --namespace alice" in result.out
     assert "python -m deploy logs --run-name r1" in result.out
+    sidecar = stand.hub.exposed["r1-trainer"]  # the trainer job's exposed sidecar
+    assert f"rollout-proxy top {sidecar}" in result.out
+    assert f"{sidecar}/metrics with 'Authorization: Bearer <HF token>'" in result.out
     assert TOKEN not in result.out + result.err
     assert stand.hub.cancelled == []
 

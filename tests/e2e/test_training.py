@@ -132,6 +132,9 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
         proxy_metrics = get_text(url + "/metrics")
     assert "training finished" in trainer_log
     assert "CPU shim applied" in trainer_log
+    # The proxy's figures ride in TRL's own log lines (and so in any --report-to tracker).
+    assert "'proxy/replicas_routable': 2.0" in trainer_log, trainer_log[-3000:]
+    assert "'proxy/cache_hit_ratio'" in trainer_log
 
     synced = _synced(trainer_log)
     assert len(synced) == 9  # v1 before the first rollout, then one per step

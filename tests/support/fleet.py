@@ -84,6 +84,7 @@ async def run_stack(
     ready: bool = True,
     relays: bool = False,
     extra: tuple[str, ...] = (),
+    tracer: Any = None,
     **proxy_settings: Any,
 ) -> AsyncIterator[Stack]:
     """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
@@ -98,7 +99,7 @@ async def run_stack(
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         urls += extra
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
-        app = build_app(settings)
+        app = build_app(settings, tracer=tracer)
         url = await exits.enter_async_context(serve(app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         stack = Stack(replicas, url, app, session, exits, links)

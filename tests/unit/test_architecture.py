@@ -21,6 +21,7 @@ MAX_TOP_MODULES = 10
 ALLOWED = {
     "routing": set(),
     "console": set(),
+    "insight": {"clock"},
     "metrics": {"fleet"},
     "upstream": {"config"},
     "fleet": {"clock", "config", "upstream"},
@@ -31,6 +32,7 @@ ALLOWED = {
         "config",
         "dataplane",
         "fleet",
+        "insight",
         "logs",
         "metrics",
         "routing",

@@ -1,0 +1,168 @@
+"""The bottleneck advisor: from a window of samples of the run, what limits it now, and the knob.
+
+Pure: ``advise(window)`` reads a list of ``Sample`` (oldest first) and returns ``Advice`` with a
+verdict, the action to take, and the figures behind it. The first rule that holds wins:
+
+1. ``idle``: almost nothing in flight and no requests: nothing to say.
+2. ``sync-bound``: the fleet spent at least ``SYNC_SHARE`` of the window paused by weight syncs:
+   turn on adapter push, or raise TRL's ``weight_sync_steps``.
+3. ``generation-bound``: in at least ``SATURATED_SHARE`` of the samples the replicas were full
+   (requests queued at the proxy for a slot, replicas reporting waiting requests, or their KV
+   cache at ``KV_FULL``): add replicas.
+4. ``client-concurrency-bound``: the replicas had room, yet the client's requests in flight sat
+   at a plateau (``PLATEAU_SHARE`` of the samples within 10% of the window's maximum, nothing
+   queued): TRL's ``max_inflight_tasks`` is the cap; raise it.
+5. ``imbalanced``: one replica carries ``IMBALANCE`` x the mean in-flight load: check spills and
+   ``--load-factor``/``--load-slack``.
+6. ``cache-poor``: of the prefix reuse the traffic offered (at least ``MIN_REUSE``), routing
+   captured less than ``POOR_EFFICIENCY``: prompts re-do prefill on the wrong replica.
+7. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+SYNC_SHARE = 0.2
+SATURATED_SHARE = 0.5
+KV_FULL = 0.9
+PLATEAU_SHARE = 0.8
+IMBALANCE = 1.5
+POOR_EFFICIENCY = 0.6
+MIN_REUSE = 0.2
+MIN_SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The run at one moment; counters are cumulative (the window takes differences)."""
+
+    at: float  # clock seconds
+    inflight: int
+    queued: int
+    replica_inflight: dict[str, int] = field(default_factory=dict)
+    replica_waiting: dict[str, float] = field(default_factory=dict)  # reported (absent: stale)
+    replica_kv: dict[str, float] = field(default_factory=dict)  # reported KV usage, 0..1
+    requests: float = 0.0
+    paused_s: float = 0.0
+    prompt_tokens: float = 0.0
+    cached_tokens: float = 0.0
+    offered_tokens: float = 0.0  # sampled prompts (available reuse estimate)
+    available_tokens: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    verdict: str
+    action: str
+    figures: dict[str, float | None]
+
+    def as_dict(self) -> dict[str, object]:
+        return {"verdict": self.verdict, "action": self.action, "figures": self.figures}
+
+
+VERDICTS = (
+    "idle",
+    "sync-bound",
+    "generation-bound",
+    "client-concurrency-bound",
+    "imbalanced",
+    "cache-poor",
+    "balanced",
+    "warming-up",
+)
+
+
+def _saturated(s: Sample) -> bool:
+    waiting = sum(s.replica_waiting.values())
+    kv = max(s.replica_kv.values(), default=0.0)
+    return s.queued > 0 or waiting >= 1 or kv >= KV_FULL
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator > 0 else None
+
+
+def figures(window: Sequence[Sample]) -> dict[str, float | None]:
+    first, last = window[0], window[-1]
+    seconds = last.at - first.at
+    peak = max(s.inflight for s in window)
+    loads: dict[str, list[int]] = {}
+    for s in window:
+        for rid, count in s.replica_inflight.items():
+            loads.setdefault(rid, []).append(count)
+    means = [sum(v) / len(v) for v in loads.values()] or [0.0]
+    mean = sum(means) / len(means)
+    hit = _ratio(last.cached_tokens - first.cached_tokens, last.prompt_tokens - first.prompt_tokens)
+    available = _ratio(
+        last.available_tokens - first.available_tokens,
+        last.offered_tokens - first.offered_tokens,
+    )
+    return {
+        "window_s": seconds,
+        "requests_per_s": _ratio(last.requests - first.requests, seconds),
+        "inflight_mean": sum(s.inflight for s in window) / len(window),
+        "inflight_peak": float(peak),
+        "at_plateau_share": sum(1 for s in window if peak and s.inflight >= 0.9 * peak)
+        / len(window),
+        "queued_mean": sum(s.queued for s in window) / len(window),
+        "saturated_share": sum(1 for s in window if _saturated(s)) / len(window),
+        "paused_share": _ratio(last.paused_s - first.paused_s, seconds),
+        "load_spread": max(means) / mean if mean > 0 else None,
+        "hit_ratio": hit,
+        "reuse_available": available,
+        "affinity_efficiency": hit / available if hit is not None and available else None,
+    }
+
+
+def advise(window: Sequence[Sample]) -> Advice:
+    if len(window) < MIN_SAMPLES:
+        return Advice("warming-up", "not enough of the run seen yet", {})
+    f = figures(window)
+    inflight, peak = f["inflight_mean"] or 0.0, f["inflight_peak"] or 0.0
+    if peak < 1 and not f["requests_per_s"]:
+        return Advice("idle", "no traffic in the window", f)
+    paused = f["paused_share"] or 0.0
+    if paused >= SYNC_SHARE:
+        return Advice(
+            "sync-bound",
+            f"weight syncs keep the fleet paused {paused:.0%} of the time: turn on adapter push "
+            "(replicas with the adapter receiver), or raise TRL's weight_sync_steps",
+            f,
+        )
+    if (f["saturated_share"] or 0.0) >= SATURATED_SHARE:
+        return Advice(
+            "generation-bound",
+            "the replicas are full (requests wait for a slot or in vLLM's queue): add replicas",
+            f,
+        )
+    if (f["at_plateau_share"] or 0.0) >= PLATEAU_SHARE and (f["queued_mean"] or 0.0) == 0:
+        return Advice(
+            "client-concurrency-bound",
+            f"the client keeps about {peak:.0f} requests in flight and the replicas have room: "
+            f"raise TRL's max_inflight_tasks (e.g. to {2 * peak:.0f})",
+            f,
+        )
+    spread = f["load_spread"]
+    if spread is not None and spread >= IMBALANCE and inflight >= 2:
+        return Advice(
+            "imbalanced",
+            f"one replica carries {spread:.1f}x the mean load: check routing spills and "
+            "--load-factor / --load-slack (or explicit routing keys piling on one replica)",
+            f,
+        )
+    efficiency, available = f["affinity_efficiency"], f["reuse_available"]
+    if (
+        efficiency is not None
+        and available is not None
+        and available >= MIN_REUSE
+        and efficiency < POOR_EFFICIENCY
+    ):
+        return Advice(
+            "cache-poor",
+            f"routing captures {efficiency:.0%} of the prefix reuse available "
+            f"({available:.0%} of prompt tokens): use --policy prefix, and check spills",
+            f,
+        )
+    return Advice("balanced", "no bottleneck found in the window", f)

@@ -1,0 +1,97 @@
+"""``rollout-proxy top`` against a live proxy with simulated replicas: the ``--once`` snapshot,
+its token handling, and the live view in a real terminal (tmux: start, read the screen, quit)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support.calls import completion, post
+from tests.support.fleet import Stack, run_stack
+
+QUICK_S = 30.0
+
+
+async def top(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "proxy", "top", *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(process.communicate(), QUICK_S)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def tmux(*args: str, check: bool = True) -> str:
+    process = await asyncio.create_subprocess_exec(
+        "tmux", *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), QUICK_S)
+    assert not check or process.returncode == 0, out.decode()
+    return out.decode()
+
+
+async def some_traffic(stack: Stack) -> None:
+    for _ in range(3):
+        for prompt in ([1] * 40, [2] * 40):
+            assert (await post(stack, "/v1/completions", completion(prompt=prompt)))[0] == 200
+
+
+async def test_once_prints_every_replica_in_full_whatever_the_terminal_width() -> None:
+    async with run_stack(2) as stack:
+        await some_traffic(stack)
+        code, out, err = await top(stack.proxy_url, "--once", env={"COLUMNS": "20"})
+        assert code == 0, err
+        for sim in stack.sims:
+            assert any(line.startswith(sim.id + " ") for line in out.splitlines()), out
+        assert "healthy" in out and "policy prefix" in out
+        assert "cache hit ratio" in out and "latency p50" in out
+        assert "\x1b[" not in out  # plain text: no colours or cursor moves
+
+
+async def test_once_sends_the_proxys_key_from_the_environment() -> None:
+    async with run_stack(1, api_key="the-key") as stack:
+        code, _, err = await top(stack.proxy_url, "--once", env={"PROXY_API_KEY": ""})
+        assert code == 1 and "401" in err and "PROXY_API_KEY" in err
+        code, out, err = await top(stack.proxy_url, "--once", env={"PROXY_API_KEY": "the-key"})
+        assert code == 0, err
+        assert stack.sims[0].id in out
+        code, out, err = await top(
+            stack.proxy_url, "--once", "--token-env", "MY_KEY", env={"MY_KEY": "the-key"}
+        )
+        assert code == 0, err
+        assert "the-key" not in out + err
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed here")
+async def test_the_live_view_draws_in_a_terminal_and_quits_on_q() -> None:
+    session = f"top-{os.getpid()}"
+    async with run_stack(2) as stack:
+        await some_traffic(stack)
+        view = f"{sys.executable} -m proxy top {stack.proxy_url} --interval 0.5"
+        command = f"cd {os.getcwd()} && {view}; echo EXIT=$?; sleep {QUICK_S}"
+        await tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", command)
+        try:
+            deadline = time.monotonic() + QUICK_S
+            screen = ""
+            while not all(sim.id in screen for sim in stack.sims):
+                assert time.monotonic() < deadline, screen
+                await asyncio.sleep(0.2)
+                screen = await tmux("capture-pane", "-p", "-t", session)
+            assert "rollout-proxy top" in screen and "healthy" in screen
+            await tmux("send-keys", "-t", session, "q")
+            while "EXIT=" not in screen:
+                assert time.monotonic() < deadline, screen
+                await asyncio.sleep(0.2)
+                screen = await tmux("capture-pane", "-p", "-t", session)
+            assert "EXIT=0" in screen
+        finally:
+            await tmux("kill-session", "-t", session, check=False)

@@ -1,0 +1,49 @@
+"""The proxy's figures the trainer adds to TRL's logs (trainer_entry.proxy_figures)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.support.fleet import run_stack
+from trainer_entry.proxy_figures import ProxyFigures, figures
+
+
+def test_figures_from_a_status_page() -> None:
+    status = {
+        "inflight": 3,
+        "queued": 0,
+        "replicas": [{"routable": True}, {"routable": False}, {"routable": True}],
+        "quality": {"hit_ratio": 0.6, "available": 0.75, "efficiency": 0.8},
+        "syncs": {"last_s": 1.5, "paused_share": 0.1},
+        "advice": {"verdict": "generation-bound"},
+    }
+    assert figures(status) == {
+        "proxy/replicas_routable": 2.0,
+        "proxy/inflight": 3.0,
+        "proxy/queued": 0.0,
+        "proxy/cache_hit_ratio": 0.6,
+        "proxy/reuse_available": 0.75,
+        "proxy/affinity_efficiency": 0.8,
+        "proxy/sync_paused_s": 1.5,
+        "proxy/paused_share": 0.1,
+        "proxy/advice": "generation-bound",
+    }
+
+
+def test_figures_not_known_yet_are_left_out() -> None:
+    out = figures({"replicas": [], "quality": {"hit_ratio": None}, "syncs": {"last_s": None}})
+    assert "proxy/cache_hit_ratio" not in out and "proxy/sync_paused_s" not in out
+
+
+async def test_a_live_proxy_is_read_and_an_absent_one_costs_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with run_stack(2) as stack:
+        read = await asyncio.to_thread(ProxyFigures(stack.proxy_url).read)
+        assert read["proxy/replicas_routable"] == 2.0
+    gone = ProxyFigures("http://127.0.0.1:9")
+    assert await asyncio.to_thread(gone.read) == {}
+    assert await asyncio.to_thread(gone.read) == {}
+    assert sum("proxy figures unavailable" in r.getMessage() for r in caplog.records) == 1

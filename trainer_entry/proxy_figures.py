@@ -1,0 +1,65 @@
+"""The proxy's key figures, added to what TRL logs at each logging step.
+
+Many runs on HF Jobs have no Prometheus: their user watches the trainer's log and its tracker
+(``--report-to``). So at each logging step the trainer asks the proxy (``/proxy/status``, one
+GET with a short timeout, its failures ignored: figures are a courtesy, never a reason to stop
+training) and adds, under ``proxy/``: the prefix-cache hit ratio, the reuse that was available
+and affinity efficiency, the last weight sync's paused seconds and the paused share of the run,
+the replicas routable, and the advisor's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+
+log = logging.getLogger("trainer_entry")
+
+TIMEOUT_S = 1.0
+
+
+def figures(status: dict[str, Any]) -> dict[str, float | str]:
+    """The figures worth a line in the trainer's log, from a ``/proxy/status`` answer."""
+    quality = status.get("quality") or {}
+    syncs = status.get("syncs") or {}
+    replicas = status.get("replicas") or []
+    out: dict[str, float | str] = {
+        "proxy/replicas_routable": float(sum(1 for r in replicas if r.get("routable"))),
+        "proxy/inflight": float(status.get("inflight", 0)),
+        "proxy/queued": float(status.get("queued", 0)),
+    }
+    for key, name in (
+        ("hit_ratio", "proxy/cache_hit_ratio"),
+        ("available", "proxy/reuse_available"),
+        ("efficiency", "proxy/affinity_efficiency"),
+    ):
+        if quality.get(key) is not None:
+            out[name] = float(quality[key])
+    for key, name in (("last_s", "proxy/sync_paused_s"), ("paused_share", "proxy/paused_share")):
+        if syncs.get(key) is not None:
+            out[name] = float(syncs[key])
+    advice = status.get("advice") or {}
+    if advice.get("verdict"):
+        out["proxy/advice"] = str(advice["verdict"])
+    return out
+
+
+class ProxyFigures:
+    """Reads the figures from the proxy TRL talks to (the sidecar, or the local relay)."""
+
+    def __init__(self, base_url: str) -> None:
+        self._url = base_url.rstrip("/") + "/proxy/status"
+        self._warned = False
+
+    def read(self) -> dict[str, float | str]:
+        try:
+            with urllib.request.urlopen(self._url, timeout=TIMEOUT_S) as answer:
+                return figures(json.loads(answer.read()))
+        except (OSError, ValueError, urllib.error.URLError) as exc:
+            if not self._warned:  # once: the figures are a courtesy
+                log.warning("proxy figures unavailable (%s); training goes on without them", exc)
+                self._warned = True
+            return {}
