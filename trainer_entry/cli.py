@@ -181,6 +181,16 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
         yield url
 
 
+def figures_source(options: TrainerOptions) -> tuple[str | None, str | None]:
+    """Where the proxy's figures come from: the remote proxy (and its token) behind the local
+    relay, whose own view is one upstream; (None, None): the proxy TRL talks to."""
+    topology = options.topology
+    if topology.proxy_url is None:
+        return None, None
+    env = topology.proxy_token_env
+    return topology.proxy_url, os.environ.get(env) if env is not None else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     options = options_from_args(parser.parse_args(argv), parser)
@@ -192,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainer_entry.train import run
 
         log.info("TRL talks to %s", url)
-        metrics = run(options, url)
+        metrics = run(options, url, figures_source(options))
     print(f"training finished: {metrics}", flush=True)
     return 0
 
