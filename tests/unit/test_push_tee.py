@@ -44,7 +44,7 @@ async def test_every_reader_gets_every_piece_in_order_within_the_bound() -> None
 
 async def test_a_reader_that_stops_is_cut_off_and_the_others_finish() -> None:
     stalled: list[int] = []
-    tee = Tee(2, limit=30, stall_s=0.05, on_stall=stalled.append)
+    tee = Tee(2, limit=30, stall_s=0.5, on_stall=stalled.append)
 
     async def write() -> None:
         for piece in PIECES:
