@@ -143,6 +143,10 @@ def suite_routing(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_sync(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    if args.push:
+        from benchmarks.sync_suite import suite_push
+
+        return suite_push(args.quick, progress)
     from benchmarks.sync import run_point
 
     lags = (0.0, 2.5) if args.quick else (0.0, 1.0, 2.5, 10.0)
@@ -313,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--requests", type=int, help="overhead: requests per target and repeat (default 6,000)"
+    )
+    parser.add_argument(
+        "--push",
+        action="store_true",
+        help="sync: adapter push against the mount path (sizes, fleet sizes, link limits)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()

@@ -3,7 +3,6 @@ ephemeral port, a free port for a child process, and an adapter directory as TRL
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import ssl
@@ -39,9 +38,7 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
     await site.start()
-    server = site._server
-    assert isinstance(server, asyncio.Server)
-    port = server.sockets[0].getsockname()[1]  # the bound one, when 0 was asked
+    port = runner.addresses[0][1]  # the bound one, when 0 was asked (asyncio's or uvloop's)
     try:
         scheme = "https" if ssl_context is not None else "http"
         yield f"{scheme}://{host}:{port}"

@@ -131,6 +131,13 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     add("--replica-args", default="", help="extra replica_entry flags, one quoted string")
     add("--mount-path", default="/lora", help="where every job mounts the bucket")
     add(
+        "--no-adapter-push",
+        dest="adapter_push",
+        action="store_false",
+        help="replicas without the adapter receiver, proxies that do not push: every sync waits "
+        "for the replicas' bucket mounts",
+    )
+    add(
         "--allow-public-bucket",
         action="store_true",
         help="use an existing public bucket (the wheel and the adapters become public)",
@@ -165,6 +172,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         mount_path=args.mount_path.rstrip("/"),
         replica_args=tuple(shlex.split(args.replica_args)),
         trainer_args=tuple(trainer_args),
+        adapter_push=args.adapter_push,
     )
 
 

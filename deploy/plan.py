@@ -14,6 +14,12 @@ per wave still to come).
 Topology ``sidecar``: the trainer job runs the proxy beside it and reaches each replica's exposed
 URL. Topology ``job``: the proxy is a job of its own with its port exposed, and the trainer is
 pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
+
+Adapter push (``adapter_push``, on unless ``deploy up --no-adapter-push``): every replica runs
+the adapter receiver inside vLLM and every proxy pushes (the sidecar, or the trainer's relay and
+the proxy job), so a sync does not wait for the bucket mount; the flags are written out in each
+command, so ``--dry-run`` shows them. Off: replicas without a receiver, proxies that only load
+from the mount.
 """
 
 from __future__ import annotations
@@ -81,6 +87,12 @@ class RunPlan:
     mount_path: str = "/lora"
     replica_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
+    adapter_push: bool = True
+
+    @property
+    def push_flag(self) -> str:
+        """The proxy's flag for ``adapter_push``."""
+        return "--adapter-push" if self.adapter_push else "--no-adapter-push"
 
     @property
     def run_dir(self) -> str:
@@ -129,6 +141,7 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
     argv = [
         *("python3", "-m", "replica_entry", "--backend", "vllm"),
         *("--host", "0.0.0.0", "--port", str(PORT), "--model", plan.model),
+        "--adapter-receiver" if plan.adapter_push else "--no-adapter-receiver",
         *plan.replica_args,
     ]
     return JobSpec(
@@ -154,6 +167,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
         *("--discover-namespace", plan.namespace),
         "--supervise",  # a proxy that dies comes back on the same port within seconds
+        plan.push_flag,
     ]
     return JobSpec(
         name=plan.job_name("proxy"),
@@ -188,6 +202,7 @@ def trainer_spec(
             *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
         ]
         expose = (PORT,)
+    target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
     argv = [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
         *target,

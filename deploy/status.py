@@ -43,9 +43,22 @@ def proxy_figures(status: Mapping[str, Any]) -> list[str]:
             f"adapters: newest {adapters.get('newest') or 'none yet'}, "
             f"{len(wanted)} wanted, {len(loading)} loading, window {adapters.get('window', '?')}"
         )
+        lines += _push_figures(adapters)
     if status.get("paused"):
         lines.append("paused: yes (the trainer is syncing weights)")
     return lines
+
+
+def _push_figures(adapters: Mapping[str, Any]) -> list[str]:
+    if "push" not in adapters:
+        return []
+    if not adapters["push"]:
+        return ["adapters: not pushed (--no-adapter-push): every replica loads from its mount"]
+    receivers = adapters.get("receivers") or {}
+    without = sorted(rid for rid, present in receivers.items() if not present)
+    present = len(receivers) - len(without)
+    line = f"adapters: pushed; receivers on {present}/{len(receivers)} replicas"
+    return [line + (f" (mount for {', '.join(without)})" if without else "")]
 
 
 def job_line(job: JobView, health: str) -> str:

@@ -2,7 +2,8 @@
 
 ``build_app`` must be called with an event loop running (the upstream session binds to it).
 Every shared object lives on the app under a ``web.AppKey``; one clock tells time for all of
-them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the upstream client,
+them. Lifecycle (``cleanup_ctx``, started in order, stopped in reverse): the adapter store (the
+proxy's own receiver's, emptied at start), the upstream client,
 the adapter watcher, the health loop (first probe round at once, so a fleet that is up is
 routable within milliseconds), the load scraper (each replica's /metrics), replica discovery.
 """
@@ -12,18 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.push import Pushed, Pusher
+from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
+from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
+from proxy.adapters.store import Entry, Store
 from proxy.adapters.watcher import Watcher
-from proxy.clock import Clock, RealClock
-from proxy.config import AdapterSettings, Settings, split_bucket
+from proxy.clock import Clock, Failed, RealClock
+from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
@@ -38,6 +47,7 @@ from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.handlers import Handlers
 from proxy.http.identity import Identities
+from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.server import ClientErrorLog, Guard, serving
@@ -71,6 +81,7 @@ LOAD = web.AppKey("load", LoadScraper)
 GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
 SETTINGS = web.AppKey("settings", Settings)
+RECEIVER = web.AppKey("receiver", Receiver)
 SAMPLER = web.AppKey("sampler", Sampler)
 
 
@@ -94,7 +105,18 @@ def build_app(
     retry = RetryPolicy(
         adapter_cfg.load_deadline_s, adapter_cfg.retry_min_s, adapter_cfg.retry_max_s
     )
-    broadcaster = Broadcaster(pool, client, registry, clock, retry)
+    store = Store(store_path(settings), adapter_cfg.store_max_bytes)
+    broadcaster = Broadcaster(
+        pool,
+        client,
+        registry,
+        clock,
+        retry,
+        pusher=build_pusher(
+            adapter_cfg, client, clock, settings.health.timeout_s, lambda t, e: failed(t, e)
+        ),
+        on_pushed=lambda replica, pushed: record_push(metrics, replica.id, pushed),
+    )
     source = build_source(adapter_cfg, settings.hub_endpoint)
     metrics = Metrics(
         pool,
@@ -119,6 +141,8 @@ def build_app(
         lambda replica: fleet.refresh_info(replica),
         has_source=source is not None,
         failed=failed,
+        store=store,
+        fetch=build_fetch(source, store),
     )
     fleet = FleetSync(pool, client, adapters, clock)
     breaker = Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s)
@@ -207,7 +231,11 @@ def build_app(
             token=token.get_secret_value() if token is not None else None,
             namespace=settings.discover_namespace,
         )
-    add_routes(app, handlers, Admin(pool, KeyCheck(settings.admin_key, "admin")))
+    receiver = Receiver(store, Limits(max_adapter_bytes=adapter_cfg.store_max_adapter_bytes))
+    app[RECEIVER] = receiver
+    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"))
+    add_routes(app, handlers, admin, ReceiverRoutes(receiver))
+    app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_client_ctx)
     app.cleanup_ctx.append(_adapters_ctx)
     app.cleanup_ctx.append(_health_ctx)
@@ -215,6 +243,64 @@ def build_app(
     app.cleanup_ctx.append(_discovery_ctx)
     app.cleanup_ctx.append(_sampler_ctx)
     return app
+
+
+async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
+    """The proxy's receiver store: emptied at start; removed at exit unless it was named."""
+    receiver = app[RECEIVER]
+    await asyncio.to_thread(receiver.store.reset)
+    yield
+    receiver.close()
+    if app[SETTINGS].adapters.store is None:
+        await asyncio.to_thread(shutil.rmtree, receiver.store.root, True)
+
+
+def store_path(settings: Settings) -> Path:
+    """``--adapter-store``, else one per port (a supervised restart empties its own), else a
+    fresh name for an ephemeral port."""
+    if settings.adapters.store is not None:
+        return settings.adapters.store
+    tag = str(settings.port) if settings.port else uuid.uuid4().hex[:12]
+    return Path(tempfile.gettempdir()) / f"rollout-proxy-{tag}-adapters"
+
+
+def build_pusher(
+    settings: AdapterSettings,
+    client: UpstreamClient,
+    clock: Clock,
+    probe_timeout_s: float,
+    failed: Failed,
+) -> Pusher | None:
+    if not settings.push:
+        return None
+    return Pusher(
+        client,
+        clock,
+        buffer_bytes=settings.push_buffer_bytes,
+        stall_s=settings.push_stall_s,
+        rate=settings.push_rate,
+        probe_timeout_s=probe_timeout_s,
+        failed=failed,
+    )
+
+
+def build_fetch(source: Source | None, store: Store) -> Callable[[str, str], Entry | None] | None:
+    """Downloads through the Hub for a bucket source (the proxy has no mount to read)."""
+    if not isinstance(source, BucketSource):
+        return None
+    bucket = source
+
+    def fetch(name: str, path: str) -> Entry | None:
+        return bucket.fetch(name, store, path) if bucket.covers(path) == name else None
+
+    return fetch
+
+
+def record_push(metrics: Metrics, replica: str, pushed: Pushed) -> None:
+    if pushed.path is not None:
+        metrics.push.record_push(replica, pushed.bytes, pushed.seconds)
+    elif pushed.cause is not None:
+        metrics.push.record_fallback(pushed.cause)
 
 
 async def _client_ctx(app: web.Application) -> AsyncIterator[None]:

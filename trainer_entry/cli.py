@@ -9,8 +9,11 @@ Topologies (exactly one):
   names another variable), as HF Jobs' exposed ports demand; ``--sidecar-host 0.0.0.0
   --sidecar-port 8000`` makes it reachable from outside the job (``deploy`` exposes that port to
   watch it), TRL still talks to it on 127.0.0.1;
-- ``--proxy-url URL [--proxy-token-env VAR]``: use a proxy elsewhere; with a token variable, a
-  local relay (the proxy with one upstream) adds ``Authorization: Bearer $VAR`` for TRL.
+- ``--proxy-url URL [--proxy-token-env VAR]``: use a proxy elsewhere, always through a local
+  relay (the proxy with one upstream): it pushes each adapter version TRL saves into the remote
+  proxy's receiver before it forwards TRL's load (the remote proxy then pushes on to the
+  replicas, needing no mount), and with a token variable it adds ``Authorization: Bearer $VAR``
+  for TRL, which cannot send one.
 
 Parsing needs none of the heavy packages; torch, TRL and PEFT are imported only to train.
 Exit codes: 0 when training finished, 2 for a bad flag (the message names it).
@@ -165,15 +168,27 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
             yield sidecar.local_url(url)
         return
     assert topology.proxy_url is not None
+    argv = sidecar.relay_command(topology.proxy_url, sidecar.free_port(), topology.proxy_args)
     if topology.proxy_token_env is None:
-        yield topology.proxy_url
+        log.info("starting a local relay to %s (pushes adapters; no token)", topology.proxy_url)
+        with sidecar.running(argv) as url:
+            yield url
         return
     token = os.environ[topology.proxy_token_env]
-    argv = sidecar.relay_command(topology.proxy_url, sidecar.free_port(), topology.proxy_args)
-    log.info("starting a local relay to %s (bearer token from $%s)", topology.proxy_url,
-             topology.proxy_token_env)  # fmt: skip
+    log.info("starting a local relay to %s (pushes adapters; bearer token from $%s)",
+             topology.proxy_url, topology.proxy_token_env)  # fmt: skip
     with sidecar.running(argv, env={"PROXY_UPSTREAM_TOKEN": token}) as url:
         yield url
+
+
+def figures_source(options: TrainerOptions) -> tuple[str | None, str | None]:
+    """Where the proxy's figures come from: the remote proxy (and its token) behind the local
+    relay, whose own view is one upstream; (None, None): the proxy TRL talks to."""
+    topology = options.topology
+    if topology.proxy_url is None:
+        return None, None
+    env = topology.proxy_token_env
+    return topology.proxy_url, os.environ.get(env) if env is not None else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -187,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainer_entry.train import run
 
         log.info("TRL talks to %s", url)
-        metrics = run(options, url)
+        metrics = run(options, url, figures_source(options))
     print(f"training finished: {metrics}", flush=True)
     return 0
 

@@ -13,8 +13,9 @@ class Topology:
     ``sidecar_replicas``: start the proxy beside the trainer in front of these replicas,
     listening on ``sidecar_host:sidecar_port`` (port 0: a free one), sending the bearer token
     read from the environment variable ``replica_token_env`` to the replicas. Else
-    ``proxy_url``: a proxy elsewhere, reached through a local relay that adds the bearer token
-    read from the environment variable ``proxy_token_env`` (or directly when there is none).
+    ``proxy_url``: a proxy elsewhere, reached through a local relay that pushes adapter versions
+    to it and adds the bearer token read from the environment variable ``proxy_token_env``
+    (when one is named).
     ``proxy_args`` go to the local proxy's command line unchanged.
     """
 

@@ -48,15 +48,18 @@ def figures(status: dict[str, Any]) -> dict[str, float | str]:
 
 
 class ProxyFigures:
-    """Reads the figures from the proxy TRL talks to (the sidecar, or the local relay)."""
+    """Reads the figures from the proxy in front of the replicas: the sidecar, or the remote
+    proxy behind the local relay (``token``: its bearer token), not the relay's own view."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, token: str | None = None) -> None:
         self._url = base_url.rstrip("/") + "/proxy/status"
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._warned = False
 
     def read(self) -> dict[str, float | str]:
+        request = urllib.request.Request(self._url, headers=self._headers)
         try:
-            with urllib.request.urlopen(self._url, timeout=TIMEOUT_S) as answer:
+            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
                 return figures(json.loads(answer.read()))
         except (OSError, ValueError, urllib.error.URLError) as exc:
             if not self._warned:  # once: the figures are a courtesy

@@ -6,9 +6,11 @@ Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a fre
   (``--adapters-dir``) so new versions reach every replica as soon as they are written, and
   sending the bearer token the replicas demand (HF Jobs' exposed ports answer 401 without one),
   taken from the trainer's ``HF_TOKEN`` and passed as the child's ``PROXY_UPSTREAM_TOKEN``;
-- relay: the proxy in front of ONE remote proxy, adding ``Authorization: Bearer <token>`` on every
-  request (TRL's clients cannot send headers; exposed HF Job ports demand a token). The token
-  travels in the child's environment (``PROXY_UPSTREAM_TOKEN``), never on its command line.
+- relay: the proxy in front of ONE remote proxy. It pushes each adapter version TRL saves into
+  the remote proxy's receiver before forwarding TRL's load (the remote proxy pushes on to the
+  replicas), and with a token adds ``Authorization: Bearer <token>`` on every request (TRL's
+  clients cannot send headers; exposed HF Job ports demand a token). The token travels in the
+  child's environment (``PROXY_UPSTREAM_TOKEN``), never on its command line.
 
 ``running(...)`` starts the child, waits for its ``proxy ready on URL`` line, copies its output
 to ours with a ``[proxy]`` prefix (so its pipe never fills), and stops it on exit: SIGTERM, then

@@ -105,8 +105,12 @@ class _WithProxyFigures(AsyncGRPOTrainer):  # type: ignore[misc]  # TRL is untyp
         super().log(logs, start_time)
 
 
-def run(options: TrainerOptions, base_url: str) -> dict[str, Any]:
-    """Train to the end; returns the final metrics TRL reports (its ``TrainOutput.metrics``)."""
+def run(
+    options: TrainerOptions, base_url: str, figures: tuple[str | None, str | None] = (None, None)
+) -> dict[str, Any]:
+    """Train to the end; returns the final metrics TRL reports (its ``TrainOutput.metrics``).
+
+    ``figures``: where the proxy's figures are read (URL, token); default: ``base_url``."""
     if apply_cpu_shims():
         log.warning("no CUDA: training in float32 on CPU without bf16 mixed precision")
     trainer = _WithProxyFigures(
@@ -116,7 +120,8 @@ def run(options: TrainerOptions, base_url: str) -> dict[str, Any]:
         train_dataset=load_prompts(options),
         peft_config=build_lora(options),
     )
-    trainer.proxy_figures = ProxyFigures(base_url)
+    figures_url, token = figures
+    trainer.proxy_figures = ProxyFigures(figures_url or base_url, token)
     resume: str | bool | None = options.resume
     if resume == "latest":
         resume = True

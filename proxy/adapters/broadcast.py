@@ -10,17 +10,27 @@ A client's load answers only when every routable replica has the version: 200, o
 rolling back the replicas that took it; a mount that never caught up answers 504 (never 404:
 TRL reads 404 as "runtime LoRA updating is off"). Loads of one name are coalesced: a load the
 watcher already started (or finished) is what the client's request waits for.
+
+With a ``Pusher`` and a version whose files the proxy can read, the bytes go first: pushed to
+every replica that needs them at once (``push``), each replica loading from its local copy as
+soon as its own push is done. A replica whose push fails (no receiver, refused, unreachable, or
+vLLM cannot find the copy) loads from the mount path as above: per replica, counted by cause
+(``on_pushed``). A rolled-back push is unloaded too, so the receiver deletes its copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import orjson
 
+from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.registry import Load, Registry, Unload, Version
 from proxy.clock import Clock
 from proxy.fleet.pool import ReplicaPool
@@ -40,6 +50,7 @@ class Outcome:
     reply: Reply | None = None
     attempts: int = 1
     seconds: float = 0.0
+    via: Literal["push", "mount"] = "mount"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,24 +70,37 @@ class Broadcaster:
         registry: Registry,
         clock: Clock,
         retry: RetryPolicy,
+        pusher: Pusher | None = None,
+        on_pushed: Callable[[Replica, Pushed], None] | None = None,
     ) -> None:
         self.pool = pool
         self.client = client
         self.registry = registry
         self.clock = clock
         self.retry = retry
+        self.pusher = pusher
+        self._on_pushed = on_pushed or (lambda replica, pushed: None)
 
     async def load_on(
-        self, replica: Replica, version: Version, deadline: float, *, replace: bool = False
+        self,
+        replica: Replica,
+        version: Version,
+        deadline: float,
+        *,
+        replace: bool = False,
+        path: str | None = None,
     ) -> Outcome:
         """Load ``version`` on one replica, retrying while its mount lags.
 
         ``replace``: the name is already loaded there with other or unknown files; load in place
         (it stays served throughout), then reset the replica's prefix cache, which vLLM keys by
         adapter name and would otherwise serve KV computed with the old weights.
+        ``path``: a pushed copy on the replica's own disk (never retried: it is there or lost);
+        else the mount path.
         """
+        target = path or version.where
         body = orjson.dumps(
-            {"lora_name": version.name, "lora_path": version.path, "load_inplace": replace}
+            {"lora_name": version.name, "lora_path": target, "load_inplace": replace}
         )
         delay, attempts, started = self.retry.min_s, 0, self.clock.monotonic()
         while True:
@@ -92,18 +116,18 @@ class Broadcaster:
             if reply.status == 200:
                 if replace:
                     await self._reset_cache(replica)
-                self.confirm(replica, version)
+                self.confirm(replica, version, target)
                 return Outcome(replica, "ok", reply, attempts, self.clock.monotonic() - started)
             if reply.status == 400 and b"already been loaded" in reply.body and not replace:
                 # The replica has this name from before this proxy knew: replace it in place.
                 replace = True
                 body = orjson.dumps(
-                    {"lora_name": version.name, "lora_path": version.path, "load_inplace": True}
+                    {"lora_name": version.name, "lora_path": target, "load_inplace": True}
                 )
                 continue
             if reply.status != 404 or b"No adapter found" not in reply.body:
                 return Outcome(replica, "failed", reply, attempts)
-            if self.clock.monotonic() + delay > deadline:
+            if path is not None or self.clock.monotonic() + delay > deadline:
                 elapsed = self.clock.monotonic() - started
                 return Outcome(replica, "lagging", reply, attempts, elapsed)
             await self.clock.sleep(delay)
@@ -131,9 +155,49 @@ class Broadcaster:
         log.warning("replica %s: unload of %s answered HTTP %d", replica.id, name, reply.status)
         return False
 
-    def confirm(self, replica: Replica, version: Version) -> None:
-        self.registry.mark_loaded(replica.id, version)
-        self.pool.adapter_loaded(replica, version.name, version.path)
+    def confirm(self, replica: Replica, version: Version, at: str | None = None) -> None:
+        """``replica`` holds ``version``, loaded from ``at`` (default: the mount path)."""
+        self.registry.mark_loaded(replica.id, version, at)
+        self.pool.adapter_loaded(replica, version.name, at or version.where)
+
+    # -- pushing ---------------------------------------------------------------------------
+
+    def push(self, version: Version, targets: list[Replica]) -> dict[str, asyncio.Task[Pushed]]:
+        """Start pushing ``version`` to ``targets`` (none without a pusher)."""
+        if self.pusher is None or not targets:
+            return {}
+        if version.files is None:
+            gone = Pushed(cause="unreadable", detail="the proxy cannot read this version's files")
+            return {r.id: asyncio.create_task(_done(gone)) for r in targets}
+        return self.pusher.start(version.name, Path(version.files), version.where, targets)
+
+    async def deliver(
+        self,
+        replica: Replica,
+        version: Version,
+        deadline: float,
+        *,
+        replace: bool = False,
+        push: asyncio.Task[Pushed] | None = None,
+    ) -> Outcome:
+        """Load ``version`` on ``replica`` from its pushed copy when ``push`` delivers one, else
+        (or when vLLM cannot find that copy) from the mount path."""
+        if push is not None:
+            pushed = await push
+            if pushed.path is not None:
+                outcome = await self.load_on(
+                    replica, version, deadline, replace=replace, path=pushed.path
+                )
+                if outcome.status != "lagging":  # "No adapter found": the copy is not there
+                    self._on_pushed(replica, pushed)
+                    return dataclasses.replace(outcome, via="push")
+                pushed = Pushed(cause="refused", detail="vLLM did not find the pushed copy")
+            self._on_pushed(replica, pushed)
+            log.info(
+                "replica %s loads %s from the mount: push %s (%s)",
+                replica.id, version.name, pushed.cause, pushed.detail,
+            )  # fmt: skip
+        return await self.load_on(replica, version, deadline, replace=replace)
 
     def _eject(self, replica: Replica, error: str) -> None:
         self.pool.eject(replica, "broadcast", error)
@@ -149,8 +213,13 @@ class Broadcaster:
                 if not await self.unload_on(replica, command.name):
                     return False
             elif isinstance(command, Load):
-                outcome = await self.load_on(
-                    replica, command.version, deadline, replace=command.replace
+                pushes = self.push(command.version, [replica])
+                outcome = await self.deliver(
+                    replica,
+                    command.version,
+                    deadline,
+                    replace=command.replace,
+                    push=pushes.get(replica.id),
                 )
                 if outcome.status != "ok":
                     self.pool.note_error(replica, _describe(outcome, command.version.name))
@@ -161,24 +230,46 @@ class Broadcaster:
         """Load ``version`` on every routable replica at once; roll back if any fails."""
         deadline = self.deadline()
         targets = self.pool.routable()
-        outcomes = list(
-            await asyncio.gather(*(self._ensure(r, version, deadline) for r in targets))
-        )
+        pushes = self.push(version, [r for r in targets if not self._holds(r, version)])
+        try:
+            outcomes = list(
+                await asyncio.gather(
+                    *(self._ensure(r, version, deadline, pushes.get(r.id)) for r in targets)
+                )
+            )
+        finally:
+            for task in pushes.values():
+                task.cancel()
         if any(o.status in ("failed", "lagging") for o in outcomes):
-            took = [o.replica for o in outcomes if o.status == "ok"]
-            await asyncio.gather(*(self.unload_on(r, version.name) for r in took))
+            # Unloaded too: a replica whose pushed copy was not loaded (its receiver drops it).
+            undo = [o.replica for o in outcomes if o.status == "ok" or o.via == "push"]
+            await asyncio.gather(*(self.unload_on(r, version.name) for r in undo))
         return outcomes
 
-    async def _ensure(self, replica: Replica, version: Version, deadline: float) -> Outcome:
+    def _holds(self, replica: Replica, version: Version) -> bool:
         held = self.registry.loaded.get(replica.id, {}).get(version.name)
-        if held is not None and held.source != "replica" and held.same_files(version):
+        return held is not None and held.source != "replica" and held.same_files(version)
+
+    async def _ensure(
+        self,
+        replica: Replica,
+        version: Version,
+        deadline: float,
+        push: asyncio.Task[Pushed] | None,
+    ) -> Outcome:
+        if self._holds(replica, version):
             return Outcome(replica, "ok", None, 0)
-        return await self.load_on(replica, version, deadline, replace=held is not None)
+        replace = self.registry.holds(replica.id, version.name)
+        return await self.deliver(replica, version, deadline, replace=replace, push=push)
 
     async def unload_fleet(self, name: str) -> list[tuple[Replica, bool]]:
         targets = [r for r in self.pool if r.routable or self.registry.holds(r.id, name)]
         done = await asyncio.gather(*(self.unload_on(r, name) for r in targets))
         return list(zip(targets, done, strict=True))
+
+
+async def _done(pushed: Pushed) -> Pushed:
+    return pushed
 
 
 def _describe(outcome: Outcome, name: str) -> str:

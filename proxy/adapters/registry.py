@@ -4,7 +4,8 @@ It knows
 - the versions wanted on the fleet (name, path, version number, source, files fingerprint), kept
   to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``
   minus one, so loading the next version never needs more than ``max_loras`` slots);
-- what each replica has loaded, and from which version record.
+- what each replica has loaded, from which version record and from which path (a pushed copy
+  lives at a path of its own on each replica).
 and turns "what is" into commands for one replica: unloads first (versions dropped), then loads;
 a name held with other files, or loaded before this proxy knew it, is replaced in place (vLLM's
 ``load_inplace``), so it never disappears from a replica that is serving it.
@@ -31,18 +32,29 @@ def version_number(name: str) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class Version:
+    """A version: ``path`` as the client named it (what ``/v1/models`` shows); ``mount`` where
+    the replicas' bucket mounts show it, when that differs (a copy a relay pushed to this proxy);
+    ``files``: a directory this proxy can read its bytes from (to push them), if any."""
+
     name: str
     path: str
     source: Literal["bucket", "client", "replica"]
     fingerprint: Fingerprint | None = None
+    mount: str | None = field(default=None, compare=False)
+    files: str | None = field(default=None, compare=False)
 
     @property
     def number(self) -> int | None:
         return version_number(self.name)
 
+    @property
+    def where(self) -> str:
+        """The path a replica loads it from without a push (through its bucket mount)."""
+        return self.mount or self.path
+
     def same_files(self, other: Version) -> bool:
-        """Same path and, where both are known, the same files."""
-        if self.path != other.path:
+        """Same place on the bucket and, where both are known, the same files."""
+        if self.where != other.where:
             return False
         if self.fingerprint is None or other.fingerprint is None:
             return True
@@ -69,6 +81,7 @@ class Registry:
     max_loras: int | None = None
     versions: dict[str, Version] = field(default_factory=dict)  # wanted, in arrival order
     loaded: dict[str, dict[str, Version]] = field(default_factory=dict)  # replica -> name -> v
+    at: dict[str, dict[str, str]] = field(default_factory=dict)  # replica -> name -> path used
     epoch: int = 0  # counts changes to the wanted set, so a replica sync can tell it raced one
     _arrival: int = 0
     _order: dict[str, int] = field(default_factory=dict)
@@ -114,27 +127,42 @@ class Registry:
     def holds(self, replica: str, name: str) -> bool:
         return name in self.loaded.get(replica, {})
 
-    def mark_loaded(self, replica: str, version: Version) -> None:
+    def mark_loaded(self, replica: str, version: Version, at: str | None = None) -> None:
+        """``replica`` loaded ``version`` from ``at`` (default: its mount path)."""
         self.loaded.setdefault(replica, {})[version.name] = version
+        self.at.setdefault(replica, {})[version.name] = at or version.where
 
     def mark_unloaded(self, replica: str, name: str) -> None:
         self.loaded.get(replica, {}).pop(name, None)
+        self.at.get(replica, {}).pop(name, None)
 
     def forget(self, replica: str) -> None:
         self.loaded.pop(replica, None)
+        self.at.pop(replica, None)
+
+    def _ours(self, replica: str, name: str, listed: str) -> bool:
+        """A listed path is the one we loaded (a pushed copy, or the version's own paths)."""
+        held = self.loaded.get(replica, {}).get(name)
+        if held is None:
+            return False
+        return listed in (self.at.get(replica, {}).get(name), held.path, held.where)
 
     def observe(self, replica: str, listed: dict[str, str]) -> None:
         """Align with a replica's own listing (name -> path): it is the truth of what it has.
 
-        Names the registry loaded keep their record; names it did not load are recorded as
-        ``replica``-sourced (unknown files), so a wanted version under that name gets reloaded.
+        Names the registry loaded keep their record (listed at the path it loaded them from, or
+        at the version's own path); others are recorded as ``replica``-sourced (unknown files),
+        so a wanted version under that name gets reloaded.
         """
-        mine = self.loaded.get(replica, {})
+        ours = {name for name, path in listed.items() if self._ours(replica, name, path)}
+        mine, where = self.loaded.get(replica, {}), self.at.get(replica, {})
         self.loaded[replica] = {
-            name: mine[name] if name in mine and mine[name].path == path
-            else Version(name, path, "replica")
+            name: mine[name] if name in ours else Version(name, path, "replica")
             for name, path in listed.items()
-        }  # fmt: skip
+        }
+        self.at[replica] = {
+            name: where.get(name, path) if name in ours else path for name, path in listed.items()
+        }
 
     def plan(self, replica: str, *, manage_unknown: bool) -> list[Command]:
         """Commands that bring ``replica`` to the wanted window.

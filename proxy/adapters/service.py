@@ -8,6 +8,12 @@
 - ``admit``: a replica that joins or comes back is given the window before it takes traffic.
 - ``out_of_step``: a replica answered "model does not exist" for a version it was believed to
   hold (it restarted between probes): forget it there and reconcile it in the background.
+
+Where a version's bytes come from, to push them (``broadcast``): the proxy's own receiver store
+when the path is one of its entries (a relay pushed it here; the replicas' mount shows it at
+the upload's origin), else the path itself when the proxy can read it (beside the trainer, or
+through its own mount). A version the proxy cannot read loads from the mount only. A name no
+longer wanted anywhere is dropped from the proxy's store.
 No aiohttp here: this is a service, not the edge.
 """
 
@@ -16,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +35,7 @@ import orjson
 from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
+from proxy.adapters.store import Entry, Store
 from proxy.clock import Failed
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
@@ -69,8 +77,14 @@ class AdapterService:
         *,
         has_source: bool,
         failed: Failed,
+        store: Store | None = None,
+        fetch: Callable[[str, str], Entry | None] | None = None,
     ) -> None:
         self.broadcaster = broadcaster
+        self.store = store  # the proxy's own receiver store
+        # fetch(name, mount path): download a version this proxy cannot read into ``store``
+        # (the Hub bucket source); None when that path is not one of the source's.
+        self._fetch = fetch
         self.registry: Registry = broadcaster.registry
         self.metrics = metrics
         self._refresh = refresh  # re-read a replica's models (the fleet's info refresh)
@@ -103,8 +117,7 @@ class AdapterService:
     async def load(self, body: bytes) -> LoadResult:
         name, path = parse_adapter_request(body, need_path=True)
         self.broadcaster.pool.require_routable()
-        files = await asyncio.to_thread(fingerprint, Path(path))
-        version = Version(name, path, "client", files)
+        version = await self._resolve(name, path)
         started = time.perf_counter()
         outcomes = await asyncio.shield(self._start_load(version))
         seconds = time.perf_counter() - started
@@ -112,6 +125,30 @@ class AdapterService:
         if took and not any(o.status in ("failed", "lagging") for o in outcomes):
             log.info("adapter %s loaded on %d replica(s) in %.2f s", name, took, seconds)
         return LoadResult(version, outcomes, seconds, self.broadcaster.retry.deadline_s)
+
+    async def _resolve(self, name: str, path: str) -> Version:
+        """The version a client's load names, with where its bytes can be read (if anywhere)."""
+        entry = await asyncio.to_thread(self.store.lookup, path) if self.store else None
+        if entry is not None:
+            return Version(name, path, "client", mount=entry.origin, files=str(entry.path))
+        files = await asyncio.to_thread(fingerprint, Path(path))
+        return Version(name, path, "client", files, files=path if files is not None else None)
+
+    async def _fetched(self, version: Version) -> Version:
+        """A version to push that this proxy cannot read: its copy, downloaded once."""
+        if version.files is not None or self._fetch is None or self.store is None:
+            return version
+        if self.broadcaster.pusher is None:
+            return version
+        entry = await asyncio.to_thread(self.store.by_origin, version.where)
+        if entry is None:
+            try:
+                entry = await asyncio.to_thread(self._fetch, version.name, version.where)
+            except Exception as exc:  # the Hub failed: the replicas load from their mounts
+                log.warning("adapter %s not downloaded (%s): loading from the mount", version.name,
+                            f"{type(exc).__name__}: {exc}")  # fmt: skip
+                return version
+        return version if entry is None else replace(version, files=str(entry.path))
 
     def _start_load(self, version: Version) -> asyncio.Task[list[Outcome]]:
         pending = self._pending.get(version.name)
@@ -144,17 +181,22 @@ class AdapterService:
     async def _load_now(self, version: Version) -> list[Outcome]:
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
-            version = wanted  # keep the record (and source) the watcher made
+            version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
+        version = await self._fetched(version)
         for name in self.registry.add(version):
             self._retired.append(name)
             self._spawn(self._unload_everywhere(name))
         started = time.perf_counter()
         outcomes = await self.broadcaster.load_fleet(version)
+        seconds = time.perf_counter() - started
         ok = all(o.status in ("ok", "unreachable") for o in outcomes)
         if not ok:
             self.registry.remove(version.name)  # refused or never visible: rolled back
         # With no replica reachable yet the version stays wanted: replicas get it on admission.
-        self.metrics.record_fleet_load(time.perf_counter() - started, "ok" if ok else "failed")
+        self.metrics.record_fleet_load(seconds, "ok" if ok else "failed")
+        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
+        if ok and paths:
+            self.metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
         for outcome in outcomes:
             if outcome.attempts:
                 self.metrics.record_adapter_load(
@@ -172,12 +214,18 @@ class AdapterService:
         async with self._exclusive(name):
             self.registry.remove(name)
             await self.broadcaster.unload_fleet(name)
+            await self._drop_stored(name)
         return UnloadResult(name, known)
 
     async def _unload_everywhere(self, name: str) -> None:
         async with self._exclusive(name):
             if name not in self.registry.versions:  # a later load may have wanted it again
                 await self.broadcaster.unload_fleet(name)
+                await self._drop_stored(name)
+
+    async def _drop_stored(self, name: str) -> None:
+        if self.store is not None:
+            await asyncio.to_thread(self.store.drop, name)
 
     # -- sources -------------------------------------------------------------------------
 
@@ -191,7 +239,8 @@ class AdapterService:
                 self._retired.append(name)
                 self._spawn(self._unload_everywhere(name))
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
-            version = Version(name, path, "bucket", files)
+            readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
+            version = Version(name, path, "bucket", files, files=path if readable else None)
             wanted = self.registry.wanted(name)
             if wanted is not None and wanted.same_files(version):
                 continue
@@ -206,6 +255,10 @@ class AdapterService:
     # -- replicas ------------------------------------------------------------------------
 
     async def admit(self, replica: Replica) -> bool:
+        pusher = self.broadcaster.pusher
+        if pusher is not None:  # it may have joined anew, with or without a receiver
+            pusher.forget(replica.id)
+            await pusher.probe(replica)
         self.registry.observe(replica.id, dict(replica.adapters))
         manage = self.has_source and self.source_seen
         ok = await self.broadcaster.bring_in_step(replica, manage_unknown=manage)
@@ -232,6 +285,10 @@ class AdapterService:
         if await self.admit(replica):
             log.info("replica %s reconciled", replica.id)
 
+    def roots(self) -> dict[str, str]:
+        """Each wanted version's path as its client named it (``/v1/models`` shows these)."""
+        return {name: version.path for name, version in self.registry.versions.items()}
+
     def stats(self) -> dict[str, int]:
         return {
             "wanted": len(self.registry.versions),
@@ -240,11 +297,15 @@ class AdapterService:
         }
 
     def status(self) -> dict[str, Any]:
+        pusher = self.broadcaster.pusher
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
             "loading": sorted(self._pending),
             "newest": self.registry.newest(),
+            # Pushing on or off, and which replicas have a receiver (as last probed).
+            "push": pusher is not None,
+            "receivers": dict(pusher.receivers) if pusher is not None else {},
         }
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:

@@ -4,16 +4,23 @@ A source answers "which complete versions exist now": name -> (path as the repli
 fingerprint). A version is complete when its directory holds ``adapter_config.json`` and a
 weights file; TRL publishes with an atomic rename, and a bucket mount shows files as they land,
 so an incomplete directory is simply not reported yet. ``watcher.Watcher`` polls a source.
+
+``BucketSource.fetch`` downloads one version through the Hub API into the proxy's store (sizes
+checked against the listing, sha256 recorded as for an upload), so a proxy without a mount can
+push it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from proxy.adapters.registry import Fingerprint
+from proxy.adapters.store import Entry, Store
+from proxy.adapters.wire import safe_name
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -92,6 +99,44 @@ class BucketSource:
     async def scan(self) -> Found:
         return await asyncio.to_thread(self._scan)
 
+    def covers(self, path: str) -> str | None:
+        """The version name when ``path`` is where the replicas' mount shows one of ours."""
+        base = "/".join(p for p in (self.mount_path, self.prefix) if p)
+        head, _, name = path.rstrip("/").rpartition("/")
+        return name if head == base and safe_name(name) else None
+
+    def fetch(self, name: str, store: Store, origin: str) -> Entry:
+        """Download version ``name`` into ``store`` (blocking; raises on any failure)."""
+        from huggingface_hub import HfApi
+        from huggingface_hub._buckets import BucketFile
+
+        api = HfApi(endpoint=self.endpoint)
+        folder = "/".join(p for p in (self.prefix, name) if p)
+        listing = api.list_bucket_tree(self.bucket_id, prefix=folder, recursive=True)
+        wanted = [
+            item for item in listing
+            if isinstance(item, BucketFile) and item.path.rpartition("/")[0] == folder
+            and safe_name(item.path.rpartition("/")[2])
+        ]  # fmt: skip
+        if not wanted:
+            raise FileNotFoundError(f"{self.bucket_id}/{folder} lists no file")
+        tmp = store.reserve(name, sum(int(item.size) for item in wanted))
+        try:
+            pairs = [(item, tmp / item.path.rpartition("/")[2]) for item in wanted]
+            self._download(api, pairs)
+            for item, local in pairs:
+                if local.stat().st_size != int(item.size):
+                    raise OSError(f"{item.path}: downloaded {local.stat().st_size} bytes")
+            files = [(local.name, local.stat().st_size, _sha256(local)) for _, local in pairs]
+            entry, _ = store.publish(tmp, name, files, origin)
+        except BaseException:
+            store.discard(tmp)
+            raise
+        return entry
+
+    def _download(self, api: Any, pairs: list[tuple[Any, Path]]) -> None:
+        api.download_bucket_files(self.bucket_id, files=pairs, raise_on_missing_files=True)
+
     def _scan(self) -> Found:
         from huggingface_hub import HfApi
         from huggingface_hub._buckets import BucketFile
@@ -115,3 +160,11 @@ class BucketSource:
                 path = "/".join(p for p in (self.mount_path, self.prefix, name) if p)
                 found[name] = (path, tuple(sorted(entries)))
         return found
+
+
+def _sha256(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()

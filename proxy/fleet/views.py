@@ -7,7 +7,8 @@ What TRL reads as one server: ``/health``, ``/server_info`` and ``/v1/models`` o
   otherwise fall back to NCCL weight sync) and the smallest ``max_loras``/``max_lora_rank``/
   ``max_cpu_loras`` of the routable replicas; ``lora_config`` is null unless every one has LoRA.
 - ``/v1/models``: the base model first (TRL reads ``data[0].max_model_len``), then each adapter
-  loaded on any routable replica, once.
+  loaded on any routable replica, once; an adapter the client loaded through the proxy shows the
+  path the client gave (``roots``), as one vLLM would, not a replica's pushed copy.
 
 ``replica_status``: one replica as ``/proxy/status`` and ``/admin/replicas`` show it (a drained
 replica says ``draining`` there as in ``/health``).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.fleet.pool import ReplicaPool
@@ -71,7 +73,7 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def models(pool: ReplicaPool) -> dict[str, Any] | None:
+def models(pool: ReplicaPool, roots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     routable = [r for r in pool.routable() if r.model_entries]
     if not routable:
         return None
@@ -83,7 +85,10 @@ def models(pool: ReplicaPool) -> dict[str, Any] | None:
         for name, path in replica.adapters.items():
             if name not in seen:
                 seen.add(name)
-                data.append(listed.get(name) or _adapter_entry(name, path, base))
+                entry = listed.get(name) or _adapter_entry(name, path, base)
+                if roots and name in roots:
+                    entry = {**entry, "root": roots[name]}
+                data.append(entry)
     return {"object": "list", "data": data}
 
 

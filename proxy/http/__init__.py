@@ -3,7 +3,7 @@
 Holds the route table (``routes``), the handlers (``handlers``: authenticate, read, classify,
 delegate, record), the admin API (``admin``), inbound key checks (``auth``) and every response
 body the proxy builds itself (``responses``: vLLM-shaped errors, aggregated fan-out and adapter
-answers).
+answers) and the proxy's own adapter receiver routes (``receiver``).
 
 Rules: the only room that turns outcomes into HTTP answers. May import every other room of the
 proxy; nothing imports it but ``proxy.app``.

@@ -327,7 +327,7 @@ class Handlers:
         return json_response(200, info)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
-        listing = views.models(self.pool)
+        listing = views.models(self.pool, self.adapters.roots())
         if listing is None:
             return responses.not_reported("listed its models")
         return json_response(200, listing)

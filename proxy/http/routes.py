@@ -1,6 +1,7 @@
 """The route table: every path the proxy answers, and the handler behind it.
 
-Only an allowlist of vLLM's public routes is registered; anything else (vLLM's dev-mode control
+Only an allowlist of vLLM's public routes is registered, and the adapter receiver's (a relay
+pushes adapters into this proxy as into a replica); anything else (vLLM's dev-mode control
 routes included) is answered 404 by aiohttp.
 """
 
@@ -8,18 +9,25 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from proxy.adapters.wire import PREFIX as RECEIVER_PREFIX
 from proxy.http import responses
 from proxy.http.admin import Admin
 from proxy.http.handlers import Handlers
+from proxy.http.receiver import ReceiverRoutes
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
 CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
 
 
-def add_routes(app: web.Application, h: Handlers, admin: Admin) -> None:
+def add_routes(
+    app: web.Application, h: Handlers, admin: Admin, receiver: ReceiverRoutes | None = None
+) -> None:
     g = h.guarded
     router = app.router
+    if receiver is not None:  # a relay in front of this proxy pushes adapters here
+        router.add_get(RECEIVER_PREFIX, g("adapter_store", receiver.listing))
+        router.add_put(RECEIVER_PREFIX + "/{name}", g("adapter_upload", receiver.upload))
     router.add_post("/v1/completions", g("completions", h.generation("completions", b"prompt")))
     router.add_post(
         "/v1/chat/completions",

@@ -2,7 +2,8 @@
 
 Holds the fixed label sets and bucket bounds (``labels``), the lock-free request-path counters
 and histograms (``tally``), the gauges read at scrape time (``collector``) and ``Metrics``
-(``recorder``): the one ``record_*`` API every room calls, and the page ``/metrics`` renders.
+(``recorder``): the one ``record_*`` API every room calls, and the page ``/metrics`` renders;
+the adapter push's figures (``push``, at ``Metrics.push``).
 
 Rules: records what it is told and reads state at scrape time; never decides anything. May
 import the standard library, prometheus_client, ``proxy.fleet`` (replica state to export) and

@@ -26,6 +26,7 @@ from proxy.metrics.labels import (
     PREFIX,
     REJECTION_REASONS,
 )
+from proxy.metrics.push import PushMetrics
 from proxy.metrics.tally import Spread, Tally, TallyCollector
 
 
@@ -182,6 +183,7 @@ class Metrics:
             "Replicas brought in step with the adapter window",
             registry=reg,
         )
+        self.push = PushMetrics(reg, (replica.id for replica in pool))
         reg.register(StateCollector(pool, sources or StateSources()))
         reg.register(
             TallyCollector(

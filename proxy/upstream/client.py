@@ -10,6 +10,7 @@ headers is copied here.
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -115,13 +116,41 @@ class UpstreamClient:
         async with self.session.request(
             method, target.url + path_qs, data=body, headers=headers, timeout=timeout
         ) as resp:
-            length = resp.content_length
-            if length is not None and length > CONTROL_ANSWER_LIMIT:
-                raise AnswerTooLong(f"answer of {length} bytes (limit {CONTROL_ANSWER_LIMIT})")
-            parts, size = [], 0
-            async for part in resp.content.iter_any():
-                size += len(part)
-                if size > CONTROL_ANSWER_LIMIT:
-                    raise AnswerTooLong(f"answer longer than {CONTROL_ANSWER_LIMIT} bytes")
-                parts.append(part)
-            return Reply(resp.status, b"".join(parts), resp.headers.get("Content-Type", ""))
+            return await _whole(resp)
+
+    async def upload(
+        self,
+        target: Target,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        length: int,
+        *,
+        content_type: str,
+        answer_timeout_s: float,
+    ) -> Reply:
+        """PUT ``length`` bytes taken from ``chunks`` as they come (``Content-Length``, never
+        chunked): memory is what ``chunks`` holds. No time limit while the body goes out (the
+        caller paces and watches it); then the answer within ``answer_timeout_s``, read whole.
+        Raises ``TRANSPORT_ERRORS``."""
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.settings.connect_timeout_s, sock_read=answer_timeout_s
+        )
+        headers = {"Content-Type": content_type, "Content-Length": str(length)}
+        async with self.session.put(
+            target.url + path, data=chunks, headers=headers, timeout=timeout
+        ) as resp:
+            return await _whole(resp)
+
+
+async def _whole(resp: aiohttp.ClientResponse) -> Reply:
+    """The whole answer, at most ``CONTROL_ANSWER_LIMIT`` bytes (else ``AnswerTooLong``)."""
+    length = resp.content_length
+    if length is not None and length > CONTROL_ANSWER_LIMIT:
+        raise AnswerTooLong(f"answer of {length} bytes (limit {CONTROL_ANSWER_LIMIT})")
+    parts, size = [], 0
+    async for part in resp.content.iter_any():
+        size += len(part)
+        if size > CONTROL_ANSWER_LIMIT:
+            raise AnswerTooLong(f"answer longer than {CONTROL_ANSWER_LIMIT} bytes")
+        parts.append(part)
+    return Reply(resp.status, b"".join(parts), resp.headers.get("Content-Type", ""))

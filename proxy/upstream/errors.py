@@ -69,3 +69,6 @@ TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
 )
 # Everything a control-plane exchange (call + reading its answer) may raise about the replica.
 CONTROL_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ReplyError)
+# ... and an answer aiohttp could not parse (a malformed status line or header), for callers
+# that must survive any replica (the adapter push and its probe).
+EXCHANGE_ERRORS: tuple[type[BaseException], ...] = (*CONTROL_ERRORS, aiohttp.ClientResponseError)

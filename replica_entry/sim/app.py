@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from replica_entry.sim import routes_control, routes_generate, routes_sim, routes_tokens
+from replica_entry.sim import (
+    routes_control,
+    routes_generate,
+    routes_receiver,
+    routes_sim,
+    routes_tokens,
+)
 from replica_entry.sim.middleware import check_api_key, record_requests, render_errors
 from replica_entry.sim.settings import SimSettings
 from replica_entry.sim.state import SIM_STATE, SimState
@@ -30,4 +36,16 @@ def build_sim_app(
     app.add_routes(routes_generate.routes)
     app.add_routes(routes_tokens.routes)
     app.add_routes(routes_sim.routes)
+    app.add_routes(routes_receiver.routes)
+    app.on_startup.append(_start_receiver)
+    app.on_cleanup.append(_stop_receiver)
     return app
+
+
+async def _start_receiver(app: web.Application) -> None:
+    """The receiver's store is emptied when the replica starts."""
+    _ = app[SIM_STATE].receiver
+
+
+async def _stop_receiver(app: web.Application) -> None:
+    app[SIM_STATE].close()

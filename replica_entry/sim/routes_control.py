@@ -118,7 +118,8 @@ async def load_lora_adapter(request: web.Request) -> web.Response:
     state = request.app[SIM_STATE]
     load = parse_request(LoadRequest, parse_json(await request.read()))
     request[RECORD].model = load.lora_name
-    return web.Response(text=state.adapters.load(load, state.faults.mount_lag_s))
+    lag = 0.0 if state.stored(load.lora_path) else state.faults.mount_lag_s  # pushed: local disk
+    return web.Response(text=state.adapters.load(load, lag))
 
 
 @routes.post("/v1/unload_lora_adapter")
@@ -126,7 +127,20 @@ async def unload_lora_adapter(request: web.Request) -> web.Response:
     state = request.app[SIM_STATE]
     unload = parse_request(UnloadRequest, parse_json(await request.read()))
     request[RECORD].model = unload.lora_name
-    return web.Response(text=state.adapters.unload(unload))
+    try:
+        text = state.adapters.unload(unload)
+    except ApiError as exc:
+        if exc.status == 404:  # not loaded here: a stored copy may go
+            await _forget_stored(request, unload.lora_name)
+        raise
+    await _forget_stored(request, unload.lora_name)
+    return web.Response(text=text)
+
+
+async def _forget_stored(request: web.Request, name: str) -> None:
+    receiver = request.app[SIM_STATE].receiver
+    if receiver is not None:
+        await receiver.unloaded(name)
 
 
 @routes.post("/pause")

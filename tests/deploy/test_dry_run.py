@@ -97,7 +97,8 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (
         f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
         f"https://<{run}-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
-        f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --output-dir /lora/{run} --max-steps 500"
+        f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
+        f"--output-dir /lora/{run} --max-steps 500"
     ) in trainer["command"][2]
 
 
@@ -130,12 +131,35 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert script.endswith(
         "--adapters-dir /mnt/b/exp1/.vllm_lora"
         " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team --supervise"
+        " --adapter-push"
     )
     trainer = specs[3]["command"][2]
     assert (
         "--proxy-url 'https://<exp1-proxy job id>--8000.hf.jobs' --proxy-token-env HF_TOKEN "
-        "--output-dir /mnt/b/exp1"
+        "--proxy-arg=--adapter-push --output-dir /mnt/b/exp1"
     ) in trainer
+
+
+@pytest.mark.parametrize("topology", ["sidecar", "job"])
+def test_adapter_push_is_on_and_shown_unless_turned_off(
+    topology: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = dry_run("--code", "image", "--topology", topology, monkeypatch=monkeypatch)
+    replicas = [s["command"] for s in specs if s["role"] == "replica"]
+    proxies = [s["command"] for s in specs if s["role"] != "replica"]  # sidecar, relay, job
+    assert all("--adapter-receiver" in command for command in replicas)
+    assert all(
+        "--adapter-push" in command or "--proxy-arg=--adapter-push" in command
+        for command in proxies
+    )
+    specs = dry_run(
+        "--code", "image", "--topology", topology, "--no-adapter-push", monkeypatch=monkeypatch
+    )
+    text = json.dumps([s["command"] for s in specs])
+    assert "--adapter-receiver" not in text.replace("--no-adapter-receiver", "")
+    assert "--adapter-push" not in text.replace("--no-adapter-push", "")
+    assert text.count("--no-adapter-receiver") == 2
+    assert text.count("--no-adapter-push") == (1 if topology == "sidecar" else 2)
 
 
 def test_image_code_runs_the_entry_points_directly(monkeypatch: pytest.MonkeyPatch) -> None:

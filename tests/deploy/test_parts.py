@@ -181,7 +181,10 @@ def test_the_replica_install_covers_what_replica_entry_imports() -> None:
     assert root is not None
     imported = set().union(*map(_imported_at_load, (root / "replica_entry").rglob("*.py")))
     owners = metadata.packages_distributions()
-    third_party = imported - set(sys.stdlib_module_names) - {"replica_entry", "__future__"}
+    # ``proxy`` is in the same wheel; what replica_entry takes from it (the adapter receiver's
+    # core) imports the standard library alone (tests/unit/test_receiver_asgi.py).
+    ours = {"replica_entry", "proxy", "__future__"}
+    third_party = imported - set(sys.stdlib_module_names) - ours
     needed = {canonical(dist) for name in third_party for dist in owners.get(name, [name])}
     assert needed == {canonical(name) for name in REPLICA_REQUIREMENTS}
 
@@ -202,3 +205,11 @@ def test_durations_read_as_the_client_reads_them(text: str) -> None:
     )
     assert parse_duration(text) == spec["timeoutSeconds"]
     assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+def test_proxy_figures_say_whether_adapters_are_pushed_and_where_not() -> None:
+    receivers = {"r1:8000": True, "r2:8000": False}
+    lines = proxy_figures({"adapters": {"window": 3, "push": True, "receivers": receivers}})
+    assert "adapters: pushed; receivers on 1/2 replicas (mount for r2:8000)" in lines
+    lines = proxy_figures({"adapters": {"window": 3, "push": False, "receivers": {}}})
+    assert "adapters: not pushed (--no-adapter-push): every replica loads from its mount" in lines

@@ -100,3 +100,30 @@ def test_without_the_token_the_sidecar_says_why_replicas_refuse(
 def test_listening_on_every_interface_trl_talks_to_loopback() -> None:
     assert sidecar.local_url("http://0.0.0.0:8000") == "http://127.0.0.1:8000"
     assert sidecar.local_url("http://127.0.0.1:4711") == "http://127.0.0.1:4711"
+
+
+def test_a_remote_proxy_is_always_reached_through_a_local_relay(
+    tmp_path: Path, servers: BackgroundServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a token too: the relay is what pushes each adapter version into the remote
+    proxy before it forwards TRL's load (the remote proxy has no mount of the trainer's)."""
+    remote = servers.start(build_sim_app(SimSettings()))  # stands for the remote proxy
+    monkeypatch.delenv("PROXY_UPSTREAM_TOKEN", raising=False)
+    launched: list[list[str]] = []
+    real_running = sidecar.running
+
+    def running(argv: list[str], **kwargs: Any) -> Any:
+        launched.append(list(argv))
+        return real_running(argv, **kwargs)
+
+    monkeypatch.setattr(sidecar, "running", running)
+    parser = build_parser()
+    argv = [
+        *("--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path / "run")),
+        *("--proxy-url", remote, *FAST),
+    ]
+    with proxy_for(options_from_args(parser.parse_args(argv), parser)) as url:
+        assert url != remote
+        assert _decided(url)["routable"] is True
+    (relay,) = launched
+    assert relay[relay.index("--replicas") + 1] == remote

@@ -30,6 +30,7 @@ PYTHON = sys.executable
 READY = "replica ready on "
 REPLICA_TOKEN = "hf_e2e_replica_token_0123456789"
 AUTH = {"Authorization": f"Bearer {REPLICA_TOKEN}"}
+_LOADED = re.compile(r"Loaded new LoRA adapter: name '(?P<name>[^']+)', path '(?P<path>[^']+)'")
 _EVENT = re.compile(
     r"Loaded new LoRA adapter: name '(?P<load>[^']+)'"
     r"|Removed LoRA adapter: name '(?P<unload>[^']+)'"
@@ -65,6 +66,14 @@ def events(log_text: str) -> list[Event]:
     return out
 
 
+def loaded_from(log_text: str) -> dict[str, list[str]]:
+    """Each adapter name a replica loaded, with the paths it loaded it from, in order."""
+    found: dict[str, list[str]] = {}
+    for match in _LOADED.finditer(log_text):
+        found.setdefault(match["name"], []).append(match["path"])
+    return found
+
+
 @dataclass
 class VllmServer:
     """A real vLLM CPU server started through ``replica_entry --backend vllm``."""
@@ -80,13 +89,22 @@ class VllmServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def store(self) -> Path:
+        """The adapter receiver's store (emptied at every start)."""
+        return self.log_path.with_name(f"{self.log_path.stem}-adapters")
+
+    def stored(self, path: str) -> bool:
+        """Whether ``path`` is in this replica's receiver store (a pushed copy)."""
+        return Path(path).resolve().parent.parent == self.store.resolve()
+
     def start(self) -> None:
         argv = [
             *(PYTHON, "-m", "replica_entry", "--backend", "vllm"),
             *("--model", str(self.model_dir), "--host", "127.0.0.1", "--port", str(self.port)),
             *("--max-lora-rank", "8", "--max-staleness", str(self.max_staleness)),
             *("--max-model-len", "512", "--dtype", "float32", "--block-size", "32"),
-            *("--ready-timeout", "240"),
+            *("--ready-timeout", "240", "--adapter-store", str(self.store)),
         ]
         self.starts.append(self.log_path.stat().st_size if self.log_path.exists() else 0)
         log = self.log_path.open("ab")

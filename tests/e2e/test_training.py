@@ -1,5 +1,6 @@
-"""TRL's AsyncGRPOTrainer trains a LoRA through the proxy against two real vLLM CPU servers,
-adapters travelling through one shared directory (the bucket mount's stand-in)."""
+"""TRL's AsyncGRPOTrainer trains a LoRA through the proxy against two real vLLM CPU servers.
+TRL saves adapters into one shared directory (the bucket mount's stand-in); the proxy pushes
+each version into every replica's adapter receiver (inside vLLM) and loads it from there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.conftest import MAX_STALENESS
@@ -21,6 +23,7 @@ from tests.e2e.support import (
     events,
     get_json,
     get_text,
+    loaded_from,
     metric_sum,
     run_trainer,
     versions,
@@ -34,6 +37,11 @@ PROXY_ARGS = ("--block-tokens", "32", "--template-threshold", "8")
 TRAIN_TIMEOUT_S = 420.0
 # A proxy this test starts sends the replicas' token, from its environment.
 UPSTREAM = {"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}
+
+
+def _roots(server: VllmServer) -> dict[str, str]:
+    """Adapter name -> the path the replica itself shows for it (``/v1/models`` root)."""
+    return {card["id"]: card["root"] for card in get_json(server.url + "/v1/models")["data"][1:]}
 
 
 def _trainer_args(tiny: dict[str, Path], out: Path, steps: int) -> list[str]:
@@ -66,6 +74,45 @@ def _completions(log_events: list[Event]) -> list[Event]:
     return [e for e in log_events if e.kind == "completion"]
 
 
+_TRANSFER = re.compile(r"Weight sync: resuming vLLM\.\.\. \(transfer took ([0-9.]+)s\)")
+_TOTAL = re.compile(r"Weight sync: done\. Total ([0-9.]+)s")
+_PROXY_LOAD = re.compile(r"adapter (trl-policy-v\d+) loaded on \d+ replica\(s\) in ([0-9.]+) s")
+
+
+@dataclass(frozen=True)
+class SyncTime:
+    version: str
+    trl_save_s: float  # TRL's "transfer": saving the adapter (its load call comes after)
+    trl_sync_s: float  # TRL's whole sync: pause, save, load (through the proxy), resume, unload
+    proxy_load_s: float | None  # the proxy's: TRL's load request to every replica loaded
+
+
+def report_sync_times(trainer_log: str, title: str) -> list[SyncTime]:
+    """The sync time of every step, from TRL's log lines and the proxy's; printed (``make e2e``
+    shows the output of passed tests) and returned."""
+    proxy = {name: float(seconds) for name, seconds in _PROXY_LOAD.findall(trainer_log)}
+    pairs = zip(_TRANSFER.findall(trainer_log), _TOTAL.findall(trainer_log), strict=False)
+    rows = [
+        SyncTime(f"trl-policy-v{n}", float(save), float(total), proxy.get(f"trl-policy-v{n}"))
+        for n, (save, total) in enumerate(pairs, 1)
+    ]
+    print(f"\nsync time per step ({title}):")
+    print("  version             TRL save   TRL sync   proxy: push + vLLM load")
+    for row in rows:
+        shown = "-" if row.proxy_load_s is None else f"{row.proxy_load_s:.3f} s"
+        print(f"  {row.version:<16} {row.trl_save_s:>11.1f} s {row.trl_sync_s:>8.1f} s   {shown}")
+    return rows
+
+
+def assert_pushed(server: VllmServer, log_text: str, names: list[str]) -> None:
+    """Every version in ``names`` was loaded on ``server`` from its receiver's store, never from
+    the shared directory (a replica's mount)."""
+    paths = loaded_from(log_text)
+    for name in names:
+        assert paths.get(name), (server.url, name, sorted(paths))
+        assert all(server.stored(path) for path in paths[name]), (server.url, name, paths[name])
+
+
 def test_training_syncs_every_version_to_both_replicas_and_routes_groups_together(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -91,9 +138,16 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
 
     synced = _synced(trainer_log)
     assert len(synced) == 9  # v1 before the first rollout, then one per step
+    rows = report_sync_times(trainer_log, "push, 2 replicas")
+    assert [r.version for r in rows] == synced
+    # Every version reached every replica by push: no replica fell back to the mount.
+    assert metric_sum(proxy_metrics, "rollout_proxy_adapter_push_fallbacks_total") == 0
     window = set(synced[-(MAX_STALENESS + 1) :])
     for server, offset in zip(clean_fleet, offsets, strict=True):
-        log_events = events(server.log_path.read_bytes()[offset:].decode(errors="replace"))
+        replica_log = server.log_path.read_bytes()[offset:].decode(errors="replace")
+        assert_pushed(server, replica_log, synced)
+        assert all(server.stored(root) for root in _roots(server).values())
+        log_events = events(replica_log)
         loaded = {e.value for e in log_events if e.kind == "load"}
         unloaded = {e.value for e in log_events if e.kind == "unload"}
         assert set(synced) <= loaded, (server.url, versions(loaded))
@@ -154,7 +208,10 @@ def test_the_sidecar_topology_trains_with_only_hf_token(
 def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
+    """The relay pushes each version into the remote proxy, which pushes it on to the replicas
+    (as a proxy job without the trainer's files would have to)."""
     out = tmp_path / "run"
+    offsets = [s.log_path.stat().st_size for s in clean_fleet]
     adapters = out / ".vllm_lora"
     adapters.mkdir(parents=True)
     argv = sidecar.sidecar_command(
@@ -173,6 +230,13 @@ def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(
     assert "starting a local relay" in trainer_log
     assert "training finished" in trainer_log
     assert "relay-secret" not in trainer_log
+    report_sync_times(trainer_log, "relay -> remote proxy -> 2 replicas, push")
+    synced = _synced(trainer_log)
+    assert synced
+    for server, offset in zip(clean_fleet, offsets, strict=True):
+        assert_pushed(
+            server, server.log_path.read_bytes()[offset:].decode(errors="replace"), synced
+        )
 
 
 def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic(
@@ -224,6 +288,10 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     assert f"trl-policy-v{newest_at_ready}" in before, (newest_at_ready, versions(before))
     assert len(before) >= min(newest_at_ready, MAX_STALENESS + 1), versions(before)
     assert {e.value for e in _completions(restarted)} == {"200"}
+    # The window went into the restarted replica's (emptied) receiver by push, as did every
+    # version after it.
+    assert_pushed(victim, victim.log_since_start(), sorted(before))
+    report_sync_times(trainer_log, "push, a replica restarted and the proxy killed once")
 
 
 def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: Path) -> int:

@@ -41,7 +41,7 @@ async def test_lagging_mount_is_retried_and_load_returns_when_the_last_replica_s
     tmp_path: Path,
 ) -> None:
     sims = [{}, {"faults": {"mount_lag_s": 0.6}}, {}]
-    async with run_stack(sims=sims) as stack:
+    async with run_stack(sims=sims, adapter_push=False) as stack:  # the mount path alone
         path = write_adapter(tmp_path, "trl-policy-v1")
         started = time.monotonic()
         status, body, _ = await load(stack, load_body("trl-policy-v1", path))
@@ -166,7 +166,7 @@ async def test_unseen_restart_is_retried_elsewhere_and_reconciled(tmp_path: Path
 
 async def test_request_for_a_version_still_loading_waits(tmp_path: Path) -> None:
     sims = [{"faults": {"mount_lag_s": 0.4}}, {"faults": {"mount_lag_s": 0.4}}]
-    async with run_stack(sims=sims) as stack:
+    async with run_stack(sims=sims, adapter_push=False) as stack:  # a load that takes a while
         path = write_adapter(tmp_path, "trl-policy-v1")
         loading = asyncio.create_task(load(stack, load_body("trl-policy-v1", path)))
         await wait_for(lambda: stack.proxy_app[ADAPTERS].knows("trl-policy-v1"), what="loading")

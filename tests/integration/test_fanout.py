@@ -64,7 +64,7 @@ async def test_trl_session_passes_through(tmp_path: Path) -> None:
 async def test_mount_that_never_catches_up_is_504_with_rollback(tmp_path: Path) -> None:
     # The third replica's mount never catches up: it keeps answering "No adapter found".
     sims = [{}, {}, {"faults": {"mount_lag_s": 3600}}]
-    async with run_stack(sims=sims, adapter_load_deadline=0.3) as stack:
+    async with run_stack(sims=sims, adapter_load_deadline=0.3, adapter_push=False) as stack:
         path = write_adapter(tmp_path, "trl-policy-v2")
         status, body, _ = await load(stack, load_body("trl-policy-v2", path))
         answer = orjson.loads(body)

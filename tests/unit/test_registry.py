@@ -76,3 +76,33 @@ def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -
                 registry.mark_unloaded("r1", command.name)
         assert len(registry.loaded["r1"]) <= max(max_loras - 1, 1)
     assert max(numbers) == registry.newest()
+
+
+def test_a_pushed_copy_is_recognised_at_its_replica_local_path() -> None:
+    """A replica lists the path it loaded from: a pushed copy's, not the bucket's."""
+    registry = Registry()
+    version = v(1)
+    registry.add(version)
+    registry.mark_loaded("r1", version, at="/tmp/store/trl-policy-v1/0123abcd")
+    registry.observe("r1", {"trl-policy-v1": "/tmp/store/trl-policy-v1/0123abcd"})
+    assert registry.plan("r1", manage_unknown=True) == []
+    # Another copy at another path is not ours: it gets replaced.
+    registry.observe("r1", {"trl-policy-v1": "/elsewhere"})
+    assert registry.plan("r1", manage_unknown=True) == [Load(version, replace=True)]
+
+
+def test_a_version_a_relay_pushed_is_the_bucket_version_at_its_mount_path() -> None:
+    """A relay's upload names where the bucket mount shows the version: the watcher's later
+    find of that directory is the same version, not another to load in place."""
+    pushed = Version("trl-policy-v1", "/tmp/proxy-store/trl-policy-v1/ab", "client",
+                     mount="/lora/run/.vllm_lora/trl-policy-v1")  # fmt: skip
+    watched = Version("trl-policy-v1", "/lora/run/.vllm_lora/trl-policy-v1", "bucket",
+                      (("adapter_model.safetensors", 10, 1),))  # fmt: skip
+    assert pushed.where == watched.where == watched.path
+    assert pushed.same_files(watched) and watched.same_files(pushed)
+    registry = Registry()
+    registry.add(pushed)
+    registry.mark_loaded("r1", pushed, at="/replica/store/trl-policy-v1/cd")
+    # The relay in front of this proxy sees the path it asked for listed.
+    registry.observe("r1", {"trl-policy-v1": pushed.path})
+    assert registry.plan("r1", manage_unknown=True) == []

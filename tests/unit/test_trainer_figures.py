@@ -47,3 +47,23 @@ async def test_a_live_proxy_is_read_and_an_absent_one_costs_nothing(
     assert await asyncio.to_thread(gone.read) == {}
     assert await asyncio.to_thread(gone.read) == {}
     assert sum("proxy figures unavailable" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_behind_a_relay_the_figures_are_the_remote_proxys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--proxy-url always runs a local relay (it pushes adapters); the figures describe the
+    fleet, so they come from the remote proxy, with the token the relay sends it."""
+    from trainer_entry.cli import build_parser, figures_source, options_from_args
+
+    monkeypatch.setenv("REMOTE_TOKEN", "remote-key")
+    async with run_stack(2, api_key="remote-key") as stack:
+        parser = build_parser()
+        argv = [
+            *("--model", "m", "--dataset", "d.jsonl", "--output-dir", "/tmp/run"),
+            *("--proxy-url", stack.proxy_url, "--proxy-token-env", "REMOTE_TOKEN"),
+        ]
+        url, token = figures_source(options_from_args(parser.parse_args(argv), parser))
+        assert (url, token) == (stack.proxy_url, "remote-key")
+        read = await asyncio.to_thread(ProxyFigures(stack.proxy_url, token).read)
+        assert read["proxy/replicas_routable"] == 2.0

@@ -39,7 +39,11 @@ def test_gpu_install_runs_vllm_serve_with_what_trl_needs() -> None:
     for flag in ("--enable-lora", "--enable-prefix-caching", "--enable-prompt-tokens-details"):
         assert flag in launch.argv
     assert "--enable-scale-out" in launch.argv  # token-in generation: /inference/v1/generate
-    assert launch.env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+    assert launch.env == {
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+        "VLLM_SERVER_DEV_MODE": "1",
+        "ROLLOUT_ADAPTER_STORE": launch.env["ROLLOUT_ADAPTER_STORE"],
+    }
 
 
 def test_max_loras_defaults_to_staleness_plus_two() -> None:
@@ -80,6 +84,7 @@ def test_cpu_install_runs_the_api_server_module_with_its_environment(tmp_path: P
         "VLLM_SERVER_DEV_MODE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "2",
         "HF_HUB_OFFLINE": "1",
+        "ROLLOUT_ADAPTER_STORE": launch.env["ROLLOUT_ADAPTER_STORE"],
     }
 
 
@@ -133,7 +138,8 @@ def test_print_command_prints_one_shell_line(
     )
     assert code == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith("VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 VLLM_SERVER_DEV_MODE=1 vllm serve")
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 VLLM_SERVER_DEV_MODE=1 vllm serve" in line
+    assert line.startswith("ROLLOUT_ADAPTER_STORE=")
     assert "'my model'" in line
 
 
@@ -151,3 +157,48 @@ def test_exit_codes_read_as_a_shell_reports_them() -> None:
     assert exit_code(0) == 0
     assert exit_code(3) == 3
     assert exit_code(-15) == 143
+
+
+RECEIVER = "replica_entry.receiver.AdapterReceiver"
+
+
+def test_the_adapter_receiver_is_installed_with_a_store_per_port() -> None:
+    launch = build_launch(_options("--model", "m", "--port", "8011"), Install.GPU, {})
+    assert _flag(launch.argv, "--middleware") == RECEIVER
+    store = Path(launch.env["ROLLOUT_ADAPTER_STORE"])
+    assert store.name == "rollout-adapters-8011"
+    assert "ROLLOUT_ADAPTER_MAX_BYTES" not in launch.env  # the receiver's own default
+
+
+def test_no_adapter_receiver_leaves_it_out() -> None:
+    launch = build_launch(_options("--model", "m", "--no-adapter-receiver"), Install.GPU, {})
+    assert "--middleware" not in launch.argv
+    assert not any(key.startswith("ROLLOUT_") for key in launch.env)
+
+
+def test_the_receivers_settings_travel_in_its_environment(tmp_path: Path) -> None:
+    options = _options(
+        "--model", "m", "--adapter-store", str(tmp_path), "--adapter-max-bytes", "1000",
+        "--adapter-store-max-bytes", "5000",
+    )  # fmt: skip
+    env = build_launch(options, Install.GPU, {}).env
+    assert env["ROLLOUT_ADAPTER_STORE"] == str(tmp_path)
+    assert (env["ROLLOUT_ADAPTER_MAX_BYTES"], env["ROLLOUT_ADAPTER_STORE_MAX_BYTES"]) == (
+        "1000",
+        "5000",
+    )
+
+
+def test_an_api_key_for_vllm_alone_is_refused_while_the_receiver_checks_keys(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """vLLM's ``--api-key`` would guard its routes but not the receiver (it reads
+    ``VLLM_API_KEY``): replica_entry's ``--api-key`` sets that variable for both."""
+    with pytest.raises(SystemExit) as stopped:
+        vllm_backend.main(
+            ["--backend", "vllm", "--model", "m", "--print-command", "--", "--api-key", "k"]
+        )
+    assert stopped.value.code == 2
+    assert "--api-key" in capsys.readouterr().err
+    options = _options("--model", "m", "--no-adapter-receiver", "--", "--api-key", "k")
+    assert build_launch(options, Install.GPU, {}).argv[-2:] == ("--api-key", "k")

@@ -1,0 +1,247 @@
+"""Adapter versions on local disk, as a receiver keeps them. Standard library only; blocking
+calls (a receiver runs them in worker threads, off its event loop).
+
+Layout under ``root``::
+
+    .lock                             taken (flock) while space is reserved
+    .tmp/<name>.<bytes>.<random>/     uploads in progress; the name carries the bytes reserved
+    <name>/<digest16>/                published entries: the adapter's files and META
+
+Invariants:
+- An entry appears by one ``rename`` of a complete directory whose files were each checked
+  (size, sha256) and fsynced: a reader (vLLM) never sees a partial adapter. Entries are named
+  by content, so concurrent uploads of one name either land on one entry (same bytes: the
+  second is discarded) or on two (different bytes), never on a mixed one.
+- Bytes published plus bytes reserved by uploads in progress never exceed ``max_store_bytes``:
+  a new upload that does not fit is refused (507); nothing is ever deleted to make room.
+- Entries of a name are deleted only by ``drop(name)``, which the receiver calls after that name
+  was unloaded on its replica (vLLM may reload an adapter from its path at any time before).
+- The state is the directory itself (several server processes may share one store); ``reset``
+  empties it when the replica starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.adapters.wire import UploadError, content_digest, safe_name
+
+META = ".rollout.json"
+TMP = ".tmp"
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str
+    digest: str
+    path: Path
+    bytes: int
+    origin: str | None
+    files: tuple[tuple[str, int, str], ...]  # (file name, size, sha256)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "digest": self.digest,
+            "path": str(self.path),
+            "bytes": self.bytes,
+            "origin": self.origin,
+            "files": [{"name": n, "size": s, "sha256": d} for n, s, d in self.files],
+        }
+
+
+class FileSink:
+    """One file of an upload being written: hashed as written, fsynced at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, _OPEN_FLAGS, 0o644)
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._hash.update(data)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self.size += len(data)
+
+    def write_all(self, pieces: list[memoryview]) -> None:
+        for piece in pieces:
+            self.write(piece)
+
+    def finish(self) -> str:
+        """fsync and close; returns the hex sha256 of what was written."""
+        try:
+            os.fsync(self._fd)
+        finally:
+            self.close()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class Store:
+    def __init__(self, root: Path, max_store_bytes: int) -> None:
+        self.root = Path(os.path.realpath(root))
+        self.max_store_bytes = max_store_bytes
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the store (its replica starts with no adapter loaded)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        for child in self.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        (self.root / TMP).mkdir()
+
+    # -- an upload -------------------------------------------------------------------------
+
+    def reserve(self, name: str, total: int) -> Path:
+        """A fresh directory for an upload of ``total`` bytes; 507 if the store cannot hold it."""
+        with self._locked():
+            used = self.used()
+            if used + total > self.max_store_bytes:
+                raise UploadError(
+                    507,
+                    f"the store holds {used} bytes; {total} more would exceed its "
+                    f"{self.max_store_bytes} (it frees space when adapters are unloaded)",
+                )
+            tmp = self.root / TMP / f"{name}.{total}.{secrets.token_hex(6)}"
+            tmp.mkdir(parents=True)
+            return tmp
+
+    def open_file(self, tmp: Path, name: str) -> FileSink:
+        return FileSink(tmp / name)
+
+    def publish(
+        self, tmp: Path, name: str, files: list[tuple[str, int, str]], origin: str | None
+    ) -> tuple[Entry, bool]:
+        """Move a complete upload into place; (entry, False) when the same bytes were there."""
+        digest = content_digest(files)
+        meta = {"name": name, "digest": digest, "origin": origin, "files": sorted(files)}
+        _write_synced(tmp / META, json.dumps(meta).encode())
+        _fsync_dir(tmp)
+        final = self.root / name / digest[:16]
+        created = False
+        for _ in range(3):  # a drop(name) may remove the name's directory meanwhile: again
+            (self.root / name).mkdir(exist_ok=True)
+            try:
+                os.rename(tmp, final)
+            except FileNotFoundError:
+                continue
+            except OSError:  # the same bytes were published meanwhile
+                if not final.is_dir():
+                    raise
+                self.discard(tmp)
+            else:
+                created = True
+                _fsync_dir(self.root / name)
+            break
+        entry = self._entry(final)
+        if entry is None:
+            raise UploadError(500, f"adapter {name} vanished while it was published")
+        return entry, created
+
+    def discard(self, tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    # -- what is stored --------------------------------------------------------------------
+
+    def drop(self, name: str) -> int:
+        """Delete every entry of ``name`` (it was unloaded); returns the bytes freed."""
+        if not safe_name(name):
+            return 0
+        freed = sum(e.bytes for e in self.entries() if e.name == name)
+        shutil.rmtree(self.root / name, ignore_errors=True)
+        return freed
+
+    def entries(self) -> list[Entry]:
+        found = []
+        for name_dir in _dirs(self.root):
+            if safe_name(name_dir.name):
+                found += [e for d in _dirs(name_dir) if (e := self._entry(d)) is not None]
+        return found
+
+    def used(self) -> int:
+        """Bytes published plus bytes reserved by uploads in progress."""
+        reserved = 0
+        for tmp in _dirs(self.root / TMP):
+            with contextlib.suppress(ValueError, IndexError):
+                reserved += int(tmp.name.rsplit(".", 2)[1])
+        return reserved + sum(e.bytes for e in self.entries())
+
+    def lookup(self, path: str) -> Entry | None:
+        """The entry at ``path`` (as ``describe`` shows it), or None if it is not one of ours."""
+        real = Path(os.path.realpath(path))
+        if real.parent.parent != self.root:
+            return None
+        return self._entry(real)
+
+    def by_origin(self, origin: str) -> Entry | None:
+        """The newest entry uploaded with this ``origin``."""
+        found = [e for e in self.entries() if e.origin == origin]
+        return max(found, key=lambda e: e.path.stat().st_mtime_ns, default=None)
+
+    def _entry(self, directory: Path) -> Entry | None:
+        try:
+            meta = json.loads((directory / META).read_bytes())
+            files = tuple((str(n), int(s), str(d)) for n, s, d in meta["files"])
+            return Entry(
+                name=str(meta["name"]),
+                digest=str(meta["digest"]),
+                path=directory,
+                bytes=sum(size for _, size, _ in files),
+                origin=meta.get("origin"),
+                files=files,
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+def _dirs(path: Path) -> list[Path]:
+    try:
+        return [p for p in path.iterdir() if p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    sink = FileSink(path)
+    try:
+        sink.write(data)
+    finally:
+        sink.finish()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,46 @@
+"""The proxy's own adapter receiver: the routes a replica's receiver answers (``proxy.adapters.
+wire``), so that a relay in front of this proxy pushes adapters here as it would to a replica.
+
+Authenticated like every other route (``--api-key``, by the route guard); the upload streams
+into the proxy's store through the same core as a replica's (``proxy.adapters.receive``: bounded
+memory, sizes and sha256 checked, atomic publish, per-adapter and store caps). A stored version
+is what a later load naming its path pushes on to the replicas (``AdapterService``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import ClientPayloadError, web
+
+from proxy.adapters.receive import Answer, ClientGone, Receiver
+from proxy.http.responses import json_response
+
+
+class ReceiverRoutes:
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+
+    async def listing(self, request: web.Request) -> web.StreamResponse:
+        return _answer(await self.receiver.listing())
+
+    async def upload(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        chunks = _chunks(request)
+        answer = await self.receiver.upload(name, request.content_length, chunks)
+        response = _answer(answer)
+        if answer.status >= 400:
+            response.force_close()  # the body may be unread: this connection cannot go on
+        return response
+
+
+async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in request.content.iter_any():
+            yield chunk
+    except (ClientPayloadError, ConnectionError) as exc:
+        raise ClientGone from exc
+
+
+def _answer(answer: Answer) -> web.Response:
+    return json_response(answer.status, answer.body)
