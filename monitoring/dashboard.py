@@ -58,6 +58,18 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             ("In flight by adapter version", "short", [
                 ("{{version}}", "rollout_proxy_inflight_by_version"),
             ]),
+            ("What the replicas report: waiting requests", "short", [
+                ("{{replica}}", f'rollout_proxy_replica_reported{{kind="waiting",{R}}}'),
+            ]),
+            ("What the replicas report: KV cache usage", "percentunit", [
+                ("{{replica}}", f'rollout_proxy_replica_reported{{kind="kv_usage",{R}}}'),
+            ]),
+            ("Estimated work in flight (decode-token equivalents)", "short", [
+                ("{{replica}}", f"rollout_proxy_replica_cost{{{R}}}"),
+            ]),
+            ("Load scrapes of the replicas' /metrics", "short", [
+                ("{{outcome}}", f"sum by (outcome) (increase(rollout_proxy_load_scrapes_total[{RI}]))"),
+            ]),
         ],
     ),
     (
@@ -104,6 +116,16 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
                 ("load on every replica", f'histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_adapter_fleet_load_seconds_bucket{{outcome="ok"}}[{RI}])))'),
             ]),
             ("Adapter versions", "short", [("{{kind}}", "rollout_proxy_adapter_versions")]),
+            ("Fleet sync time by path (p50)", "s", [
+                ("{{path}}", f"histogram_quantile(0.5, sum by (le, path) (rate(rollout_proxy_adapter_fleet_sync_seconds_bucket[{RI}])))"),
+            ]),
+            ("Adapter push: bytes per second and fallbacks to the mount", "short", [
+                ("{{replica}} bytes/s", f"sum by (replica) (rate(rollout_proxy_adapter_push_bytes_total{{{R}}}[{RI}]))"),
+                ("fallback: {{cause}}", f"sum by (cause) (increase(rollout_proxy_adapter_push_fallbacks_total[{RI}]))"),
+            ]),
+            ("Adapter push time per replica (p50)", "s", [
+                ("{{replica}}", f"histogram_quantile(0.5, sum by (le, replica) (rate(rollout_proxy_adapter_push_seconds_bucket{{{R}}}[{RI}])))"),
+            ]),
         ],
     ),
     (

@@ -169,6 +169,13 @@ def build_app(
             inflight=limiter.inflight,
             queued=limiter.queued,
             replica_inflight={r.id: r.inflight for r in pool.routable()},
+            replica_waiting={
+                r.id: r.reported.waiting for r in pool.routable() if r.reported is not None
+            },
+            replica_kv={
+                r.id: r.reported.kv_usage for r in pool.routable() if r.reported is not None
+            },
+            pushing=adapters.broadcaster.pusher is not None,
             requests=totals["requests"],
             paused_s=fleet.paused_seconds(),
             prompt_tokens=totals["prompt"],

@@ -146,7 +146,7 @@ def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     hits = (snap.status.get("quality") or {}).get("replicas") or {}
     for r in snap.status.get("replicas", []):
-        load = r.get("load") or {}
+        load = r.get("reported") or {}
         rid = str(r.get("id", "?"))
         rows.append(
             (

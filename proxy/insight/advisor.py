@@ -5,7 +5,8 @@ verdict, the action to take, and the figures behind it. The first rule that hold
 
 1. ``idle``: almost nothing in flight and no requests: nothing to say.
 2. ``sync-bound``: the fleet spent at least ``SYNC_SHARE`` of the window paused by weight syncs:
-   turn on adapter push, or raise TRL's ``weight_sync_steps``.
+   turn on adapter push (when adapters still travel through the bucket mount), or raise TRL's
+   ``weight_sync_steps``.
 3. ``generation-bound``: in at least ``SATURATED_SHARE`` of the samples the replicas were full
    (requests queued at the proxy for a slot, replicas reporting waiting requests, or their KV
    cache at ``KV_FULL``): add replicas.
@@ -50,6 +51,7 @@ class Sample:
     cached_tokens: float = 0.0
     offered_tokens: float = 0.0  # sampled prompts (available reuse estimate)
     available_tokens: float = 0.0
+    pushing: bool = False  # adapters reach the replicas by push (else through the bucket mount)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +127,14 @@ def advise(window: Sequence[Sample]) -> Advice:
         return Advice("idle", "no traffic in the window", f)
     paused = f["paused_share"] or 0.0
     if paused >= SYNC_SHARE:
+        knob = (
+            "raise TRL's weight_sync_steps (adapters are pushed already)"
+            if window[-1].pushing
+            else "turn on adapter push (replicas with the adapter receiver, the proxy without "
+            "--no-adapter-push), or raise TRL's weight_sync_steps"
+        )
         return Advice(
-            "sync-bound",
-            f"weight syncs keep the fleet paused {paused:.0%} of the time: turn on adapter push "
-            "(replicas with the adapter receiver), or raise TRL's weight_sync_steps",
-            f,
+            "sync-bound", f"weight syncs keep the fleet paused {paused:.0%} of the time: {knob}", f
         )
     if (f["saturated_share"] or 0.0) >= SATURATED_SHARE:
         return Advice(

@@ -141,3 +141,15 @@ def test_saturation_by_vllms_own_queue_or_kv_is_generation_bound() -> None:
     assert advise(waiting).verdict == "generation-bound"
     kv = _window(replica_kv={"a": 0.95, "b": 0.5})
     assert advise(kv).verdict == "generation-bound"
+
+
+def test_sync_bound_names_push_only_when_adapters_do_not_travel_by_push_yet() -> None:
+    paused = [
+        Sample(at=float(t), inflight=4, queued=0, requests=10.0 * t, paused_s=0.5 * t, pushing=p)
+        for p in (False, True)
+        for t in range(10)
+    ]
+    mount, push = advise(paused[:10]), advise(paused[10:])
+    assert mount.verdict == push.verdict == "sync-bound"
+    assert "turn on adapter push" in mount.action
+    assert "pushed already" in push.action and "turn on" not in push.action
