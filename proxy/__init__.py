@@ -9,6 +9,7 @@ Rooms, from the edge inwards (each package's docstring says what it holds and ma
 - ``routing``: pure policies that choose a replica;
 - ``upstream``: talking to replicas (parser, keep-alive connections, control-plane client);
 - ``metrics``: what is exported to Prometheus;
+- ``insight``: the bottleneck advisor and the samples it judges;
 - ``console``: ``rollout-proxy top``, a terminal client of a running proxy.
 
 At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs`` and

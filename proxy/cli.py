@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -101,6 +102,20 @@ async def serve(settings: Settings) -> None:
     log.info("shutdown complete")
 
 
+GC_THRESHOLD = 20_000  # young-generation allocations between collections (CPython's default: 700)
+
+
+def tune_gc() -> None:
+    """Fewer, cheaper garbage collections: what exists at start (modules, settings) is moved out
+    of the collector's view, and the young generation is collected every ``GC_THRESHOLD``
+    allocations instead of 700 (a request allocates a few hundred objects, freed by reference
+    counting; cycles are rare on the request path)."""
+    gc.collect()
+    gc.freeze()
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, second, third)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["top"]:  # rollout-proxy top [URL]: look at a running proxy
@@ -134,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not settings.replicas:
         log.warning("no replicas configured: add some with --replicas or the admin API")
+    tune_gc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a core dependency

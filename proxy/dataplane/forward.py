@@ -61,7 +61,7 @@ class Tracing(Protocol):
     def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class Identity:
     """Who a request is, upstream and back: its id, and the header lines sent to the replica."""
 
@@ -100,7 +100,7 @@ class _Failed(Exception):
         self.answer = answer
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class _Exchange:
     """One client request being forwarded: what every attempt sends and reports."""
 
@@ -226,7 +226,7 @@ class Forwarder:
         model = route.model
         by_model[model] = by_model.get(model, 0) + 1
         try:
-            return await self._forward(exchange, route)
+            return await self._forward(request, exchange, route)
         finally:
             left = by_model[model] - 1
             if left:
@@ -234,8 +234,9 @@ class Forwarder:
             else:
                 del by_model[model]
 
-    async def _forward(self, exchange: _Exchange, route: RouteRequest) -> web.StreamResponse:
-        request = exchange.request
+    async def _forward(
+        self, request: web.Request, exchange: _Exchange, route: RouteRequest
+    ) -> web.StreamResponse:
         tried: set[str] = set()
         errors: list[str] = []
         last_answer: web.Response | None = None

@@ -28,7 +28,7 @@ from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class Placement:
     """Where a request goes, why (the routing decision's reason), and its estimated cost."""
 

@@ -184,8 +184,11 @@ class Handlers:
             self.metrics.record_rejection("body_budget")
             return responses.body_budget_full(self.bodies.limit)
         try:
-            async with asyncio.timeout(self.client.body_timeout_s):
+            if request.content.is_eof():  # all of it arrived with the head: nothing to time
                 body = await request.read()
+            else:
+                async with asyncio.timeout(self.client.body_timeout_s):
+                    body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             self.bodies.release(reserved)
             self.metrics.record_rejection("too_large")
@@ -202,11 +205,23 @@ class Handlers:
 
     def generation(self, route: str, prompt_key: bytes) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
-            return await self._with_body(
-                request, lambda body: self._generate(request, route, prompt_key, body)
-            )
+            body = await self._checked_body(request)
+            if isinstance(body, web.Response):
+                return body
+            try:
+                return await self._generate(request, route, prompt_key, body)
+            finally:
+                self.bodies.release(len(body))
 
         return handle
+
+    async def _checked_body(self, request: web.Request) -> bytes | web.Response:
+        """The body of a request that goes to a replica as it came (so it must be passable)."""
+        bad = _unsafe_request(request)
+        if bad is not None:
+            self.metrics.record_rejection("bad_request")
+            return bad
+        return await self._read(request)
 
     async def _with_body(
         self,
@@ -217,12 +232,7 @@ class Handlers:
     ) -> web.StreamResponse:
         """Read the body (``_read``'s bounds), hand it to ``use``, release it after.
         ``forwarded``: the request goes to a replica as it came, so it must be passable."""
-        if forwarded:
-            bad = _unsafe_request(request)
-            if bad is not None:
-                self.metrics.record_rejection("bad_request")
-                return bad
-        body = await self._read(request)
+        body = await (self._checked_body(request) if forwarded else self._read(request))
         if isinstance(body, web.Response):
             return body
         try:

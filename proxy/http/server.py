@@ -4,7 +4,8 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
 - ``max_connections`` client connections at once; the next one is answered 503 and closed
   (counted as ``rollout_proxy_rejections_total{reason="too_many_connections"}``);
 - ``head_timeout_s``: a connection that starts sending a request head must finish it in time
-  (measured from its first byte; slow-loris heads are closed);
+  (measured from its first byte, checked by a sweep every ``head_timeout_s / 2``; slow-loris
+  heads are closed);
 - ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
   a connection that never completes a head);
 - ``send_timeout_s``: a client that stops reading its answer (the socket's send buffer stays full
@@ -17,7 +18,8 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
   (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
 
 Every connection goes through a ``GuardedConnection``, a thin protocol in front of aiohttp's
-(one extra call per read); handlers tell it when a request starts and ends (``Guard.busy``).
+(one extra call and a clock read per read); handlers tell it when a request starts and ends
+(``Guard.busy``).
 """
 
 from __future__ import annotations
@@ -112,15 +114,16 @@ class ClientErrorLog(logging.Logger):
 
 
 class GuardedConnection(asyncio.Protocol):
-    """aiohttp's protocol for one client connection, behind a head timer."""
+    """aiohttp's protocol for one client connection, noting when a request head begins."""
 
-    __slots__ = ("_busy", "_guard", "_inner", "_stalled", "_timer", "transport")
+    __slots__ = ("_busy", "_guard", "_inner", "_now", "_stalled", "head_at", "transport")
 
     def __init__(self, guard: Guard, inner: asyncio.Protocol) -> None:
         self._guard = guard
         self._inner = inner
+        self._now = asyncio.get_running_loop().time
         self._busy = 0  # requests being handled on this connection
-        self._timer: asyncio.TimerHandle | None = None
+        self.head_at = 0.0  # when a request head began arriving (0: none is)
         self._stalled: asyncio.TimerHandle | None = None  # the client is not reading
         self.transport: asyncio.Transport | None = None
 
@@ -130,7 +133,6 @@ class GuardedConnection(asyncio.Protocol):
         self._inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
         if self._stalled is not None:
             self._stalled.cancel()
             self._stalled = None
@@ -138,9 +140,8 @@ class GuardedConnection(asyncio.Protocol):
         self._inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._busy and self._timer is None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self._guard.head_timeout_s, self._head_expired)
+        if not self._busy and not self.head_at:
+            self.head_at = self._now()
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -166,25 +167,20 @@ class GuardedConnection(asyncio.Protocol):
 
     def started(self) -> None:
         self._busy += 1
-        self._disarm()
+        self.head_at = 0.0
 
     def finished(self) -> None:
         self._busy -= 1
 
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _head_expired(self) -> None:
-        self._timer = None
-        if not self._busy and self.transport is not None:
-            self._guard.head_timeouts += 1
-            self.transport.close()
+    def head_overdue(self, deadline: float) -> bool:
+        """A request head that began before ``deadline`` and is still not complete."""
+        return not self._busy and 0.0 < self.head_at < deadline
 
 
 class Guard:
-    """Client connections: the cap, and a way from a request back to its connection."""
+    """Client connections: the cap, the head timeout, and a request's way back to its
+    connection. Heads are timed by one sweep every ``head_timeout_s / 2`` over the open
+    connections (O(connections), off the request path), not by a timer per request."""
 
     def __init__(self, settings: ClientSettings, reject: Callable[[str], None]) -> None:
         self.max_connections = settings.max_connections
@@ -192,12 +188,30 @@ class Guard:
         self.send_timeout_s = settings.send_timeout_s
         self._reject = reject
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self.head_timeouts = 0
         self.stalled_clients = 0
 
     @property
     def connections(self) -> int:
         return len(self._open)
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().call_later(self.head_timeout_s / 2, self._sweep)
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() - self.head_timeout_s
+        for connection in list(self._open.values()):
+            if connection.head_overdue(deadline) and connection.transport is not None:
+                self.head_timeouts += 1
+                connection.transport.close()
+        self._sweeper = loop.call_later(self.head_timeout_s / 2, self._sweep)
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         def make() -> asyncio.Protocol:
@@ -268,6 +282,11 @@ class GuardedSite(web.BaseSite):
         sockets = self._server.sockets
         if sockets:
             self._port = sockets[0].getsockname()[1]
+        self._guard.start()
+
+    async def stop(self) -> None:
+        self._guard.stop()
+        await super().stop()
 
     @property
     def port(self) -> int:

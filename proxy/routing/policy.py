@@ -40,7 +40,7 @@ class Candidate(Protocol):
     def reported(self) -> Reported | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class RouteRequest:
     """Routing facts of one request."""
 
@@ -51,7 +51,7 @@ class RouteRequest:
     decode_budget: int = 0  # tokens the request may generate (prompts x n x max_tokens)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class Snapshot:
     """The replicas that may take the request now, and every member of the pool by id."""
 
@@ -59,7 +59,7 @@ class Snapshot:
     members: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class Decision:
     replica_id: str
     reason: str
