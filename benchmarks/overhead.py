@@ -2,8 +2,9 @@
 
 Three targets, the same load, alternated (A B C A B C) so machine drift cancels out:
 - ``direct``: the load generator talks to a fast replica itself;
-- ``passthrough``: through a bare aiohttp + uvloop pass-through (the transport floor);
-- ``proxy``: through rollout-proxy in front of three fast replicas.
+- ``passthrough``: through a bare aiohttp + uvloop pass-through (the transport floor), taking
+  the same three replicas in turn;
+- ``proxy``: through rollout-proxy in front of those three replicas.
 For each: requests/s, latency p50/p99, and each process's CPU microseconds per request, read
 from its own CPU time (``/proc/PID/stat``), so a busy machine does not distort the figure.
 The replicas are ``benchmarks.fast_replica`` (a raw asyncio protocol), cheaper than the proxy,
@@ -123,7 +124,7 @@ async def run_case(
         passthrough = await start_child(
             "passthrough",
             "benchmarks.passthrough",
-            ["--port", str(port), "--upstream", urls[0]],
+            ["--port", str(port), "--upstream", ",".join(urls)],
             port,
         )
         stack.append(passthrough)
