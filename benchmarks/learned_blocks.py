@@ -15,7 +15,7 @@ import orjson
 import xxhash
 
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Candidate, Decision, RouteKeys, RouteRequest, Snapshot
 
 BLOCK = 16
 SLACK = 8
@@ -28,16 +28,16 @@ class LearnedBlocks:
         self._owner: dict[int, str] = {}
         self._next: dict[int, set[int]] = {}
 
-    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
+    def route_keys(self, peek: Peek, model: str | None) -> RouteKeys:
         if peek.kind != "tokens":
-            return ()
+            return (), None
         tokens = orjson.loads(peek.buffer[peek.start : peek.end])
         packed = array("q", tokens).tobytes()
         hashes, parent = [], 0
         for start in range(0, (len(tokens) // BLOCK) * BLOCK * 8, BLOCK * 8):
             parent = xxhash.xxh64_intdigest(packed[start : start + BLOCK * 8], parent)
             hashes.append(parent)
-        return tuple(hashes)
+        return tuple(hashes), None
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
         candidates = snapshot.candidates

@@ -61,9 +61,9 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
     bodies = _bodies(tokens, 512, template=min(tokens // 2, 2000), seed=seed)
     for body in bodies[:128]:  # warm-up: learn the template
         peek = peek_generation(body, b"prompt")
+        keys, hint = policy.route_keys(peek, "x")
         policy.select(
-            Snapshot(fleet, members),
-            RouteRequest("trl-policy-v7", None, policy.route_keys(peek, "x")),
+            Snapshot(fleet, members), RouteRequest("trl-policy-v7", None, keys, hint=hint)
         )
     peek_s = key_s = select_s = 0.0
     clock = time.perf_counter
@@ -73,11 +73,11 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
         t0 = clock()
         peek = peek_generation(body, b"prompt")
         t1 = clock()
-        keys = policy.route_keys(peek, "trl-policy-v7")
+        keys, hint = policy.route_keys(peek, "trl-policy-v7")
         t2 = clock()
         # What the handler adds per request: the cost estimate, then the decision.
         cost = costs.estimate(estimate_prompt_tokens(peek), peek.max_tokens or 256)
-        route = RouteRequest("trl-policy-v7", None, keys, cost, peek.max_tokens or 256)
+        route = RouteRequest("trl-policy-v7", None, keys, cost, peek.max_tokens or 256, hint)
         policy.select(Snapshot(fleet, members), route)
         t3 = clock()
         peek_s, key_s, select_s = peek_s + t1 - t0, key_s + t2 - t1, select_s + t3 - t2
@@ -109,9 +109,8 @@ def state_memory(prompts: int, max_tracked: int = 65_536) -> dict[str, Any]:
         peek = peek_generation(body, b"prompt")
         # Keep every request "busy" on its first preference so spills and sticky keys happen.
         fleet[i % 8].inflight = (i * 13) % 40
-        policy.select(
-            Snapshot(fleet, members), RouteRequest("m", None, policy.route_keys(peek, "m"))
-        )
+        keys, hint = policy.route_keys(peek, "m")
+        policy.select(Snapshot(fleet, members), RouteRequest("m", None, keys, hint=hint))
     held, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return {"prompts": prompts, "bytes": held - base, **policy.stats()}

@@ -117,7 +117,8 @@ class _Run:
             }
         )
         peek = peek_generation(body, b"prompt")
-        request = RouteRequest(MODEL, None, self.policy.route_keys(peek, MODEL))
+        keys, hint = self.policy.route_keys(peek, MODEL)
+        request = RouteRequest(MODEL, None, keys, hint=hint)
         cap = self.config.per_replica_cap
         candidates = [r for r in self.replicas if r.inflight < cap] or self.replicas
         decision: Decision = self.policy.select(Snapshot(candidates, self.members()), request)

@@ -72,7 +72,7 @@ def measure(build: Callable[[], bytes], policy: PrefixPolicy) -> dict[str, Any]:
         try:
             key = b"messages" if body.startswith(b'{"model": "m", "messages"') else b"prompt"
             peek = peek_generation(body, key, DEFAULT_MAX_ELEMENTS)
-            keys = policy.route_keys(peek, "m")
+            keys, _ = policy.route_keys(peek, "m")
             outcome = f"routed ({len(keys)} keys)"
         except BadBody as exc:
             outcome = f"400: {str(exc)[:48]}..."

@@ -97,13 +97,13 @@ class Router:
             }
         )
         peek = peek_generation(body, b"prompt")
-        keys = self.policy.route_keys(peek, request.lora)
+        keys, hint = self.policy.route_keys(peek, request.lora)
         cost = (
             self.costs.estimate(estimate_prompt_tokens(peek), self.max_tokens)
             if self.informed
             else 1.0
         )
-        route = RouteRequest(request.lora, None, keys, cost, self.max_tokens)
+        route = RouteRequest(request.lora, None, keys, cost, self.max_tokens, hint)
         if self.queue or not self._place(request, route):
             self.queue.append((request, route))
 

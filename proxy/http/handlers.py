@@ -254,12 +254,12 @@ class Handlers:
             return responses.model_not_found(model)
         headers = request.headers
         key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
-        keys = () if key is not None else self.policy.route_keys(peek, model)
+        keys, hint = ((), None) if key is not None else self.policy.route_keys(peek, model)
         if peek.kind in SINGLE_PROMPTS and self.reuse.sampled(_conversation(peek, keys)):
             self._observe_reuse(peek, model)
         budget = (peek.max_tokens or DEFAULT_MAX_TOKENS) * peek.n * max(len(keys), 1)
         cost = self.costs.estimate(estimate_prompt_tokens(peek), budget)
-        facts = RouteRequest(model, key, keys, cost, budget)
+        facts = RouteRequest(model, key, keys, cost, budget, hint)
         return await self._forward(request, route, body, facts)
 
     def _observe_reuse(self, peek: Peek, model: str | None) -> None:

@@ -29,6 +29,15 @@ inside the new one) to one key per problem. Pinning them to that shared key inst
 the warm-up's pile together for the rest of those conversations: measured on the routing trace,
 pins lost 1-2 points of hit rate against letting them move (benchmarks/README.md, routing).
 
+Hints. While no template matches, a single prompt also gets a *hint*: the hash of the candidate
+prefix it shares with recent prompts plus its next block (what a key would be if that candidate
+were confirmed; once it is, the hint's value is the prompt's key). A hint never routes: the
+prefix policy only recalls where a hint went before (a replica that served that longer prefix of
+this very prompt) ahead of its key's memory, so that during the warm-up, when every prompt behind
+the still unconfirmed template shares one key, a group and its later turns follow their own
+first request instead of wherever the shared key went last. A hint that was never seen (a
+suffix, a guess learned from a group's own prompts) recalls nothing and the key decides.
+
 Cost per prompt, steady state: one ``startswith`` over the template, one block match, one xxh64:
 a few microseconds whatever the prompt's length. While no template matches (warm-up, or traffic
 with no shared part) add one longest-common-prefix search over ``recent`` prompts.
@@ -100,23 +109,32 @@ class KeyBuilder:
 
     def keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
         """The routing key of each prompt in the request (one, or one per batch element)."""
+        return self.keyed(peek, model)[0]
+
+    def keyed(self, peek: Peek, model: str | None) -> tuple[tuple[int, ...], int | None]:
+        """The keys (see ``keys``) and, for a single prompt keyed while no template matches it,
+        its hint (module docstring); None otherwise."""
         family = self._family(model)
         buf, start, end = peek.buffer, peek.start, peek.end
         kind = peek.kind
         if kind == "tokens":
-            return (self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=True),)
+            key, hint = self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=True)
+            return (key,), hint
         if kind == "text":
-            return (self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=False),)
+            key, hint = self.key(buf, start + 1, _window(start + 1, end - 1), family, tokens=False)
+            return (key,), hint
         if kind == "messages":
-            return (self.key(buf, start, _window(start, end), family, tokens=False),)
+            key, hint = self.key(buf, start, _window(start, end), family, tokens=False)
+            return (key,), hint
         if kind in ("batch_tokens", "batch_text"):
-            return tuple(
+            keys = tuple(
                 self.key(
                     buf, lo + 1, _window(lo + 1, hi - 1), family, tokens=kind == "batch_tokens"
-                )
+                )[0]
                 for lo, hi in elements(buf, start, end, KEYED_PROMPTS)
             )
-        return ()
+            return keys, None
+        return (), None
 
     def _family(self, model: str | None) -> _Family:
         family = self._by_model.get(model)
@@ -131,19 +149,22 @@ class KeyBuilder:
             self._by_model[model] = family
         return family
 
-    def key(self, buf: bytes, lo: int, hi: int, family: _Family, *, tokens: bool) -> int:
+    def key(
+        self, buf: bytes, lo: int, hi: int, family: _Family, *, tokens: bool
+    ) -> tuple[int, int | None]:
         """Hash of the longest confirmed template plus the first block after it (or the partial
-        tail); the prompt's first block when no template matches. Learning only counts."""
+        tail); the prompt's first block when no template matches. Learning only counts. With
+        the key, the prompt's hint (None when a template matched or no candidate did)."""
         for template in family.templates:
             size = len(template.data)
             if hi - lo > size and buf.startswith(template.data, lo):
                 block_end = self._block_end(buf, lo + size, hi, tokens)
                 key = xxhash.xxh64_intdigest(buf[lo + size : block_end], template.hash)
                 self._note(template.hash, key, family, buf, lo, lo + size)
-                return key
-        self._learn(buf, lo, hi, family, tokens)
+                return key, None
+        hint = self._learn(buf, lo, hi, family, tokens)
         block_end = self._block_end(buf, lo, hi, tokens)
-        return xxhash.xxh64_intdigest(buf[lo:block_end], family.seed)
+        return xxhash.xxh64_intdigest(buf[lo:block_end], family.seed), hint
 
     def _block_end(self, buf: bytes, pos: int, hi: int, tokens: bool) -> int:
         if tokens:
@@ -151,8 +172,9 @@ class KeyBuilder:
             return match.end() if match is not None else hi
         return min(pos + self.settings.chunk_bytes, hi)
 
-    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> None:
-        """Count the successor of the block-aligned prefix this prompt shares with recent ones.
+    def _learn(self, buf: bytes, lo: int, hi: int, family: _Family, tokens: bool) -> int | None:
+        """Count the successor of the block-aligned prefix this prompt shares with recent ones;
+        return this prompt's successor hash (its hint), None without a candidate.
 
         The candidate is the shortest common prefix with a recent prompt it diverges from (the
         most general: another group's prompt shares only the template). Both prompts' successors
@@ -173,12 +195,14 @@ class KeyBuilder:
             family.recent.append(prompt)
         size = self._align(prompt, common, tokens) if other else 0
         if size <= 0:
-            return
+            return None
         prefix_hash = xxhash.xxh64_intdigest(prompt[:size], family.seed)
+        successor = 0
         for seen in (other, prompt):
             next_end = self._block_end(seen, size, len(seen), tokens)
             successor = xxhash.xxh64_intdigest(seen[size:next_end], prefix_hash)
             self._note(prefix_hash, successor, family, prompt, 0, size)
+        return successor  # the prompt's, counted last
 
     def _align(self, prompt: bytes, size: int, tokens: bool) -> int:
         """``size`` rounded down to a whole number of blocks."""

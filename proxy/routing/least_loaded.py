@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from proxy.routing.cost import measure
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Decision, RouteKeys, RouteRequest, Snapshot
 
 
 class LeastLoaded:
     name = "least_loaded"
 
-    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
-        return ()
+    def route_keys(self, peek: Peek, model: str | None) -> RouteKeys:
+        return (), None
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
         candidates = snapshot.candidates

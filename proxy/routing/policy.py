@@ -40,6 +40,9 @@ class Candidate(Protocol):
     def reported(self) -> Reported | None: ...
 
 
+RouteKeys = tuple[tuple[int, ...], int | None]  # content keys, one per prompt; a hint or None
+
+
 @dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
 class RouteRequest:
     """Routing facts of one request."""
@@ -49,6 +52,7 @@ class RouteRequest:
     keys: tuple[int, ...] = ()  # content keys, one per prompt (see routing.keys)
     cost: float = 1.0  # estimated work (routing.cost.CostModel.estimate), >= 1
     decode_budget: int = 0  # tokens the request may generate (prompts x n x max_tokens)
+    hint: int | None = None  # a finer memory key while no template is confirmed (routing.keys)
 
 
 @dataclass(slots=True)  # not frozen: made per request (frozen costs ~0.25 us a field)
@@ -68,8 +72,9 @@ class Decision:
 class Policy(Protocol):
     name: str
 
-    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
-        """Content keys of a request; policies that do not use them return ()."""
+    def route_keys(self, peek: Peek, model: str | None) -> RouteKeys:
+        """Content keys of a request and its hint (``RouteRequest.keys``, ``.hint``); policies
+        that do not use them return ((), None)."""
         ...
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:

@@ -1,6 +1,11 @@
 """The default policy: content key -> hash ring -> bounded loads -> memory of where keys went.
 
 For a request with key k (a content key, or the hash of its X-Routing-Key header):
+0. hint: while no template is confirmed, every prompt behind it shares one key k; a prompt's
+   hint (``routing.keys``: its prefix shared with recent traffic plus its next block) recalls
+   where that longer prefix went, and is followed first under the same rule as a home (below):
+   a group's rollouts and its later turns stay with their first request, not with wherever k
+   went last. Every placement of a hinted request is remembered under its hint too;
 1. home: if k was placed before and its replica (where its KV now lives) is not overloaded even
    with one more ``load_slack``, go there again (reason ``affinity`` / ``explicit_key`` when that
    is k's ring owner, ``sticky`` when k had spilled): the G rollouts of a group arriving together
@@ -30,7 +35,7 @@ from proxy.routing.cost import Loads, measure
 from proxy.routing.hashring import HashRing
 from proxy.routing.keys import KeyBuilder
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Candidate, Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Candidate, Decision, RouteKeys, RouteRequest, Snapshot
 from proxy.routing.settings import PrefixSettings
 
 
@@ -44,8 +49,8 @@ class PrefixPolicy:
         self._ring = HashRing((), s.vnodes)
         self._sticky: OrderedDict[int, str] = OrderedDict()
 
-    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
-        return self.keys.keys(peek, model)
+    def route_keys(self, peek: Peek, model: str | None) -> RouteKeys:
+        return self.keys.keyed(peek, model)
 
     def stats(self) -> dict[str, int]:
         return {
@@ -68,6 +73,11 @@ class PrefixPolicy:
             key, reason = xxhash.xxh64_intdigest(request.routing_key.encode()), "explicit_key"
         elif request.keys:
             key, reason = self._majority(ring, request.keys), "affinity"
+            hint = request.hint
+            if hint is not None:
+                decision = self._place(ring, candidates, loads, key, reason, hint)
+                self._remember(hint, decision.replica_id)
+                return decision
         else:
             return Decision(candidates[loads.least()].id, "no_key")
         return self._place(ring, candidates, loads, key, reason)
@@ -86,12 +96,19 @@ class PrefixPolicy:
         loads: Loads,
         key: int,
         reason: str,
+        hint: int | None = None,
     ) -> Decision:
         settings = self.settings
         slack = settings.load_slack * loads.unit
         bound = max(settings.load_factor * loads.mean, min(loads.values) + slack)
 
         owner = ring.first(key)
+        if hint is not None:
+            home = self._sticky.get(hint)
+            if home is not None:
+                at = _position(candidates, home)
+                if at >= 0 and loads.takes(at, bound + slack):
+                    return Decision(home, reason if home == owner else "sticky")
         home = self._sticky.get(key)
         if home is not None:
             at = _position(candidates, home)

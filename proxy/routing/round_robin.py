@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.routing.peek import Peek
-from proxy.routing.policy import Decision, RouteRequest, Snapshot
+from proxy.routing.policy import Decision, RouteKeys, RouteRequest, Snapshot
 
 
 class RoundRobin:
@@ -12,8 +12,8 @@ class RoundRobin:
     def __init__(self) -> None:
         self._turn = 0
 
-    def route_keys(self, peek: Peek, model: str | None) -> tuple[int, ...]:
-        return ()
+    def route_keys(self, peek: Peek, model: str | None) -> RouteKeys:
+        return (), None
 
     def select(self, snapshot: Snapshot, request: RouteRequest) -> Decision:
         candidates = snapshot.candidates

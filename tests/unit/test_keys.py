@@ -245,3 +245,40 @@ def test_a_prefix_followed_by_at_most_threshold_blocks_is_never_a_template() -> 
     key_of(builder, prefix + problem(rng, 40))
     assert builder.templates == 1
     assert key_of(builder, prefix + problem(rng, 40)) != key_of(builder, prefix + problem(rng, 40))
+
+
+def hint_of(builder: KeyBuilder, prompt: object) -> tuple[tuple[int, ...], int | None]:
+    return builder.keyed(peek_generation(body(prompt), b"prompt"), "trl-policy-v3")
+
+
+def test_a_hint_during_the_warm_up_is_the_key_once_the_template_is_confirmed() -> None:
+    # Before the template is confirmed every prompt behind it shares one key; each prompt's
+    # hint (its prefix shared with another group's prompt plus its next block) already tells
+    # the groups apart, stays the same for the group's later turns, and is the key the prompt
+    # gets once the template is confirmed: what the policy remembered under it still applies.
+    builder = KeyBuilder()
+    rng = random.Random(31)
+    first, second = TEMPLATE + problem(rng), TEMPLATE + problem(rng)
+    hint_of(builder, first)
+    (shared,), hint = hint_of(builder, second)
+    (turn1_key,), turn1_hint = hint_of(builder, first)
+    turn2 = first + problem(rng, 40) + problem(rng, 10)
+    hint_of(builder, second + problem(rng, 40))
+    (turn2_key,), turn2_hint = hint_of(builder, turn2)
+    assert builder.templates == 0
+    assert turn1_key == turn2_key == shared  # the key: a function of the prompt only
+    assert hint is not None and turn1_hint is not None and hint != turn1_hint
+    assert turn2_hint == turn1_hint
+    warm(builder, TEMPLATE)
+    assert builder.templates == 1
+    assert hint_of(builder, first) == ((turn1_hint,), None)
+    assert hint_of(builder, turn2) == ((turn1_hint,), None)
+
+
+def test_a_batch_has_no_hint() -> None:
+    builder = KeyBuilder()
+    rng = random.Random(32)
+    hint_of(builder, TEMPLATE + problem(rng))
+    keys, hint = hint_of(builder, [TEMPLATE + problem(rng) for _ in range(2)])
+    assert len(keys) == 2
+    assert hint is None

@@ -175,3 +175,24 @@ def test_a_group_stays_on_its_home_while_the_fleet_around_it_is_busy() -> None:
         r.inflight = 40
     homes = {place(policy, replicas, 5150, hold=True) for _ in range(8)}
     assert len(homes) == 1
+
+
+def test_a_hint_keeps_a_group_where_it_went_while_its_key_is_shared() -> None:
+    # Warm-up: every prompt shares key 1; the shared key's memory moves when its replica is
+    # busy, but a group (one hint) and its later turns follow their own first request.
+    policy, replicas = PrefixPolicy(PrefixSettings(load_slack=2, load_factor=1.0)), fleet(3)
+    by_id = {r.id: r for r in replicas}
+    snapshot = Snapshot(replicas, tuple(by_id))
+
+    def hinted(hint: int) -> str:
+        return policy.select(snapshot, RouteRequest("m", None, (1,), hint=hint)).replica_id
+
+    first = hinted(100)
+    by_id[first].inflight = 10  # the shared key's replica is busy: the next group spills
+    second = hinted(200)
+    assert second != first
+    by_id[first].inflight = 0
+    assert hinted(100) == first  # group 100 stays where its KV is
+    assert hinted(200) == second
+    assert hinted(300) == second  # a new group follows the shared key's memory
+    assert place(policy, replicas, 1) == second  # no hint: the key alone decides, as before

@@ -22,6 +22,10 @@ def test_prefix_policy_is_near_the_best_possible_and_balanced(replicas: int) -> 
     robin = simulate(RoundRobin(), shape, config)
     assert prefix.hit_rate >= 0.95 * prefix.best_rate
     assert prefix.max_mean <= 1.25
+    # The warm-up (every prompt sharing one key until the template is confirmed) costs little:
+    # hints keep its groups and their later turns together (0.979 of the best on 2 replicas
+    # without them, 0.995 with).
+    assert prefix.hit_rate >= 0.99 * prefix.best_rate
     if replicas == 2:
         # Two replicas with room for everything both end up caching every group, whatever the
         # policy; what is left to win is each continuation's own KV, which the baselines find
