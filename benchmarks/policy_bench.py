@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.routing.cost import CostModel, estimate_prompt_tokens
+from proxy.routing.cost import CostModel, decode_budget, estimate_prompt_tokens
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
@@ -76,8 +76,9 @@ def measure(tokens: int, replicas: int, decisions: int, seed: int = 0) -> dict[s
         keys, hint = policy.route_keys(peek, "trl-policy-v7")
         t2 = clock()
         # What the handler adds per request: the cost estimate, then the decision.
-        cost = costs.estimate(estimate_prompt_tokens(peek), peek.max_tokens or 256)
-        route = RouteRequest("trl-policy-v7", None, keys, cost, peek.max_tokens or 256, hint)
+        budget = decode_budget(peek)
+        cost = costs.estimate(estimate_prompt_tokens(peek), budget)
+        route = RouteRequest("trl-policy-v7", None, keys, cost, budget, hint)
         policy.select(Snapshot(fleet, members), route)
         t3 = clock()
         peek_s, key_s, select_s = peek_s + t1 - t0, key_s + t2 - t1, select_s + t3 - t2

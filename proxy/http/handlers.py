@@ -43,7 +43,7 @@ from proxy.http.server import Guard
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
 from proxy.metrics.recorder import Metrics
-from proxy.routing.cost import CostModel, estimate_prompt_tokens
+from proxy.routing.cost import CostModel, decode_budget, estimate_prompt_tokens
 from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
 from proxy.routing.reuse import ReuseEstimator
@@ -54,9 +54,6 @@ ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
 SINGLE_PROMPTS = ("tokens", "text", "messages")
 CONVERSATION_BYTES = 2048
 STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
-# The decode budget assumed for a request that names none (vLLM's own default depends on the
-# route and the context left); it only weighs the request against others in the cost model.
-DEFAULT_MAX_TOKENS = 256
 
 log = logging.getLogger("proxy.http")
 access_log = logging.getLogger("proxy.access")
@@ -257,7 +254,7 @@ class Handlers:
         keys, hint = ((), None) if key is not None else self.policy.route_keys(peek, model)
         if peek.kind in SINGLE_PROMPTS and self.reuse.sampled(_conversation(peek, keys)):
             self._observe_reuse(peek, model)
-        budget = (peek.max_tokens or DEFAULT_MAX_TOKENS) * peek.n * max(len(keys), 1)
+        budget = decode_budget(peek)
         cost = self.costs.estimate(estimate_prompt_tokens(peek), budget)
         facts = RouteRequest(model, key, keys, cost, budget, hint)
         return await self._forward(request, route, body, facts)

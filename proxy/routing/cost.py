@@ -2,10 +2,11 @@
 
 Cost of a request, in decode-token equivalents (``CostModel.estimate``): its expected decode
 tokens plus ``prefill_weight`` per prompt token, at least 1.
-- Expected decode tokens: ``decode_budget`` (prompts x n x max_tokens) times the share of its
-  budget an answer has used so far (an exponential moving average of ``completion_tokens /
-  budget`` over answered requests, ``observe``); long-tailed generations make that share well
-  under 1, and the estimate follows the run as lengths change.
+- Expected decode tokens: the request's ``decode_budget`` (prompts x n x max_tokens, every
+  prompt of a batch counted) times the share of its budget an answer has used so far (an
+  exponential moving average of ``completion_tokens / budget`` over answered requests,
+  ``observe``); long-tailed generations make that share well under 1, and the estimate follows
+  the run as lengths change.
 - Prompt tokens are read from the body's size (``estimate_prompt_tokens``: its bytes over
   the bytes per token of its first 256 bytes), never counted one by one: a C-level slice, not a
   pass over thousands of ids.
@@ -31,6 +32,28 @@ from proxy.routing.policy import Candidate
 
 _SAMPLE = 256  # bytes of a prompt read to learn its bytes per token
 _CHARS_PER_TOKEN = 4.0  # text and chat prompts
+# The decode budget assumed for a request that names none (vLLM's own default depends on the
+# route and the context left); it only weighs the request against others.
+DEFAULT_MAX_TOKENS = 256
+
+
+def decode_budget(peek: Peek) -> int:
+    """Tokens the request may generate: prompts x n x max_tokens (``DEFAULT_MAX_TOKENS`` when
+    it names none)."""
+    return (peek.max_tokens or DEFAULT_MAX_TOKENS) * peek.n * estimate_prompts(peek)
+
+
+def estimate_prompts(peek: Peek) -> int:
+    """How many prompts the request holds: 1, or a batch's count read at C speed (each token
+    list closes once; each string opens and closes with an unescaped quote), whatever policy
+    routes it and however many of its prompts are keyed."""
+    kind = peek.kind
+    if kind == "batch_tokens":
+        return max(1, peek.buffer.count(b"]", peek.start + 1, peek.end - 1))
+    if kind == "batch_text":
+        buf, start, end = peek.buffer, peek.start, peek.end
+        return max(1, (buf.count(b'"', start, end) - buf.count(b'\\"', start, end)) // 2)
+    return 1
 
 
 def estimate_prompt_tokens(peek: Peek) -> int:

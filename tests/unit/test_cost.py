@@ -6,7 +6,13 @@ import json
 import random
 from dataclasses import dataclass
 
-from proxy.routing.cost import CostModel, estimate_prompt_tokens, measure
+from proxy.routing.cost import (
+    DEFAULT_MAX_TOKENS,
+    CostModel,
+    decode_budget,
+    estimate_prompt_tokens,
+    measure,
+)
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
@@ -34,6 +40,18 @@ def test_prompt_tokens_are_estimated_from_the_body_size() -> None:
         assert abs(estimate_prompt_tokens(peek) - length) <= 0.1 * length + 1
     text = peek_generation(b'{"prompt": "' + b"word " * 400 + b'"}', b"prompt")
     assert 400 <= estimate_prompt_tokens(text) <= 600
+
+
+def test_the_decode_budget_counts_every_prompt_of_a_batch_whatever_the_policy() -> None:
+    def budget(body: dict[str, object]) -> int:
+        return decode_budget(peek_generation(json.dumps(body).encode(), b"prompt"))
+
+    assert budget({"prompt": [1, 2, 3], "max_tokens": 100, "n": 8}) == 800
+    assert budget({"prompt": "hi"}) == DEFAULT_MAX_TOKENS
+    tokens = [[i, i + 1, i + 2] for i in range(40)]  # more than the 32 prompts keys are read of
+    assert budget({"prompt": tokens, "max_tokens": 10}) == 400
+    texts = ['say "hi", then [stop]', "b", "c, d"]  # quotes, commas, brackets inside strings
+    assert budget({"prompt": texts, "max_completion_tokens": 5, "n": 2}) == 30
 
 
 def test_cost_grows_with_the_budget_and_the_prompt_and_learns_the_decode_share() -> None:
