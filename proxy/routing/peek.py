@@ -287,14 +287,14 @@ def _classify(body: bytes, start: int, prompt_key: bytes) -> PromptKind:
             raise BadBody("'messages' must be a list of message objects", param="messages")
         return "messages"
     if prompt_key == b"token_ids":
-        inner = body[_ws(body, start + 1) : _ws(body, start + 1) + 1]
+        inner = _first_inside(body, start)
         if first != b"[" or not (inner == b"-" or inner.isdigit()):
             raise BadBody("'token_ids' must be a non-empty list of token ids", param="token_ids")
         return "tokens"
     if first == b'"':
         return "text"
     if first == b"[":
-        inner = body[_ws(body, start + 1) : _ws(body, start + 1) + 1]
+        inner = _first_inside(body, start)
         if inner == b"]":
             return "empty"
         if inner == b'"':
@@ -307,6 +307,12 @@ def _classify(body: bytes, start: int, prompt_key: bytes) -> PromptKind:
         "'prompt' must be a string, a list of token ids, or a list of strings or token-id lists",
         param="prompt",
     )
+
+
+def _first_inside(body: bytes, start: int) -> bytes:
+    """The first byte after the opening bracket at ``start`` and any whitespace."""
+    at = _ws(body, start + 1)
+    return body[at : at + 1]
 
 
 def prompt_tokens(peek: Peek) -> int:
