@@ -132,9 +132,9 @@ class Replica:
 
     # -- KV blocks ----------------------------------------------------------------------------
 
-    def _in_use(self, steps: int = 0) -> float:
+    def _in_use(self) -> float:
         n = self.decoding
-        context = self.base + n * (self.D + steps)
+        context = self.base + n * self.D
         own = (context + n * self.gpu.block_size / 2) / self.gpu.block_size - self.held
         return len(self.used) + self.prefill_private + own
 
