@@ -68,8 +68,7 @@ class Request:
     private: int = 0  # blocks of its own while prefilling
     enter: int = 0  # decode counter when it began decoding
     at_enter: int = 0  # its context (tokens) then
-    cached: int = -1  # prompt tokens its first admission found cached
-    preemptions: int = 0
+    preemptions: int = 0  # times preempted (only a preemption admits a request again)
     finish_at: int = -1  # decode step of its last token while decoding, else -1
 
 
@@ -170,8 +169,7 @@ class Replica:
             self.used[h] = self.used.get(h, 0) + 1
         request.private = total - len(hashes)
         self.prefill_private += request.private
-        if request.cached < 0:
-            request.cached = hit * B
+        if not request.preemptions:  # its first admission
             self.prompt_tokens += len(request.prompt)
             self.hit_tokens += hit * B
         else:
