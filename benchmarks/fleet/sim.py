@@ -50,7 +50,6 @@ class Candidate:
 
 @dataclass(slots=True)
 class _Sent:
-    request: Request
     replica: int
     cost: float
     budget: int
@@ -118,7 +117,7 @@ class Router:
         candidate.inflight += 1
         if self.informed:
             candidate.cost += route.cost
-        self._sent[request.uid] = _Sent(request, at, route.cost, route.decode_budget)
+        self._sent[request.uid] = _Sent(at, route.cost, route.decode_budget)
         user_done = request.done
         request.done = lambda r: self._answered(r, user_done)
         self.replicas[at].submit(request)
