@@ -215,21 +215,14 @@ class Replica:
     # -- steps --------------------------------------------------------------------------------
 
     def _compose(self) -> tuple[list[tuple[Request, int]], int, int]:
-        """This step's prefill chunks, their tokens and the context they read."""
+        """This step's prefill chunks, their tokens and the context they read: waiting requests
+        are admitted while the prefills under way leave tokens over (``_take`` appends them to
+        ``prefilling``), then ``prefilling`` is cut into chunks in order."""
         gpu = self.gpu
         budget = gpu.max_num_batched_tokens - self.decoding
-        chunks: list[tuple[Request, int]] = []
-        prefill = context = 0
-        for request in self.prefilling:
-            if budget <= 0:
-                break
-            chunk = min(request.prefill_left, budget)
-            budget -= chunk
-            chunks.append((request, chunk))
-            prefill += chunk
-            context += len(request.prompt) + request.generated - request.prefill_left + chunk
+        left = budget - sum(request.prefill_left for request in self.prefilling)
         skipped = 0
-        while budget > 0 and len(self.waiting) > skipped and len(self.running) < gpu.max_num_seqs:
+        while left > 0 and len(self.waiting) > skipped and len(self.running) < gpu.max_num_seqs:
             request = self.waiting[skipped]
             if request.lora not in self.loras and len(self.loras) >= gpu.max_loras:
                 skipped += 1  # vLLM skips it and looks at the next one
@@ -237,6 +230,12 @@ class Replica:
             if not self._take(request):
                 break
             del self.waiting[skipped]
+            left -= request.prefill_left
+        chunks: list[tuple[Request, int]] = []
+        prefill = context = 0
+        for request in self.prefilling:
+            if budget <= 0:
+                break
             chunk = min(request.prefill_left, budget)
             budget -= chunk
             chunks.append((request, chunk))
