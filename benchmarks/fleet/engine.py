@@ -61,7 +61,7 @@ class Request:
     answer: int  # tokens it will generate: known to the simulation, never to the proxy
     lora: str
     done: Callable[[Request], None]
-    keep_answer: Callable[[], list[int]] | None = None  # its answer's tokens, to cache them
+    answer_ids: list[int] | None = None  # its answer's tokens if the conversation goes on
     hashes: list[int] = field(default_factory=list)
     generated: int = 0
     prefill_left: int = 0
@@ -338,11 +338,12 @@ class Replica:
         del self.running[request.uid]
         self._stop_decoding(request)
         self._release(request)
-        if request.keep_answer is not None:
+        if request.answer_ids is not None:
             # The conversation goes on: its answer's whole blocks stay cached for the next turn.
-            answer = request.keep_answer()
             hashes = chain_hashes(
-                root_hash(request.lora), request.prompt + answer[:-1], self.gpu.block_size
+                root_hash(request.lora),
+                request.prompt + request.answer_ids[:-1],
+                self.gpu.block_size,
             )
             for h in hashes[len(request.hashes) :]:
                 if h not in self.used:

@@ -247,7 +247,7 @@ class Trainer:
             answer,
             f"trl-policy-v{self.version}",
             lambda r: self._answered(r, group, rollout, turn),
-            (lambda: self.workload.answer(group, rollout, turn, answer)) if more else None,
+            self.workload.answer(group, rollout, turn, answer) if more else None,
         )
         self.run.requests += 1
         self.router.submit(request)
@@ -256,9 +256,9 @@ class Trainer:
         state = self.groups[group]
         state.tokens += request.answer
         self.run.generated_tokens += request.answer
-        if turn + 1 < self.workload.turns:
-            answer = self.workload.answer(group, rollout, turn, request.answer)
-            prompt = request.prompt + answer + self.workload.tool_output(group, rollout, turn)
+        if request.answer_ids is not None:  # the conversation goes on
+            tool = self.workload.tool_output(group, rollout, turn)
+            prompt = request.prompt + request.answer_ids + tool
             when = self.loop.now + self.t.tool_s
             self.loop.at(when, self._send, group, rollout, turn + 1, prompt)
             return
