@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks.fleet.lower_bound import lower_bound
+from benchmarks.fleet.lower_bound import Bound, lower_bound
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sim import FleetRun, simulate
 from benchmarks.fleet.workloads import WORKLOADS, Workload
@@ -143,7 +143,7 @@ def run_grid(
     return rows
 
 
-def bound_row(workload: str, replicas: int, bound: Any) -> dict[str, Any]:
+def bound_row(workload: str, replicas: int, bound: Bound) -> dict[str, Any]:
     return {
         "workload": workload,
         "replicas": replicas,
