@@ -172,6 +172,10 @@ class FleetRun:
     requests: int = 0
 
     @property
+    def mean_step_s(self) -> float:
+        return sum(self.step_times) / len(self.step_times)
+
+    @property
     def hit_rate(self) -> float:
         return self.hit_tokens / max(self.prompt_tokens, 1)
 
