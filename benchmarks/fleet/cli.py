@@ -35,14 +35,13 @@ MODELS = {
     "qwen2.5-7b": (7.6, 28 * 4 * 128 * 2 * 2),
     "llama-3.1-8b": (8.0, 32 * 8 * 128 * 2 * 2),
 }
-_BASE_STEP_S = 0.0085  # the calibrated step cost of Qwen2.5-1.5B on an H200 (model.py)
-_BASE_SEQ_S = 3.1e-5
 
 
 def gpu_for(gpu: str, model: str, params_b: float | None, kv_bytes: int | None) -> GpuModel:
     """A replica's constants for another GPU or model, scaled from the calibrated ones: the
     weights read once per step at the GPU's bandwidth, prefill at 40 % of its peak, KV read
     at its bandwidth, the rest of the step (scheduler, sampler: CPU work) unchanged."""
+    base = GpuModel()  # calibrated: Qwen2.5-1.5B on an H200
     memory, bandwidth, peak = GPUS[gpu]
     params, kv = MODELS[model]
     params = params_b if params_b is not None else params
@@ -53,9 +52,9 @@ def gpu_for(gpu: str, model: str, params_b: float | None, kv_bytes: int | None) 
     base_prefill_s = 2 * 1.54e9 / (0.4 * 989e12)
     blocks = int((memory * 0.9e9 - weights - 5e9) / kv / 16)
     return GpuModel(
-        step_s=_BASE_STEP_S - base_weights_s + weights / (bandwidth * 1e12),
+        step_s=base.step_s - base_weights_s + weights / (bandwidth * 1e12),
         prefill_token_s=prefill_token_s,
-        seq_s=_BASE_SEQ_S - base_prefill_s + prefill_token_s,
+        seq_s=base.seq_s - base_prefill_s + prefill_token_s,
         kv_token_s=kv / (bandwidth * 1e12),
         kv_blocks=max(blocks, 1),
     )

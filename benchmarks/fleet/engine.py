@@ -61,15 +61,14 @@ class Request:
     answer: int  # tokens it will generate: known to the simulation, never to the proxy
     lora: str
     done: Callable[[Request], None]
-    keep_answer: Callable[[], list[int]] | None = None  # its answer's tokens, to cache them
+    answer_ids: list[int] | None = None  # its answer's tokens if the conversation goes on
     hashes: list[int] = field(default_factory=list)
     generated: int = 0
     prefill_left: int = 0
     private: int = 0  # blocks of its own while prefilling
     enter: int = 0  # decode counter when it began decoding
     at_enter: int = 0  # its context (tokens) then
-    cached: int = -1  # prompt tokens its first admission found cached
-    preemptions: int = 0
+    preemptions: int = 0  # times preempted (only a preemption admits a request again)
     finish_at: int = -1  # decode step of its last token while decoding, else -1
 
 
@@ -132,9 +131,9 @@ class Replica:
 
     # -- KV blocks ----------------------------------------------------------------------------
 
-    def _in_use(self, steps: int = 0) -> float:
+    def _in_use(self) -> float:
         n = self.decoding
-        context = self.base + n * (self.D + steps)
+        context = self.base + n * self.D
         own = (context + n * self.gpu.block_size / 2) / self.gpu.block_size - self.held
         return len(self.used) + self.prefill_private + own
 
@@ -170,8 +169,7 @@ class Replica:
             self.used[h] = self.used.get(h, 0) + 1
         request.private = total - len(hashes)
         self.prefill_private += request.private
-        if request.cached < 0:
-            request.cached = hit * B
+        if not request.preemptions:  # its first admission
             self.prompt_tokens += len(request.prompt)
             self.hit_tokens += hit * B
         else:
@@ -217,21 +215,14 @@ class Replica:
     # -- steps --------------------------------------------------------------------------------
 
     def _compose(self) -> tuple[list[tuple[Request, int]], int, int]:
-        """This step's prefill chunks, their tokens and the context they read."""
+        """This step's prefill chunks, their tokens and the context they read: waiting requests
+        are admitted while the prefills under way leave tokens over (``_take`` appends them to
+        ``prefilling``), then ``prefilling`` is cut into chunks in order."""
         gpu = self.gpu
         budget = gpu.max_num_batched_tokens - self.decoding
-        chunks: list[tuple[Request, int]] = []
-        prefill = context = 0
-        for request in self.prefilling:
-            if budget <= 0:
-                break
-            chunk = min(request.prefill_left, budget)
-            budget -= chunk
-            chunks.append((request, chunk))
-            prefill += chunk
-            context += len(request.prompt) + request.generated - request.prefill_left + chunk
+        left = budget - sum(request.prefill_left for request in self.prefilling)
         skipped = 0
-        while budget > 0 and len(self.waiting) > skipped and len(self.running) < gpu.max_num_seqs:
+        while left > 0 and len(self.waiting) > skipped and len(self.running) < gpu.max_num_seqs:
             request = self.waiting[skipped]
             if request.lora not in self.loras and len(self.loras) >= gpu.max_loras:
                 skipped += 1  # vLLM skips it and looks at the next one
@@ -239,6 +230,12 @@ class Replica:
             if not self._take(request):
                 break
             del self.waiting[skipped]
+            left -= request.prefill_left
+        chunks: list[tuple[Request, int]] = []
+        prefill = context = 0
+        for request in self.prefilling:
+            if budget <= 0:
+                break
             chunk = min(request.prefill_left, budget)
             budget -= chunk
             chunks.append((request, chunk))
@@ -341,11 +338,12 @@ class Replica:
         del self.running[request.uid]
         self._stop_decoding(request)
         self._release(request)
-        if request.keep_answer is not None:
+        if request.answer_ids is not None:
             # The conversation goes on: its answer's whole blocks stay cached for the next turn.
-            answer = request.keep_answer()
             hashes = chain_hashes(
-                root_hash(request.lora), request.prompt + answer[:-1], self.gpu.block_size
+                root_hash(request.lora),
+                request.prompt + request.answer_ids[:-1],
+                self.gpu.block_size,
             )
             for h in hashes[len(request.hashes) :]:
                 if h not in self.used:

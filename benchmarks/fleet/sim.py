@@ -50,7 +50,6 @@ class Candidate:
 
 @dataclass(slots=True)
 class _Sent:
-    request: Request
     replica: int
     cost: float
     budget: int
@@ -118,7 +117,7 @@ class Router:
         candidate.inflight += 1
         if self.informed:
             candidate.cost += route.cost
-        self._sent[request.uid] = _Sent(request, at, route.cost, route.decode_budget)
+        self._sent[request.uid] = _Sent(at, route.cost, route.decode_budget)
         user_done = request.done
         request.done = lambda r: self._answered(r, user_done)
         self.replicas[at].submit(request)
@@ -171,6 +170,10 @@ class FleetRun:
     wall_s: float = 0.0
     replicas: int = 0
     requests: int = 0
+
+    @property
+    def mean_step_s(self) -> float:
+        return sum(self.step_times) / len(self.step_times)
 
     @property
     def hit_rate(self) -> float:
@@ -248,7 +251,7 @@ class Trainer:
             answer,
             f"trl-policy-v{self.version}",
             lambda r: self._answered(r, group, rollout, turn),
-            (lambda: self.workload.answer(group, rollout, turn, answer)) if more else None,
+            self.workload.answer(group, rollout, turn, answer) if more else None,
         )
         self.run.requests += 1
         self.router.submit(request)
@@ -257,9 +260,9 @@ class Trainer:
         state = self.groups[group]
         state.tokens += request.answer
         self.run.generated_tokens += request.answer
-        if turn + 1 < self.workload.turns:
-            answer = self.workload.answer(group, rollout, turn, request.answer)
-            prompt = request.prompt + answer + self.workload.tool_output(group, rollout, turn)
+        if request.answer_ids is not None:  # the conversation goes on
+            tool = self.workload.tool_output(group, rollout, turn)
+            prompt = request.prompt + request.answer_ids + tool
             when = self.loop.now + self.t.tool_s
             self.loop.at(when, self._send, group, rollout, turn + 1, prompt)
             return

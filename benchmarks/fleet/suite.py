@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks.fleet.lower_bound import lower_bound
+from benchmarks.fleet.lower_bound import Bound, lower_bound
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sim import FleetRun, simulate
 from benchmarks.fleet.workloads import WORKLOADS, Workload
@@ -86,7 +86,7 @@ def scaled(
 
 def row(workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float) -> dict[str, Any]:
     times = run.step_times
-    mean = sum(times) / len(times)
+    mean = run.mean_step_s
     return {
         "workload": workload,
         "replicas": replicas,
@@ -143,7 +143,7 @@ def run_grid(
     return rows
 
 
-def bound_row(workload: str, replicas: int, bound: Any) -> dict[str, Any]:
+def bound_row(workload: str, replicas: int, bound: Bound) -> dict[str, Any]:
     return {
         "workload": workload,
         "replicas": replicas,
@@ -191,13 +191,12 @@ def validate(
                 warmup=warmup,
             )
             bound = lower_bound(WORKLOADS["long_tail"], replicas, gpu, shape, published_sync)
-            times = run.step_times
             rows.append(
                 {
                     "max_inflight": inflight,
                     "replicas": replicas,
-                    "step_time_mean_s": sum(times) / len(times),
-                    "step_time_p50_s": percentile(times, 0.5),
+                    "step_time_mean_s": run.mean_step_s,
+                    "step_time_p50_s": percentile(run.step_times, 0.5),
                     "lower_bound_s": bound.step_s,
                     "published_s": PUBLISHED.get((inflight, replicas)),
                     "hit_rate": run.hit_rate,
@@ -244,12 +243,11 @@ def what_if(
                 steps=steps,
                 warmup=warmup,
             )
-            times = run.step_times
             rows.append(
                 {
                     "replicas": replicas,
                     "max_inflight_tasks": inflight,
-                    "step_time_mean_s": sum(times) / len(times),
+                    "step_time_mean_s": run.mean_step_s,
                     "wasted_share": run.wasted_tokens / max(run.generated_tokens, 1),
                     "utilization": run.utilization,
                 }

@@ -78,11 +78,6 @@ class Workload:
     def tool_output(self, group: int, rollout: int, turn: int) -> list[int]:
         return tokens(_seed(self.seed, "tool", group, rollout, turn), self.tool_tokens)
 
-    def mean_answer(self, max_tokens: int, samples: int = 4000) -> float:
-        """The mean answer length (sampled), for the lower bound."""
-        total = sum(self.answer_tokens(g, 0, 0, max_tokens) for g in range(samples))
-        return total / samples
-
 
 WORKLOADS = {
     "uniform": Workload("uniform"),
