@@ -24,6 +24,7 @@ from replica_entry.sim.middleware import RECORD, client_gone
 from replica_entry.sim.protocol import (
     ChatRequest,
     CompletionRequest,
+    GenerateRequest,
     GenerationJob,
     chat_job,
     completion_job,
@@ -34,7 +35,7 @@ from replica_entry.sim.state import SIM_STATE, SimState
 
 routes = web.RouteTableDef()
 
-R = TypeVar("R", CompletionRequest, ChatRequest)
+R = TypeVar("R", CompletionRequest, ChatRequest, GenerateRequest)
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
 
@@ -53,7 +54,7 @@ async def _generate(
     request: web.Request, model: type[R], build: Callable[..., GenerationJob]
 ) -> web.StreamResponse:
     state = request.app[SIM_STATE]
-    job = await _read_job(request, state, model, build)
+    job = await read_job(request, state, model, build)
     probe = partial(client_gone, request)
     async with state.engine.tracked():
         faults = state.faults
@@ -75,7 +76,7 @@ async def _generate(
     return web.Response(body=payload, content_type="application/json")
 
 
-async def _read_job(
+async def read_job(
     request: web.Request, state: SimState, model: type[R], build: Callable[..., GenerationJob]
 ) -> GenerationJob:
     if request.content_type != "application/json":
@@ -84,13 +85,13 @@ async def _read_job(
     record = request[RECORD]
     record.model = parsed.model
     settings = state.settings
-    lora = resolve_model(parsed.model, settings, state)
+    lora = _resolve_model(parsed.model, settings, state)
     job = build(parsed, served=lora or settings.model, lora=lora, settings=settings)
     record.prompt_tokens = sum(len(prompt) for prompt in job.prompts)
     return job
 
 
-def resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
+def _resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
     """The adapter a request names (``None`` for the base model); vLLM's 404 otherwise."""
     if name is None or name == settings.model:
         return None
