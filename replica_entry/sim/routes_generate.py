@@ -30,7 +30,7 @@ from replica_entry.sim.protocol import (
     completion_job,
     parse_request,
 )
-from replica_entry.sim.settings import SimSettings
+from replica_entry.sim.settings import Faults, SimSettings
 from replica_entry.sim.state import SIM_STATE, SimState
 
 routes = web.RouteTableDef()
@@ -58,9 +58,7 @@ async def _generate(
     probe = partial(client_gone, request)
     async with state.engine.tracked():
         faults = state.faults
-        await sleep(faults.delay_s, probe)
-        if faults.fail_status is not None:
-            raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+        await inject_faults(faults, probe)
         meta = render.Meta.new(job.kind, job.model)
         async with state.simulator.run(job, probe) as gen:
             request[RECORD].cached_tokens = sum(gen.cached)
@@ -91,6 +89,13 @@ async def read_job(
     return job
 
 
+async def inject_faults(faults: Faults, probe: Probe) -> None:
+    """The configured delay, then the configured failure; inside the in-flight count."""
+    await sleep(faults.delay_s, probe)
+    if faults.fail_status is not None:
+        raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+
+
 def _resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
     """The adapter a request names (``None`` for the base model); vLLM's 404 otherwise."""
     if name is None or name == settings.model:
@@ -109,25 +114,25 @@ async def _stream(
     await response.prepare(request)
     sent = False
     if gen.job.kind == "chat":
-        sent = await _send(response, render.role_chunks(gen, meta))
+        sent = await send(response, render.role_chunks(gen, meta))
     while not gen.done:
         if drop and sent:
             return _cut(request, response)
         before = gen.step
         await gen.decode(1, probe)
-        sent = await _send(response, render.token_chunks(gen, meta, before, gen.step)) or sent
+        sent = await send(response, render.token_chunks(gen, meta, before, gen.step)) or sent
     if drop:
         return _cut(request, response)
     tail = render.abort_chunks(gen, meta)
     if gen.job.include_usage:
         tail.append(render.usage_chunk(gen, meta))
-    await _send(response, tail)
+    await send(response, tail)
     await response.write(DONE)
     await response.write_eof()
     return response
 
 
-async def _send(response: web.StreamResponse, chunks: list[dict[str, Any]]) -> bool:
+async def send(response: web.StreamResponse, chunks: list[dict[str, Any]]) -> bool:
     """Write ``chunks`` as server-sent events in one write; whether anything was written."""
     if not chunks:
         return False

@@ -21,13 +21,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from replica_entry.sim.engine import sleep
-from replica_entry.sim.errors import ApiError
+from replica_entry.sim.engine import Probe
 from replica_entry.sim.generation import Generation, Sequence
 from replica_entry.sim.middleware import RECORD, client_gone
 from replica_entry.sim.protocol import GenerateRequest, tokens_job
 from replica_entry.sim.render import usage
-from replica_entry.sim.routes_generate import DONE, SSE_HEADERS, read_job
+from replica_entry.sim.routes_generate import DONE, SSE_HEADERS, inject_faults, read_job, send
 from replica_entry.sim.state import SIM_STATE
 
 routes = web.RouteTableDef()
@@ -41,10 +40,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     probe = partial(client_gone, request)
     request_id = f"generate-tokens-{uuid.uuid4().hex}"
     async with state.engine.tracked():
-        faults = state.faults
-        await sleep(faults.delay_s, probe)
-        if faults.fail_status is not None:
-            raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+        await inject_faults(state.faults, probe)
         async with state.simulator.run(job, probe) as gen:
             request[RECORD].cached_tokens = sum(gen.cached)
             if job.stream:
@@ -104,7 +100,7 @@ def _logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json | No
 
 
 async def _stream(
-    request: web.Request, gen: Generation, request_id: str, probe: Any
+    request: web.Request, gen: Generation, request_id: str, probe: Probe
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
@@ -125,12 +121,11 @@ async def _stream(
             chunk["output_mode"] = "tokens"
             chunk["choices"] = [_choice(gen, seq, min(before, end), end, done=done)]
             chunks.append(chunk)
-        if chunks:
-            await response.write(b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks))
+        await send(response, chunks)
     if gen.job.include_usage:
         tail = {"request_id": request_id, "usage": usage(gen, gen.cached[0]),
                 "output_mode": "tokens", "choices": []}  # fmt: skip
-        await response.write(b"data: " + orjson.dumps(tail) + b"\n\n")
+        await send(response, [tail])
     await response.write(DONE)
     await response.write_eof()
     return response
