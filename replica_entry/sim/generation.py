@@ -1,10 +1,11 @@
 """One generation request on the simulated engine: cache, time and tokens put together.
 
-``Simulator.run(job, probe)`` admits the job (waiting while paused), serves each prompt from
-the prefix cache, spends the prefill time for the uncached tokens, and yields a ``Generation``
-whose ``decode(steps)`` spends decode time and advances every sequence. On exit it caches the
-whole blocks of prompt + generated tokens (vLLM caches decoded blocks too, so a multi-turn
-follow-up hits them), counts the tokens and frees the engine slot.
+``Simulator.run(job, probe)`` admits the job (waiting while paused or full) holding the KV
+blocks of its prompts, serves each prompt from the prefix cache, spends the prefill time for the
+uncached tokens, and yields a ``Generation`` whose ``decode(steps)`` spends decode time,
+advances every sequence and grows the blocks held. On exit it caches the whole blocks of
+prompt and generated tokens (vLLM caches decoded blocks too, so a multi-turn follow-up hits
+them), counts the tokens and frees the engine slot and its blocks.
 
 All sequences of the job (prompts x n) decode together, one token per step; a sequence whose
 budget is spent stops while the others go on. Abort (pause ``abort``) stops them all where
