@@ -45,7 +45,7 @@ class Ticket:
     epoch: int
     other_running: int
     lora: str | None
-    blocks: int = 0
+    blocks: int
 
 
 class Engine:

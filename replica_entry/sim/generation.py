@@ -1,10 +1,11 @@
 """One generation request on the simulated engine: cache, time and tokens put together.
 
-``Simulator.run(job, probe)`` admits the job (waiting while paused), serves each prompt from
-the prefix cache, spends the prefill time for the uncached tokens, and yields a ``Generation``
-whose ``decode(steps)`` spends decode time and advances every sequence. On exit it caches the
-whole blocks of prompt + generated tokens (vLLM caches decoded blocks too, so a multi-turn
-follow-up hits them), counts the tokens and frees the engine slot.
+``Simulator.run(job, probe)`` admits the job (waiting while paused or full) holding the KV
+blocks of its prompts, serves each prompt from the prefix cache, spends the prefill time for the
+uncached tokens, and yields a ``Generation`` whose ``decode(steps)`` spends decode time,
+advances every sequence and grows the blocks held. On exit it caches the whole blocks of
+prompt and generated tokens (vLLM caches decoded blocks too, so a multi-turn follow-up hits
+them), counts the tokens and frees the engine slot and its blocks.
 
 All sequences of the job (prompts x n) decode together, one token per step; a sequence whose
 budget is spent stops while the others go on. Abort (pause ``abort``) stops them all where
@@ -86,7 +87,7 @@ class Generation:
         """KV blocks the job holds now: each sequence's prompt and generated tokens."""
         size = self._simulator.cache.block_size
         prompts = self.job.prompts
-        return sum(-(-(len(prompts[seq.prompt_index]) + self.emitted(seq)) // size)
+        return sum(_blocks(len(prompts[seq.prompt_index]) + self.emitted(seq), size)
                    for seq in self.sequences)  # fmt: skip
 
     def text_offsets(self, seq: Sequence) -> list[int]:
@@ -100,6 +101,11 @@ class Generation:
 
     def generated_tokens(self) -> int:
         return sum(self.emitted(seq) for seq in self.sequences)
+
+
+def _blocks(tokens: int, block_size: int) -> int:
+    """KV blocks that ``tokens`` tokens take: a partial last block takes a whole one."""
+    return -(-tokens // block_size)
 
 
 def _sample(job: GenerationJob, prompt_index: int, choice: int, simulator: Simulator) -> Sampled:
@@ -129,7 +135,7 @@ class Simulator:
     @asynccontextmanager
     async def run(self, job: GenerationJob, probe: Probe) -> AsyncIterator[Generation]:
         size = self.cache.block_size
-        need = job.n * sum(-(-len(prompt) // size) for prompt in job.prompts)
+        need = job.n * sum(_blocks(len(prompt), size) for prompt in job.prompts)
         ticket = await self.engine.admit(job.lora, probe, need)
         try:
             cached = [self.cache.query(job.lora, prompt) for prompt in job.prompts]

@@ -22,7 +22,7 @@ class EngineSnapshot:
     waiting: int
     running_loras: Iterable[str]
     max_loras: int
-    kv_usage: float = 0.0
+    kv_usage: float
 
 
 class SimMetrics:

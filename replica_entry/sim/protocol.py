@@ -1,11 +1,11 @@
 """Request bodies of the generation routes, validated as vLLM validates them.
 
-The pydantic models mirror vLLM's ``CompletionRequest`` and ``ChatCompletionRequest`` (lax
-types, unknown fields accepted and ignored); ``completion_job`` and ``chat_job`` then apply
-vLLM's value checks and turn a request into a ``GenerationJob``: token ids per prompt, the
-token budget per prompt (an explicit ``max_tokens`` must fit in ``max_model_len`` with the
-prompt), and the sampling knobs the simulation honours. Every rejection is an ``ApiError``
-with vLLM's status and wording.
+The pydantic models mirror vLLM's ``CompletionRequest``, ``ChatCompletionRequest`` and the
+token-in ``GenerateRequest`` (lax types, unknown fields accepted and ignored);
+``completion_job``, ``chat_job`` and ``tokens_job`` then apply vLLM's value checks and turn a
+request into a ``GenerationJob``: token ids per prompt, the token budget per prompt (an explicit
+``max_tokens`` must fit in ``max_model_len`` with the prompt), and the sampling knobs the
+simulation honours. Every rejection is an ``ApiError`` with vLLM's status and wording.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from replica_entry.sim.errors import ApiError, from_validation
 from replica_entry.sim.settings import SimSettings
@@ -78,6 +78,28 @@ class ChatRequest(_GenerationRequest):
     add_generation_prompt: bool = True
 
 
+class SamplingParams(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    n: int = 1
+    max_tokens: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    logprobs: int | None = None
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    token_ids: list[int] = Field(min_length=1)
+    sampling_params: SamplingParams
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    return_token_ids: bool | None = None
+    output_mode: Literal["tokens", "text"] = "tokens"
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationJob:
     """What the engine runs: already tokenized, checked and clamped."""
@@ -126,7 +148,7 @@ def completion_prompts(request: CompletionRequest, vocab_size: int) -> list[list
     else:
         prompts = [[t for t in prompt if isinstance(t, int)]]
     for ids in prompts:
-        check_token_ids(ids)
+        _check_token_ids(ids)
     return prompts
 
 
@@ -134,11 +156,11 @@ def chat_prompt(request: ChatRequest, vocab_size: int) -> list[int]:
     """The token ids of a conversation, through the canonical chat template."""
     pairs = [(message.role, message.text()) for message in request.messages]
     ids = encode_text(render_chat(pairs, request.add_generation_prompt), vocab_size)
-    check_token_ids(ids)
+    _check_token_ids(ids)
     return ids
 
 
-def check_token_ids(ids: list[int]) -> None:
+def _check_token_ids(ids: list[int]) -> None:
     if not ids:
         raise ApiError("Prompt cannot be empty", param="prompt")
     for token_id in ids:
@@ -223,6 +245,36 @@ def chat_job(
     wanted = request.max_completion_tokens or request.max_tokens
     budgets = token_budgets(prompts, wanted, settings.max_model_len, DEFAULT_MAX_TOKENS)
     return _job("chat", request, n, prompts, budgets, top, served, lora, settings)
+
+
+def tokens_job(
+    request: GenerateRequest, *, served: str, lora: str | None, settings: SimSettings
+) -> GenerationJob:
+    """A checked token-in request as an engine job; only ``output_mode: "tokens"`` is served."""
+    if request.output_mode != "tokens":
+        raise ApiError("output_mode='text' is not simulated; use output_mode='tokens'.")
+    _check_token_ids(request.token_ids)
+    params = request.sampling_params
+    if params.n < 1:
+        raise ApiError(f"n must be at least 1, got {params.n}.", param="n")
+    if params.max_tokens is not None and params.max_tokens < 1:
+        raise ApiError(f"max_tokens must be at least 1, got {params.max_tokens}.")
+    prompts = [list(request.token_ids)]
+    budgets = token_budgets(prompts, params.max_tokens, settings.max_model_len, DEFAULT_MAX_TOKENS)
+    return GenerationJob(
+        kind="completion",
+        model=served,
+        lora=lora,
+        prompts=(tuple(request.token_ids),),
+        max_tokens=tuple(budgets),
+        n=params.n,
+        seed=settings.seed if params.seed is None else params.seed,
+        greedy=params.temperature == 0,
+        top_logprobs=params.logprobs,
+        return_token_ids=bool(request.return_token_ids),
+        stream=bool(request.stream),
+        include_usage=bool(request.stream_options and request.stream_options.include_usage),
+    )
 
 
 def _job(

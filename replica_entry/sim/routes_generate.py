@@ -24,17 +24,18 @@ from replica_entry.sim.middleware import RECORD, client_gone
 from replica_entry.sim.protocol import (
     ChatRequest,
     CompletionRequest,
+    GenerateRequest,
     GenerationJob,
     chat_job,
     completion_job,
     parse_request,
 )
-from replica_entry.sim.settings import SimSettings
+from replica_entry.sim.settings import Faults, SimSettings
 from replica_entry.sim.state import SIM_STATE, SimState
 
 routes = web.RouteTableDef()
 
-R = TypeVar("R", CompletionRequest, ChatRequest)
+R = TypeVar("R", CompletionRequest, ChatRequest, GenerateRequest)
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
 
@@ -53,13 +54,11 @@ async def _generate(
     request: web.Request, model: type[R], build: Callable[..., GenerationJob]
 ) -> web.StreamResponse:
     state = request.app[SIM_STATE]
-    job = await _read_job(request, state, model, build)
+    job = await read_job(request, state, model, build)
     probe = partial(client_gone, request)
     async with state.engine.tracked():
         faults = state.faults
-        await sleep(faults.delay_s, probe)
-        if faults.fail_status is not None:
-            raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+        await inject_faults(faults, probe)
         meta = render.Meta.new(job.kind, job.model)
         async with state.simulator.run(job, probe) as gen:
             request[RECORD].cached_tokens = sum(gen.cached)
@@ -75,7 +74,7 @@ async def _generate(
     return web.Response(body=payload, content_type="application/json")
 
 
-async def _read_job(
+async def read_job(
     request: web.Request, state: SimState, model: type[R], build: Callable[..., GenerationJob]
 ) -> GenerationJob:
     if request.content_type != "application/json":
@@ -84,13 +83,20 @@ async def _read_job(
     record = request[RECORD]
     record.model = parsed.model
     settings = state.settings
-    lora = resolve_model(parsed.model, settings, state)
+    lora = _resolve_model(parsed.model, settings, state)
     job = build(parsed, served=lora or settings.model, lora=lora, settings=settings)
     record.prompt_tokens = sum(len(prompt) for prompt in job.prompts)
     return job
 
 
-def resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
+async def inject_faults(faults: Faults, probe: Probe) -> None:
+    """The configured delay, then the configured failure; inside the in-flight count."""
+    await sleep(faults.delay_s, probe)
+    if faults.fail_status is not None:
+        raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+
+
+def _resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:
     """The adapter a request names (``None`` for the base model); vLLM's 404 otherwise."""
     if name is None or name == settings.model:
         return None
@@ -108,25 +114,25 @@ async def _stream(
     await response.prepare(request)
     sent = False
     if gen.job.kind == "chat":
-        sent = await _send(response, render.role_chunks(gen, meta))
+        sent = await send(response, render.role_chunks(gen, meta))
     while not gen.done:
         if drop and sent:
             return _cut(request, response)
         before = gen.step
         await gen.decode(1, probe)
-        sent = await _send(response, render.token_chunks(gen, meta, before, gen.step)) or sent
+        sent = await send(response, render.token_chunks(gen, meta, before, gen.step)) or sent
     if drop:
         return _cut(request, response)
     tail = render.abort_chunks(gen, meta)
     if gen.job.include_usage:
         tail.append(render.usage_chunk(gen, meta))
-    await _send(response, tail)
+    await send(response, tail)
     await response.write(DONE)
     await response.write_eof()
     return response
 
 
-async def _send(response: web.StreamResponse, chunks: list[dict[str, Any]]) -> bool:
+async def send(response: web.StreamResponse, chunks: list[dict[str, Any]]) -> bool:
     """Write ``chunks`` as server-sent events in one write; whether anything was written."""
     if not chunks:
         return False

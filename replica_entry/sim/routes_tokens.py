@@ -16,109 +16,38 @@ from __future__ import annotations
 import time
 import uuid
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
 
-from replica_entry.sim.engine import sleep
-from replica_entry.sim.errors import ApiError, parse_json
+from replica_entry.sim.engine import Probe
 from replica_entry.sim.generation import Generation, Sequence
 from replica_entry.sim.middleware import RECORD, client_gone
-from replica_entry.sim.protocol import (
-    DEFAULT_MAX_TOKENS,
-    GenerationJob,
-    StreamOptions,
-    check_token_ids,
-    parse_request,
-    token_budgets,
-)
+from replica_entry.sim.protocol import GenerateRequest, tokens_job
 from replica_entry.sim.render import usage
-from replica_entry.sim.routes_generate import DONE, SSE_HEADERS, resolve_model
+from replica_entry.sim.routes_generate import DONE, SSE_HEADERS, inject_faults, read_job, send
 from replica_entry.sim.state import SIM_STATE
 
 routes = web.RouteTableDef()
 Json = dict[str, Any]
 
 
-class SamplingParams(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    n: int = 1
-    max_tokens: int | None = None
-    temperature: float | None = None
-    seed: int | None = None
-    logprobs: int | None = None
-
-
-class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    token_ids: list[int] = Field(min_length=1)
-    sampling_params: SamplingParams
-    model: str | None = None
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    return_token_ids: bool | None = None
-    output_mode: Literal["tokens", "text"] = "tokens"
-
-
 @routes.post("/inference/v1/generate")
 async def generate(request: web.Request) -> web.StreamResponse:
     state = request.app[SIM_STATE]
-    if request.content_type != "application/json":
-        raise ApiError("Unsupported Media Type: Only 'application/json' is allowed")
-    parsed = parse_request(GenerateRequest, parse_json(await request.read()))
-    record = request[RECORD]
-    record.model = parsed.model
-    settings = state.settings
-    lora = resolve_model(parsed.model, settings, state)
-    job = _job(parsed, lora or settings.model, lora, settings.max_model_len, settings.seed)
-    record.prompt_tokens = len(job.prompts[0])
+    job = await read_job(request, state, GenerateRequest, tokens_job)
     probe = partial(client_gone, request)
     request_id = f"generate-tokens-{uuid.uuid4().hex}"
     async with state.engine.tracked():
-        faults = state.faults
-        await sleep(faults.delay_s, probe)
-        if faults.fail_status is not None:
-            raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+        await inject_faults(state.faults, probe)
         async with state.simulator.run(job, probe) as gen:
-            record.cached_tokens = sum(gen.cached)
+            request[RECORD].cached_tokens = sum(gen.cached)
             if job.stream:
                 return await _stream(request, gen, request_id, probe)
             await gen.decode(job.steps, probe)
             payload = orjson.dumps(_body(gen, request_id))
     return web.Response(body=payload, content_type="application/json")
-
-
-def _job(
-    request: GenerateRequest, served: str, lora: str | None, max_model_len: int, seed: int
-) -> GenerationJob:
-    if request.output_mode != "tokens":
-        raise ApiError("output_mode='text' is not simulated; use output_mode='tokens'.")
-    check_token_ids(request.token_ids)
-    params = request.sampling_params
-    if params.n < 1:
-        raise ApiError(f"n must be at least 1, got {params.n}.", param="n")
-    if params.max_tokens is not None and params.max_tokens < 1:
-        raise ApiError(f"max_tokens must be at least 1, got {params.max_tokens}.")
-    prompts = [list(request.token_ids)]
-    budgets = token_budgets(prompts, params.max_tokens, max_model_len, DEFAULT_MAX_TOKENS)
-    return GenerationJob(
-        kind="completion",
-        model=served,
-        lora=lora,
-        prompts=(tuple(request.token_ids),),
-        max_tokens=tuple(budgets),
-        n=params.n,
-        seed=seed if params.seed is None else params.seed,
-        greedy=params.temperature == 0,
-        top_logprobs=params.logprobs,
-        return_token_ids=bool(request.return_token_ids),
-        stream=bool(request.stream),
-        include_usage=bool(request.stream_options and request.stream_options.include_usage),
-    )
 
 
 def _body(gen: Generation, request_id: str) -> Json:
@@ -171,7 +100,7 @@ def _logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json | No
 
 
 async def _stream(
-    request: web.Request, gen: Generation, request_id: str, probe: Any
+    request: web.Request, gen: Generation, request_id: str, probe: Probe
 ) -> web.StreamResponse:
     response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
@@ -192,12 +121,11 @@ async def _stream(
             chunk["output_mode"] = "tokens"
             chunk["choices"] = [_choice(gen, seq, min(before, end), end, done=done)]
             chunks.append(chunk)
-        if chunks:
-            await response.write(b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks))
+        await send(response, chunks)
     if gen.job.include_usage:
         tail = {"request_id": request_id, "usage": usage(gen, gen.cached[0]),
                 "output_mode": "tokens", "choices": []}  # fmt: skip
-        await response.write(b"data: " + orjson.dumps(tail) + b"\n\n")
+        await send(response, [tail])
     await response.write(DONE)
     await response.write_eof()
     return response

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 
 from proxy.routing.cost import (
     DEFAULT_MAX_TOKENS,
@@ -16,20 +15,7 @@ from proxy.routing.cost import (
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import RouteRequest, Snapshot
-
-
-@dataclass
-class Report:
-    saturated: bool = False
-    foreign: float = 0.0
-
-
-@dataclass
-class Fake:
-    id: str
-    inflight: int = 0
-    cost: float = 0.0
-    reported: Report | None = None
+from tests.support.candidates import Fake, Report
 
 
 def test_prompt_tokens_are_estimated_from_the_body_size() -> None:

@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import dataclass
 
 from proxy.routing.policy import RouteRequest, Snapshot
 from proxy.routing.prefix import PrefixPolicy
 from proxy.routing.settings import PrefixSettings
-
-
-@dataclass
-class Report:
-    saturated: bool = False
-    foreign: float = 0.0
-
-
-@dataclass
-class Fake:
-    id: str
-    inflight: int = 0
-    cost: float = 0.0  # below inflight: each request counts 1 (the policy takes the larger)
-    reported: Report | None = None
+from tests.support.candidates import Fake, Report
 
 
 def fleet(n: int) -> list[Fake]:
