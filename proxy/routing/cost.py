@@ -40,7 +40,9 @@ DEFAULT_MAX_TOKENS = 256
 def decode_budget(peek: Peek) -> int:
     """Tokens the request may generate: prompts x n x max_tokens (``DEFAULT_MAX_TOKENS`` when
     it names none)."""
-    return (peek.max_tokens or DEFAULT_MAX_TOKENS) * peek.n * estimate_prompts(peek)
+    kind = peek.kind  # a single prompt (the common case) without a second call
+    prompts = estimate_prompts(peek) if kind == "batch_tokens" or kind == "batch_text" else 1
+    return (peek.max_tokens or DEFAULT_MAX_TOKENS) * peek.n * prompts
 
 
 def estimate_prompts(peek: Peek) -> int:
