@@ -7,7 +7,8 @@ their models and adapters, the adapter source). Rules:
   supervisor with the same code; any other end is a crash and is restarted;
 - restarts back off: ``Backoff.first_s`` after a child that ran at least ``healthy_s``, doubling
   up to ``max_s`` while children keep dying young (a crash loop);
-- SIGTERM/SIGINT go to the child, and the supervisor ends when the child has;
+- SIGTERM/SIGINT go to the child, and the supervisor ends when the child has; the child is
+  SIGKILLed by the kernel if the supervisor dies first (``proxy.lifeline``);
 - every restart is logged and counted: the child exports the count as
   ``rollout_proxy_restarts_total`` (from ``RESTARTS_ENV``) and ``/proxy/status`` shows it.
 """
@@ -24,6 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
+
+from proxy.lifeline import preexec
 
 log = logging.getLogger("proxy.supervise")
 
@@ -68,7 +71,8 @@ def supervise(
 ) -> int:
     """Run the proxy with ``argv`` until it ends cleanly or is told to stop; returns its code."""
     backoff = backoff or Backoff()
-    spawn = spawn or (lambda cmd, env: subprocess.Popen(cmd, env=env))
+    # The child dies with the supervisor: a SIGKILLed supervisor leaves no proxy on its port.
+    spawn = spawn or (lambda cmd, env: subprocess.Popen(cmd, env=env, preexec_fn=preexec()))
     stop = threading.Event()
     child: subprocess.Popen[bytes] | None = None
 

@@ -1,9 +1,19 @@
-"""What the trainer command line decides: one frozen object, built once at the edge."""
+"""What the trainer command line decides: one frozen object, built once at the edge.
+
+The launcher hands it to every rank as JSON (``to_json``/``from_json``, environment variable
+``OPTIONS_ENV``), so a rank never parses a command line and every rank trains on the same values.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
+from typing import Any, get_type_hints
+
+from trainer_entry.recipe import Recipe
+
+OPTIONS_ENV = "ROLLOUT_TRAINER_OPTIONS"
 
 
 @dataclass(frozen=True)
@@ -29,41 +39,81 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class World:
+    """The ranks of the run: ``num_processes`` on each of ``nnodes`` machines, which meet at
+    ``master_addr:master_port`` (node 0's address; torch's static rendezvous). Node 0's first
+    rank runs TRL's rollout worker, and node 0 alone runs the proxy side."""
+
+    num_processes: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes * self.nnodes
+
+    @property
+    def main_node(self) -> bool:
+        return self.node_rank == 0
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """A checkpoint every ``save_steps`` steps and whenever ``save_minutes`` have passed since
+    the last one (0: no time rule), the newest ``save_total_limit`` kept. ``resume``: ``auto``
+    (the newest complete checkpoint in the output directory, else a fresh start), ``never``, or
+    one checkpoint directory."""
+
+    save_steps: int = 20
+    save_minutes: float = 30.0
+    save_total_limit: int = 3
+    resume: str = "auto"
+
+
+@dataclass(frozen=True)
 class TrainerOptions:
     model: str
     dataset: str
     output_dir: Path
     topology: Topology
+    world: World = field(default_factory=World)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    recipe: Recipe = field(default_factory=Recipe)
     dataset_config: str | None = None
     dataset_split: str = "train"
     prompt_column: str = "prompt"
     answer_column: str = "answer"
     system_prompt: str | None = None
-    rewards: tuple[str, ...] = ("math", "format")
-    lora_rank: int = 1
-    lora_alpha: int | None = None
-    lora_target_modules: tuple[str, ...] = (
-        "q_proj",
-        "k_proj",
-        "v_proj",
-        "o_proj",
-        "gate_proj",
-        "up_proj",
-        "down_proj",
-    )
-    max_steps: int = 100
-    num_generations: int = 8
-    batch_size: int | None = None
-    max_completion_length: int = 256
-    learning_rate: float = 1e-5
-    temperature: float = 1.0
-    max_staleness: int = 4
-    weight_sync_steps: int = 1
-    max_inflight_tasks: int = -1
-    token_budget: int | None = None
-    gradient_checkpointing: bool = True
-    save_steps: int = 0
-    resume: str | None = None
+    rewards: tuple[str, ...] = ("boxed",)
+    response_template: str | None = None
+    max_steps: int = 500
     seed: int = 0
     report_to: str = "none"
     server_timeout_s: float = 240.0
+    resume_from: Path | None = None  # the launcher's choice (``Checkpoints.resume`` resolved)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainerOptions:
+        built: TrainerOptions = _build(cls, json.loads(text))
+        return built
+
+
+def _build(kind: Any, data: dict[str, Any]) -> Any:
+    """A frozen dataclass from ``asdict`` output: nested dataclasses, tuples and paths restored."""
+    hints = get_type_hints(kind)
+    values: dict[str, Any] = {}
+    for spec in fields(kind):
+        value, hint = data[spec.name], hints[spec.name]
+        if is_dataclass(hint):
+            value = _build(hint, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        elif value is not None and Path in getattr(hint, "__args__", (hint,)):
+            value = Path(value)
+        values[spec.name] = value
+    return kind(**values)

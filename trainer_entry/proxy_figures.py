@@ -47,6 +47,21 @@ def figures(status: dict[str, Any]) -> dict[str, float | str]:
     return out
 
 
+def replicas_reported(base_url: str, token: str | None = None) -> int | None:
+    """How many replicas the proxy at ``base_url`` knows (``/proxy/status``); None if it
+    cannot say (its figures sizing the in-flight default then fall back to the window)."""
+    request = urllib.request.Request(
+        base_url.rstrip("/") + "/proxy/status",
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S * 5) as answer:
+            replicas = json.loads(answer.read()).get("replicas")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return len(replicas) if isinstance(replicas, list) and replicas else None
+
+
 class ProxyFigures:
     """Reads the figures from the proxy in front of the replicas: the sidecar, or the remote
     proxy behind the local relay (``token``: its bearer token), not the relay's own view."""

@@ -4,6 +4,9 @@ TRL's rollout worker runs in a spawned process and pickles these by reference, s
 module level and import nothing heavy. Each receives the group's ``completions`` (a list of message
 lists for chat prompts, or of strings) plus every other dataset column as a keyword list, and
 returns one float per completion (``None`` where a completion cannot be scored).
+
+``math`` and ``format`` read ``<think>...</think> Answer: N`` (what the generated datasets' system
+prompt asks for); ``boxed`` is the published run's grader (``trainer_entry.boxed``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,48 @@ def format_reward(completions: Sequence[Any], **_: Any) -> list[float]:
 
 
 REWARDS = {"math": math_answer_reward, "format": format_reward}
+# ``boxed`` (the published run's grader, ``trainer_entry.boxed``) needs the model's end tokens.
+REWARD_NAMES = (*REWARDS, "boxed")
+
+
+class RewardError(ValueError):
+    """A ``module:function`` reward that cannot be imported; the message says which."""
+
+
+def is_custom(name: str) -> bool:
+    """``module:function``: a reward function of the user's own (importable in TRL's rollout
+    worker, a spawned process, so it must live in a module, not in a notebook)."""
+    module, _, function = name.partition(":")
+    return bool(module and function.isidentifier())
+
+
+def reward_functions(names: Sequence[str], end_token_ids: Sequence[int]) -> list[Any]:
+    """The reward callables for ``names`` (each from ``REWARD_NAMES`` or ``module:function``),
+    in that order."""
+    from trainer_entry.boxed import BoxedReward
+
+    out: list[Any] = []
+    for name in names:
+        if name == "boxed":
+            out.append(BoxedReward(end_token_ids))
+        elif name in REWARDS:
+            out.append(REWARDS[name])
+        else:
+            out.append(_import(name))
+    return out
+
+
+def _import(spec: str) -> Any:
+    import importlib
+
+    module, _, function = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:
+        raise RewardError(f"--rewards {spec}: cannot import it ({exc})") from exc
+    if not callable(found):
+        raise RewardError(f"--rewards {spec}: not a function")
+    return found
 
 
 def _to_float(text: str) -> float | None:

@@ -14,7 +14,8 @@ Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a fre
 
 ``running(...)`` starts the child, waits for its ``proxy ready on URL`` line, copies its output
 to ours with a ``[proxy]`` prefix (so its pipe never fills), and stops it on exit: SIGTERM, then
-SIGKILL after a grace period.
+SIGKILL after a grace period. If the trainer itself is killed, the kernel SIGKILLs the child
+(``proxy.lifeline``), whose supervisor's proxy goes the same way: the port is free at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +32,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from proxy.lifeline import preexec
 
 log = logging.getLogger("trainer_entry")
 
@@ -113,6 +117,7 @@ def running(
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        preexec_fn=preexec(signal.SIGKILL),  # a SIGKILLed trainer leaves no proxy on its port
     )
     assert child.stdout is not None
     fd = child.stdout.fileno()

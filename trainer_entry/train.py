@@ -1,27 +1,41 @@
-"""Build TRL's AsyncGRPOTrainer with a PEFT LoRA from ``TrainerOptions`` and run it.
+"""One rank's training: TRL's AsyncGRPOTrainer with a PEFT LoRA, from ``TrainerOptions``.
 
-Imports torch, TRL, PEFT and datasets (the heavy tier); ``trainer_entry.cli`` imports this module
-only once the command line is valid and the proxy is up.
+Imports torch, TRL, PEFT and datasets (the heavy tier); only ``trainer_entry.rank`` imports it.
+Every rank builds the same trainer; TRL itself makes rank 0 the one that talks to the proxy and
+runs the rollout worker. Collectives every rank takes part in: the adapter save at each sync
+(TRL's), the sharded checkpoint (HF's), the time-based save decision and the resume point
+(broadcast from rank 0 here), and the final adapter.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from datasets import Dataset, load_dataset
 from peft import LoraConfig
-from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+from transformers import AutoTokenizer, TrainerCallback
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, async_grpo_trainer
 
 from trainer_entry.cpu_shims import apply_cpu_shims
+from trainer_entry.fsdp import fsdp_on_cpu, untie_if_needed
 from trainer_entry.options import TrainerOptions
 from trainer_entry.proxy_figures import ProxyFigures
-from trainer_entry.rewards import REWARDS
+from trainer_entry.rewards import reward_functions
+from trainer_entry.templates import ensure_response_template
 
 log = logging.getLogger("trainer_entry")
+
+FINAL_ADAPTER = "final_adapter"
+RUN_RECORD = "rollout_run.json"
+
+
+class DatasetError(ValueError):
+    """The dataset lacks what the trainer needs; the message names the column or flag."""
 
 
 def load_prompts(options: TrainerOptions) -> Dataset:
@@ -46,49 +60,62 @@ def load_prompts(options: TrainerOptions) -> Dataset:
                 dataset = dataset.remove_columns(wanted)
             dataset = dataset.rename_column(column, wanted)
     if "prompt" not in dataset.column_names:
-        raise ValueError(f"dataset {options.dataset} has no column {options.prompt_column!r}")
-    if "math" in options.rewards and "answer" not in dataset.column_names:
-        raise ValueError(f"the math reward needs an answer column ({options.answer_column!r})")
+        raise DatasetError(
+            f"dataset {options.dataset} has no column {options.prompt_column!r}: name the "
+            "prompt column with --prompt-column"
+        )
+    graded = {"math", "boxed"} & set(options.rewards)
+    if graded and "answer" not in dataset.column_names:
+        raise DatasetError(
+            f"the {'/'.join(sorted(graded))} reward needs an answer column: name it with "
+            f"--answer-column (dataset {options.dataset} has {', '.join(dataset.column_names)})"
+        )
     if isinstance(dataset[0]["prompt"], str):
         dataset = dataset.map(lambda row: {"prompt": _messages(row["prompt"], options)})
     return dataset
 
 
 def build_config(options: TrainerOptions, base_url: str) -> AsyncGRPOConfig:
-    save: dict[str, Any] = (
-        {"save_strategy": "steps", "save_steps": options.save_steps}
-        if options.save_steps
-        else {"save_strategy": "no"}
-    )
+    recipe, saves = options.recipe, options.checkpoints
+    cuda = torch.cuda.is_available()
     return AsyncGRPOConfig(
         output_dir=str(options.output_dir),
         vllm_server_base_url=base_url,
         max_steps=options.max_steps,
-        num_generations=options.num_generations,
-        per_device_train_batch_size=options.batch_size or options.num_generations,
-        max_completion_length=options.max_completion_length,
-        learning_rate=options.learning_rate,
-        temperature=options.temperature,
-        max_staleness=options.max_staleness,
-        weight_sync_steps=options.weight_sync_steps,
-        max_inflight_tasks=options.max_inflight_tasks,
-        token_budget=options.token_budget,
-        gradient_checkpointing=options.gradient_checkpointing,
+        num_generations=recipe.num_generations,
+        per_device_train_batch_size=recipe.per_rank_batch,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        max_completion_length=recipe.max_completion_length,
+        learning_rate=recipe.learning_rate,
+        lr_scheduler_type=recipe.lr_scheduler,
+        adam_beta2=recipe.adam_beta2,
+        temperature=recipe.temperature,
+        max_staleness=recipe.max_staleness,
+        weight_sync_steps=recipe.weight_sync_steps,
+        max_inflight_tasks=recipe.max_inflight_tasks,
+        queue_maxsize=recipe.queue_maxsize,
+        token_budget=recipe.token_budget,
+        gradient_checkpointing=recipe.gradient_checkpointing,
         vllm_server_timeout=options.server_timeout_s,
         seed=options.seed,
         logging_steps=1,
         report_to=options.report_to,
+        save_strategy="steps",
+        save_steps=saves.save_steps,
+        save_total_limit=saves.save_total_limit,
         # TRL defaults to bf16 mixed precision, which transformers refuses without a GPU.
-        bf16=torch.cuda.is_available(),
-        **save,
+        bf16=cuda,
+        use_cpu=not cuda,
     )
 
 
 def build_lora(options: TrainerOptions) -> LoraConfig:
+    recipe = options.recipe
+    modules = list(recipe.lora_target_modules)
     return LoraConfig(
-        r=options.lora_rank,
-        lora_alpha=options.lora_alpha if options.lora_alpha is not None else 2 * options.lora_rank,
-        target_modules=list(options.lora_target_modules),
+        r=recipe.lora_rank,
+        lora_alpha=recipe.alpha,
+        target_modules="all-linear" if modules == ["all-linear"] else modules,
         lora_dropout=0.0,
         task_type="CAUSAL_LM",
     )
@@ -105,32 +132,126 @@ class _WithProxyFigures(AsyncGRPOTrainer):  # type: ignore[misc]  # TRL is untyp
         super().log(logs, start_time)
 
 
+class SaveByClock(TrainerCallback):  # type: ignore[misc]
+    """Also checkpoint once ``minutes`` have passed since the last checkpoint (or the start).
+    Rank 0's clock decides and every rank follows (a split decision would hang the collective
+    save), so with several ranks each step costs one small broadcast."""
+
+    def __init__(self, minutes: float, accelerator: Any) -> None:
+        self.interval_s = minutes * 60.0
+        self.accelerator = accelerator
+        self.last = time.monotonic()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+        due = time.monotonic() - self.last >= self.interval_s
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            due = bool(broadcast_object_list([due], from_process=0)[0])
+        if due and not control.should_save:
+            log.info("checkpoint at step %d: %.0f minutes since the last", state.global_step,
+                     self.interval_s / 60)  # fmt: skip
+            control.should_save = True
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+        self.last = time.monotonic()
+        return control
+
+
 def run(
     options: TrainerOptions, base_url: str, figures: tuple[str | None, str | None] = (None, None)
 ) -> dict[str, Any]:
     """Train to the end; returns the final metrics TRL reports (its ``TrainOutput.metrics``).
 
     ``figures``: where the proxy's figures are read (URL, token); default: ``base_url``."""
+    sharded = options.world.world_size > 1
     if apply_cpu_shims():
         log.warning("no CUDA: training in float32 on CPU without bf16 mixed precision")
+        if sharded:
+            fsdp_on_cpu()
+            log.warning("no CUDA: CPU shim applied: accelerate FSDP2 over gloo (instead of DDP)")
+    _untie_on_load(sharded)
+    tokenizer = AutoTokenizer.from_pretrained(options.model)
+    ensure_response_template(tokenizer, options.model, options.response_template)
     trainer = _WithProxyFigures(
         model=options.model,
-        reward_funcs=[REWARDS[name] for name in options.rewards],
+        reward_funcs=reward_functions(options.rewards, _end_tokens(tokenizer, options.model)),
         args=build_config(options, base_url),
         train_dataset=load_prompts(options),
+        processing_class=tokenizer,
         peft_config=build_lora(options),
     )
+    accelerator = trainer.accelerator
+    log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
+             accelerator.distributed_type)  # fmt: skip
+    if options.checkpoints.save_minutes > 0:
+        trainer.add_callback(SaveByClock(options.checkpoints.save_minutes, accelerator))
     figures_url, token = figures
     trainer.proxy_figures = ProxyFigures(figures_url or base_url, token)
-    resume: str | bool | None = options.resume
-    if resume == "latest":
-        resume = True
+    resume = _agreed_resume(options, accelerator)
     output = trainer.train(resume_from_checkpoint=resume)
-    final = options.output_dir / "final_adapter"
-    trainer.save_model(str(final))
-    log.info("training done after %d steps; adapter saved to %s", output.global_step, final)
+    return _finish(trainer, options, output)
+
+
+def _finish(trainer: Any, options: TrainerOptions, output: Any) -> dict[str, Any]:
+    """The final adapter outside ``.vllm_lora`` (TRL prunes that), every rank taking part in
+    its gather, and a small run record beside it."""
+    final = options.output_dir / FINAL_ADAPTER
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    async_grpo_trainer.save_lora_adapter(model, trainer.accelerator, trainer._adapter_name, str(final))
     metrics: dict[str, Any] = {"global_step": output.global_step, **output.metrics}
+    if trainer.accelerator.is_main_process:
+        record = {
+            "model": options.model,
+            "steps": output.global_step,
+            "last_version": f"trl-policy-v{trainer.model_version}",
+            "world_size": trainer.accelerator.num_processes,
+            "metrics": output.metrics,
+        }
+        (final / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        log.info("training done after %d steps; final adapter in %s", output.global_step, final)
     return metrics
+
+
+def _agreed_resume(options: TrainerOptions, accelerator: Any) -> str | None:
+    """The launcher's resume point, as rank 0 saw it, on every rank (one bucket mount may lag
+    another, and every rank must load the same checkpoint)."""
+    choice = str(options.resume_from) if options.resume_from is not None else None
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        choice = broadcast_object_list([choice], from_process=0)[0]
+    if choice is not None and accelerator.is_main_process:
+        log.info("resuming from %s", choice)
+    return choice
+
+
+def _untie_on_load(sharded: bool) -> None:
+    """Untie tied embeddings right after TRL loads the model, when FSDP2 needs it."""
+    load = async_grpo_trainer.create_model_from_path
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        untie_if_needed(model, sharded)
+        return model
+
+    async_grpo_trainer.create_model_from_path = create
+
+
+def _end_tokens(tokenizer: Any, model: str) -> list[int]:
+    """The tokens that end a completion (TRL's own set: the model's eos ids, the tokenizer's
+    eos and pad)."""
+    from transformers import GenerationConfig
+
+    ids: list[int] = []
+    try:
+        eos = GenerationConfig.from_pretrained(model).eos_token_id
+    except OSError:
+        eos = None
+    ids += [eos] if isinstance(eos, int) else list(eos or [])
+    ids += [t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None]
+    return sorted(set(ids))
 
 
 def _messages(text: str, options: TrainerOptions) -> list[dict[str, str]]:

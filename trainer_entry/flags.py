@@ -1,0 +1,243 @@
+"""The trainer's command line: flags -> ``TrainerOptions``, with nothing heavy imported.
+
+Every recipe value is a flag whose default is the fastest published run (``trainer_entry.recipe``);
+``--help`` shows each default. A bad value exits 2 naming its flag (argparse's ``error``).
+``deploy`` checks a plan's trainer arguments with this same parser before launching anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
+from trainer_entry.recipe import Recipe
+from trainer_entry.rewards import REWARD_NAMES, is_custom
+from trainer_entry.templates import FAMILIES
+
+DESCRIPTION = "TRL's AsyncGRPOTrainer with a LoRA, on every GPU of the machine, through the proxy"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollout-trainer",
+        description=DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--model", required=True, help="Hub id or local directory of the base model")
+    add("--dataset", required=True, help="Hub dataset id, or a local .jsonl/.json/.parquet file")
+    add("--dataset-config", default=None)
+    add("--dataset-split", default="train")
+    add("--prompt-column", default="prompt", help="messages, or text wrapped as a user turn")
+    add("--answer-column", default="answer", help="reference answers for the math rewards")
+    add("--system-prompt", default=None, help="system turn added to text prompts")
+    add(
+        "--rewards",
+        default="boxed",
+        help=f"comma-separated, from {', '.join(REWARD_NAMES)} or module:function (your own)",
+    )
+    add(
+        "--response-template",
+        default=None,
+        help=f"when TRL does not know the model's chat template: {', '.join(FAMILIES)} or a "
+        "JSON file (default: told from the template's markers)",
+    )
+    add("--output-dir", type=Path, required=True, help="checkpoints and .vllm_lora (bucket mount)")
+    add("--max-steps", type=int, default=500)
+    add("--seed", type=int, default=0)
+    add("--report-to", default="none", help="TRL's trackers (wandb, trackio, ...); proxy figures too")
+    add("--server-timeout", type=float, default=240.0, help="seconds to wait for /health")
+    _topology_flags(parser)
+    _world_flags(parser)
+    _checkpoint_flags(parser)
+    _recipe_flags(parser)
+    return parser
+
+
+def _topology_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("where the replicas are (node 0 only)")
+    where = group.add_mutually_exclusive_group(required=True)
+    where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
+    where.add_argument("--proxy-url", default=None, help="a proxy running elsewhere")
+    add = group.add_argument
+    add("--proxy-token-env", default=None, help="variable holding the remote proxy's token")
+    add("--replica-token-env", default="HF_TOKEN", help="sidecar: variable with the replicas' token")
+    add("--sidecar-host", default="127.0.0.1", help="sidecar: where the proxy listens")
+    add("--sidecar-port", type=int, default=0, help="sidecar: its port (0: a free one)")
+    add("--proxy-arg", action="append", default=[], help="passed to the local proxy (repeatable)")
+
+
+def _world_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("ranks (FSDP2 when more than one)")
+    add = group.add_argument
+    add(
+        "--num-processes",
+        type=int,
+        default=None,
+        help="ranks on this machine (default: its GPUs; 1 without CUDA)",
+    )
+    add("--nnodes", type=int, default=1, help="machines in the run (torch's static rendezvous)")
+    add("--node-rank", type=int, default=0, help="this machine's index; 0 runs the proxy side")
+    add("--master-addr", default="127.0.0.1", help="node 0's address, reachable by every node")
+    add("--master-port", type=int, default=29500, help="node 0's rendezvous port")
+
+
+def _checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("checkpoints (into --output-dir) and resume")
+    add = group.add_argument
+    defaults = Checkpoints()
+    add("--save-steps", type=int, default=defaults.save_steps, help="checkpoint every N steps")
+    add(
+        "--save-minutes",
+        type=float,
+        default=defaults.save_minutes,
+        help="also checkpoint once this many minutes passed since the last (0: never by time)",
+    )
+    add("--save-total-limit", type=int, default=defaults.save_total_limit, help="kept")
+    add(
+        "--resume",
+        default=defaults.resume,
+        help="auto: the newest complete checkpoint, else a fresh start; never; or a checkpoint",
+    )
+
+
+def _recipe_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("the recipe (defaults: the fastest published run)")
+    add = group.add_argument
+    r = Recipe()
+    add("--learning-rate", type=float, default=r.learning_rate)
+    add("--lr-scheduler", default=r.lr_scheduler, help="transformers' lr_scheduler_type")
+    add("--adam-beta2", type=float, default=r.adam_beta2)
+    add("--lora-rank", type=int, default=r.lora_rank)
+    add("--lora-alpha", type=int, default=None, help="default: 2 x rank")
+    add("--lora-target-modules", default=",".join(r.lora_target_modules), help="or all-linear")
+    add("--num-generations", type=int, default=r.num_generations, help="rollouts per prompt")
+    add("--batch-size", type=int, default=None, help="samples per rank per micro-batch (a group)")
+    add("--gradient-accumulation-steps", type=int, default=r.gradient_accumulation_steps)
+    add("--token-budget", type=int, default=r.token_budget, help="tokens per rank per micro-batch")
+    add(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=r.gradient_checkpointing,
+        help="recompute activations: less memory, about a third more time per step",
+    )
+    add("--max-completion-length", type=int, default=r.max_completion_length)
+    add("--temperature", type=float, default=r.temperature)
+    add("--max-staleness", type=int, default=r.max_staleness, help="steps a rollout may lag")
+    add("--weight-sync-steps", type=int, default=r.weight_sync_steps, help="steps between syncs")
+    add("--queue-maxsize", type=int, default=None, help="default: max-staleness x samples/step")
+    add(
+        "--max-inflight-tasks",
+        type=int,
+        default=None,
+        help="default: 128 per replica the proxy reports, at most max-staleness x samples/step",
+    )
+
+
+_POSITIVE = (
+    "lora_rank",
+    "max_steps",
+    "num_generations",
+    "weight_sync_steps",
+    "gradient_accumulation_steps",
+    "max_completion_length",
+    "nnodes",
+    "save_steps",
+    "save_total_limit",
+)
+
+
+def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainerOptions:
+    """Validate and freeze; a bad value exits 2 naming its flag."""
+    rewards = tuple(name.strip() for name in args.rewards.split(",") if name.strip())
+    unknown = sorted(n for n in rewards if n not in REWARD_NAMES and not is_custom(n))
+    if not rewards or unknown:
+        parser.error(
+            f"argument --rewards: choose from {', '.join(REWARD_NAMES)} or name a "
+            f"module:function (got {args.rewards!r})"
+        )
+    for name in _POSITIVE:
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: must be >= 1 (got {getattr(args, name)})")
+    for name in ("max_staleness", "token_budget", "save_minutes"):
+        if getattr(args, name) < 0:
+            parser.error(f"argument --{name.replace('_', '-')}: must be >= 0")
+    for name in ("num_processes", "batch_size", "queue_maxsize", "max_inflight_tasks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: must be >= 1 (got {value})")
+    if not 0 <= args.node_rank < args.nnodes:
+        parser.error(f"argument --node-rank: 0 to --nnodes - 1 (got {args.node_rank})")
+    for flag in ("sidecar_port", "master_port"):
+        if not 0 <= getattr(args, flag) <= 65535:
+            parser.error(f"argument --{flag.replace('_', '-')}: 0 to 65535 (got {getattr(args, flag)})")
+    if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
+        parser.error(f"argument --resume: auto, never, or a checkpoint directory (got {args.resume!r})")
+    if args.proxy_token_env is not None:
+        if args.proxy_url is None:
+            parser.error("argument --proxy-token-env: only with --proxy-url")
+        if args.node_rank == 0 and not os.environ.get(args.proxy_token_env):
+            parser.error(f"argument --proxy-token-env: ${args.proxy_token_env} is not set")
+    replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
+    if args.sidecar_replicas is not None and not replicas:
+        parser.error("argument --sidecar-replicas: give at least one URL")
+    modules = tuple(m.strip() for m in args.lora_target_modules.split(",") if m.strip())
+    return TrainerOptions(
+        model=args.model,
+        dataset=args.dataset,
+        output_dir=args.output_dir.resolve(),
+        topology=Topology(
+            sidecar_replicas=replicas,
+            sidecar_host=args.sidecar_host,
+            sidecar_port=args.sidecar_port,
+            replica_token_env=args.replica_token_env,
+            proxy_url=args.proxy_url,
+            proxy_token_env=args.proxy_token_env,
+            proxy_args=tuple(args.proxy_arg),
+        ),
+        world=World(
+            num_processes=args.num_processes or 0,  # 0: the launcher counts the GPUs
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            master_addr=args.master_addr,
+            master_port=args.master_port,
+        ),
+        checkpoints=Checkpoints(
+            save_steps=args.save_steps,
+            save_minutes=args.save_minutes,
+            save_total_limit=args.save_total_limit,
+            resume=args.resume,
+        ),
+        recipe=Recipe(
+            learning_rate=args.learning_rate,
+            lr_scheduler=args.lr_scheduler,
+            adam_beta2=args.adam_beta2,
+            lora_rank=args.lora_rank,
+            lora_alpha=args.lora_alpha,
+            lora_target_modules=modules,
+            num_generations=args.num_generations,
+            batch_size=args.batch_size,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            token_budget=args.token_budget,
+            gradient_checkpointing=args.gradient_checkpointing,
+            max_completion_length=args.max_completion_length,
+            temperature=args.temperature,
+            max_staleness=args.max_staleness,
+            weight_sync_steps=args.weight_sync_steps,
+            queue_maxsize=args.queue_maxsize,
+            max_inflight_tasks=args.max_inflight_tasks,
+        ),
+        dataset_config=args.dataset_config,
+        dataset_split=args.dataset_split,
+        prompt_column=args.prompt_column,
+        answer_column=args.answer_column,
+        system_prompt=args.system_prompt,
+        rewards=rewards,
+        response_template=args.response_template,
+        max_steps=args.max_steps,
+        seed=args.seed,
+        report_to=args.report_to,
+        server_timeout_s=args.server_timeout,
+    )

@@ -1,0 +1,135 @@
+"""Starting the ranks: one process per GPU of this machine, FSDP2 when there are several.
+
+The trainer command (the launcher) owns the proxy side and the ranks; the ranks own the model.
+- One rank in the whole run: ``python -m trainer_entry.rank`` as the launcher's child, no
+  process group, no sharding (a single GPU, or the CPU).
+- More: ``accelerate launch --config_file trainer_entry/fsdp2.yaml`` with this node's
+  ``--num_processes``, ``--num_machines``, ``--machine_rank`` and node 0's address and port
+  (torch's static rendezvous; accelerate's ``num_processes`` counts the whole run), then
+  ``-m trainer_entry.rank`` in each. Every rank gets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE``
+  from torch's launcher at its start.
+
+Nothing outlives the launcher: the rank launcher is its child with a parent-death signal
+(``proxy.lifeline``), and each rank and the rollout worker TRL spawns watch the launcher's pid
+(``trainer_entry.lifeline``), because torch's launcher starts its workers in new sessions, out of
+reach of a signal to the launcher's process group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from importlib.resources import files
+from pathlib import Path
+
+from proxy.lifeline import preexec
+from trainer_entry.lifeline import LAUNCHER_PID_ENV
+from trainer_entry.options import OPTIONS_ENV, TrainerOptions, World
+
+log = logging.getLogger("trainer_entry")
+
+BASE_URL_ENV = "ROLLOUT_TRAINER_BASE_URL"
+FIGURES_ENV = "ROLLOUT_TRAINER_FIGURES_URL"
+FIGURES_TOKEN_ENV = "ROLLOUT_TRAINER_FIGURES_TOKEN"
+# Exit codes of a rank that the launcher passes on (anything else is a crash, reported as 1).
+EXIT_OUT_OF_MEMORY = 3
+EXIT_BAD_INPUT = 2
+
+
+class MissingExtra(RuntimeError):
+    """The heavy packages are not installed here."""
+
+
+def fsdp_config() -> Path:
+    return Path(str(files("trainer_entry").joinpath("fsdp2.yaml")))
+
+
+def machine_gpus() -> int:
+    """CUDA devices this process can see (0 without CUDA)."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise MissingExtra(
+            "torch is not installed here: install the trainer's packages with "
+            "pip install 'rollout-proxy[trainer]'"
+        ) from exc
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def with_processes(world: World, gpus: int) -> World:
+    """``world`` with this node's rank count decided: the flag, else every GPU (1 without)."""
+    if world.num_processes:
+        return world
+    return World(max(gpus, 1), world.nnodes, world.node_rank, world.master_addr, world.master_port)
+
+
+def rank_command(world: World, gpus: int) -> list[str]:
+    """The command that starts this node's ranks."""
+    rank = ["-m", "trainer_entry.rank"]
+    if world.world_size == 1:
+        return [sys.executable, *rank]
+    return [
+        *(sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(fsdp_config())),
+        *("--num_processes", str(world.world_size), "--num_machines", str(world.nnodes)),
+        *("--machine_rank", str(world.node_rank), "--main_process_ip", world.master_addr),
+        *("--main_process_port", str(world.master_port)),
+        *(("--mixed_precision", "no") if gpus == 0 else ()),
+        *rank,
+    ]
+
+
+def run_ranks(
+    options: TrainerOptions, gpus: int, base_url: str, figures: tuple[str | None, str | None]
+) -> int:
+    """Run this node's ranks to the end; returns the exit code the trainer command should end
+    with (0, ``EXIT_BAD_INPUT``, ``EXIT_OUT_OF_MEMORY``, else 1). SIGTERM and SIGINT are passed
+    on to the rank launcher, which passes them to every rank."""
+    figures_url, figures_token = figures
+    env: dict[str, str] = {
+        **os.environ,
+        OPTIONS_ENV: options.to_json(),
+        LAUNCHER_PID_ENV: str(os.getpid()),
+        BASE_URL_ENV: base_url,
+        **({FIGURES_ENV: figures_url} if figures_url else {}),
+        **({FIGURES_TOKEN_ENV: figures_token} if figures_token else {}),
+    }
+    argv = rank_command(options.world, gpus)
+    log.info("starting %s", _describe(options.world))
+    child = subprocess.Popen(argv, env=env, preexec_fn=preexec(signal.SIGKILL))
+    previous = {sig: signal.signal(sig, _forward(child)) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code if code in (0, EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY) else 1
+
+
+def rank_env(environ: Mapping[str, str]) -> tuple[str, tuple[str | None, str | None]]:
+    """In a rank: the base URL TRL talks to, and where the proxy's figures are read."""
+    return environ.get(BASE_URL_ENV, ""), (
+        environ.get(FIGURES_ENV),
+        environ.get(FIGURES_TOKEN_ENV),
+    )
+
+
+def _describe(world: World) -> str:
+    if world.world_size == 1:
+        return "1 rank (no sharding)"
+    nodes = f" on node {world.node_rank} of {world.nnodes}" if world.nnodes > 1 else ""
+    return (
+        f"{world.num_processes} FSDP2 rank(s){nodes}, {world.world_size} in the run "
+        f"(rendezvous {world.master_addr}:{world.master_port})"
+    )
+
+
+def _forward(child: subprocess.Popen[bytes]) -> signal.Handlers:
+    def handler(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    return handler  # type: ignore[return-value]
