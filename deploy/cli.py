@@ -31,7 +31,7 @@ from deploy.install import default_source, install_for, project_version, source_
 from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
-from deploy.plan import Flavors, Images, RunPlan, dry_run_specs, gpu_count
+from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
@@ -117,7 +117,7 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     add(
         "--trainer-flavor",
         default=Flavors.trainer,
-        help="trainer_entry trains in one process on one GPU (default: %(default)s)",
+        help="trainer_entry starts one FSDP2 rank per GPU (default: %(default)s)",
     )
     add("--proxy-flavor", default=Flavors.proxy, help="topology job only")
     add("--replica-image", default=Images.replica)
@@ -198,19 +198,6 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(str(exc))
 
 
-def notes(plan: RunPlan) -> list[str]:
-    """What the user may not have meant (printed to stderr; the run goes ahead)."""
-    gpus = gpu_count(plan.flavors.trainer)
-    if gpus <= 1:
-        return []
-    return [
-        f"note: --trainer-flavor {plan.flavors.trainer} has {gpus} GPUs, but trainer_entry "
-        f"trains in one process on one GPU: the other {gpus - 1} are paid for and idle. Use a "
-        "one-GPU flavor (h200, a100-large), or train on several GPUs with TRL under `accelerate "
-        "launch` in your own job (not something deploy starts)."
-    ]
-
-
 def _token(runtime: Runtime) -> str:
     token = runtime.token()
     if not token:
@@ -229,8 +216,6 @@ def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> 
 
 def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     plan = plan_from_args(args, trainer_args, runtime.clock)
-    for note in notes(plan):
-        print(note, file=runtime.err, flush=True)
     if args.dry_run:
         specs = [spec.describe(plan.namespace) for spec in dry_run_specs(plan)]
         print(json.dumps(specs, indent=2), file=runtime.out)

@@ -59,7 +59,7 @@ class Images:
 @dataclass(frozen=True)
 class Flavors:
     replica: str = "h200"
-    trainer: str = "h200"  # trainer_entry trains in one process: one GPU
+    trainer: str = "h200x2"  # the published run: two FSDP2 ranks (trainer_entry uses every GPU)
     proxy: str = "cpu-upgrade"
 
 
@@ -205,6 +205,8 @@ def trainer_spec(
     target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
     argv = [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
+        # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
+        *("--num-processes", str(gpu_count(plan.flavors.trainer))),
         *target,
         *("--output-dir", plan.run_dir),
         *plan.trainer_args,

@@ -3,12 +3,12 @@
 Rules (the write-up's grader, each tested in ``tests/unit/test_boxed_reward.py``):
 
 1. The answer is the content of the last ``\\boxed{...}`` (braces balanced, so
-   ``\\boxed{\\frac{1}{2}}`` is whole); a model that boxes a draft and then a correction is graded
-   on the correction. No box: 0.
+   ``\\boxed{\\frac{1}{2}}`` is whole); a model that boxes a draft and then a correction is
+   graded on the correction. No box: 0.
 2. Both sides are normalised as LaTeX before comparing: ``$``, spaces, ``\\left``/``\\right``,
-   ``\\!``/``\\,``, ``\\dfrac``/``\\tfrac``, ``^\\circ``/``^{\\circ}``, ``\\%``, ``\\text{...}`` wrappers,
-   a trailing period, thousands separators and a leading ``x =`` are dropped. Equal strings,
-   or equal numbers (integers, decimals, ``a/b`` and ``\\frac{a}{b}``), score 1.
+   ``\\!``/``\\,``, ``\\dfrac``/``\\tfrac``, ``^\\circ``/``^{\\circ}``, ``\\%``, ``\\text{...}``
+   wrappers, a trailing period, thousands separators and a leading ``x =`` are dropped. Equal
+   strings, or equal numbers (integers, decimals, ``a/b`` and ``\\frac{a}{b}``), score 1.
 3. Otherwise, when ``math_verify`` is installed, a symbolic comparison decides
    (``\\sqrt{4}`` = 2, ``0.5`` = ``\\frac12``). Its timeouts use signals, which only the main
    thread may set, and TRL scores rollouts in a worker thread: they are turned off here.
@@ -94,7 +94,9 @@ def _symbolic(got: str, gold: str) -> bool:
     try:  # timeouts off: they need the main thread (module docstring, rule 3)
         gold_parsed = parse(f"${gold}$", parsing_timeout=None)
         got_parsed = parse(f"${got}$", parsing_timeout=None)
-        return bool(gold_parsed and got_parsed and verify(gold_parsed, got_parsed, timeout_seconds=None))
+        return bool(
+            gold_parsed and got_parsed and verify(gold_parsed, got_parsed, timeout_seconds=None)
+        )
     except Exception:  # a grader that cannot parse an answer has not matched it
         return False
 

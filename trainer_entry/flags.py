@@ -47,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--output-dir", type=Path, required=True, help="checkpoints and .vllm_lora (bucket mount)")
     add("--max-steps", type=int, default=500)
     add("--seed", type=int, default=0)
-    add("--report-to", default="none", help="TRL's trackers (wandb, trackio, ...); proxy figures too")
+    add(
+        "--report-to",
+        default="none",
+        help="TRL's trackers (wandb, trackio, ...); proxy figures too",
+    )
     add("--server-timeout", type=float, default=240.0, help="seconds to wait for /health")
     _topology_flags(parser)
     _world_flags(parser)
@@ -63,7 +67,9 @@ def _topology_flags(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--proxy-url", default=None, help="a proxy running elsewhere")
     add = group.add_argument
     add("--proxy-token-env", default=None, help="variable holding the remote proxy's token")
-    add("--replica-token-env", default="HF_TOKEN", help="sidecar: variable with the replicas' token")
+    add(
+        "--replica-token-env", default="HF_TOKEN", help="sidecar: variable with the replicas' token"
+    )
     add("--sidecar-host", default="127.0.0.1", help="sidecar: where the proxy listens")
     add("--sidecar-port", type=int, default=0, help="sidecar: its port (0: a free one)")
     add("--proxy-arg", action="append", default=[], help="passed to the local proxy (repeatable)")
@@ -160,7 +166,9 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         )
     for name in _POSITIVE:
         if getattr(args, name) < 1:
-            parser.error(f"argument --{name.replace('_', '-')}: must be >= 1 (got {getattr(args, name)})")
+            parser.error(
+                f"argument --{name.replace('_', '-')}: must be >= 1 (got {getattr(args, name)})"
+            )
     for name in ("max_staleness", "token_budget", "save_minutes"):
         if getattr(args, name) < 0:
             parser.error(f"argument --{name.replace('_', '-')}: must be >= 0")
@@ -172,9 +180,13 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error(f"argument --node-rank: 0 to --nnodes - 1 (got {args.node_rank})")
     for flag in ("sidecar_port", "master_port"):
         if not 0 <= getattr(args, flag) <= 65535:
-            parser.error(f"argument --{flag.replace('_', '-')}: 0 to 65535 (got {getattr(args, flag)})")
+            parser.error(
+                f"argument --{flag.replace('_', '-')}: 0 to 65535 (got {getattr(args, flag)})"
+            )
     if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
-        parser.error(f"argument --resume: auto, never, or a checkpoint directory (got {args.resume!r})")
+        parser.error(
+            f"argument --resume: auto, never, or a checkpoint directory (got {args.resume!r})"
+        )
     if args.proxy_token_env is not None:
         if args.proxy_url is None:
             parser.error("argument --proxy-token-env: only with --proxy-url")

@@ -49,7 +49,8 @@ def untie(model: Any) -> None:
 
     head = model.get_output_embeddings()
     head.weight = torch.nn.Parameter(
-        model.get_input_embeddings().weight.detach().clone(), requires_grad=head.weight.requires_grad
+        model.get_input_embeddings().weight.detach().clone(),
+        requires_grad=head.weight.requires_grad,
     )
     for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
         config.tie_word_embeddings = False

@@ -1,4 +1,4 @@
-"""The response template TRL's rollout worker needs, for models whose chat template it does not know.
+"""The response template TRL's rollout worker needs, for chat templates TRL does not know.
 
 TRL's rollout worker parses each completion with the tokenizer's ``response_template`` (how an
 assistant turn opens and closes). When the tokenizer has none, it calls

@@ -199,7 +199,9 @@ def _finish(trainer: Any, options: TrainerOptions, output: Any) -> dict[str, Any
     its gather, and a small run record beside it."""
     final = options.output_dir / FINAL_ADAPTER
     model = trainer.accelerator.unwrap_model(trainer.model)
-    async_grpo_trainer.save_lora_adapter(model, trainer.accelerator, trainer._adapter_name, str(final))
+    async_grpo_trainer.save_lora_adapter(
+        model, trainer.accelerator, trainer._adapter_name, str(final)
+    )
     metrics: dict[str, Any] = {"global_step": output.global_step, **output.metrics}
     if trainer.accelerator.is_main_process:
         record = {

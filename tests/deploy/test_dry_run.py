@@ -85,7 +85,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         )
     trainer = specs[2]
     assert trainer["image"].startswith("pytorch/pytorch:")
-    assert trainer["flavor"] == "h200"
+    assert trainer["flavor"] == "h200x2"
     assert trainer["timeout"] == "6h"
     assert trainer["expose"] == [8000]
     assert trainer["secrets"] == {"HF_TOKEN": "***"}
@@ -199,25 +199,33 @@ def test_the_proxy_discovers_replicas_in_the_jobs_namespace(
     assert [volume["source"] for volume in proxy["volumes"]] == ["team/rl"]
 
 
-def test_the_trainer_defaults_to_one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_trainer_defaults_to_the_published_two_gpus_and_starts_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     specs = dry_run(monkeypatch=monkeypatch)
 
-    assert specs[-1]["flavor"] == "h200"
+    assert specs[-1]["flavor"] == "h200x2"
+    assert (
+        "python3 -m trainer_entry --model Qwen/Qwen2.5-Math-1.5B --num-processes 2 "
+        in (specs[-1]["command"][2])
+    )
 
 
-def test_a_multi_gpu_trainer_flavor_is_called_out(
+def test_a_multi_gpu_trainer_flavor_starts_every_gpu(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     runtime_err = io.StringIO()
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    argv = [*ARGS, "--dry-run", "--trainer-flavor", "h200x2"]
+    argv = [*ARGS, "--dry-run", "--trainer-flavor", "h200x4"]
     runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, err=runtime_err)
     runtime.out = io.StringIO()
 
     assert main(argv, runtime) == 0
-    note = runtime_err.getvalue()
-    assert "--trainer-flavor h200x2 has 2 GPUs" in note
-    assert "trainer_entry trains in one process on one GPU" in note
+    trainer = json.loads(runtime.out.getvalue())[-1]
+    assert " --num-processes 4 " in trainer["command"][2]
+    assert "idle" not in runtime_err.getvalue()
+    single = dry_run("--trainer-flavor", "a100-large", monkeypatch=monkeypatch)[-1]
+    assert " --num-processes 1 " in single["command"][2]
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ from replica_entry.sim import SimSettings, build_sim_app
 from tests.deploy.conftest import TOKEN
 from tests.support.hub_jobs import BackgroundServers, require_bearer
 from trainer_entry import sidecar
-from trainer_entry.cli import build_parser, options_from_args, proxy_for
+from trainer_entry.cli import proxy_for
+from trainer_entry.flags import build_parser, options_from_args
 
 FAST = ("--proxy-arg=--health-interval=0.05", "--proxy-arg=--health-timeout=1")
 

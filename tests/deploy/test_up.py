@@ -39,7 +39,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert "exec python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000" in script
     assert "--model Qwen/Qwen2.5-Math-1.5B" in script
     trainer = stand.hub.named("r1-trainer").spec
-    assert trainer["flavor"] == "h200"
+    assert trainer["flavor"] == "h200x2"
     assert trainer["volumes"][0]["readOnly"] is False
     assert trainer["volumes"][0]["mountPath"] == "/lora"
     assert trainer["expose"]["ports"] == [8000]

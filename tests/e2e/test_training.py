@@ -50,7 +50,9 @@ def _trainer_args(tiny: dict[str, Path], out: Path, steps: int) -> list[str]:
         *("--output-dir", str(out), "--max-steps", str(steps)),
         *("--num-generations", "4", "--lora-rank", "1", "--weight-sync-steps", "1"),
         *("--max-staleness", str(MAX_STALENESS), "--max-completion-length", "32"),
-        *("--learning-rate", "1e-4"),
+        *("--learning-rate", "1e-4", "--gradient-accumulation-steps", "1"),
+        # The recipe packs 16,384 tokens per micro-batch; these servers hold 512 per sequence.
+        *("--token-budget", "512"),
     ]
 
 

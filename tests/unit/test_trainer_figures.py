@@ -54,7 +54,9 @@ async def test_behind_a_relay_the_figures_are_the_remote_proxys(
 ) -> None:
     """--proxy-url always runs a local relay (it pushes adapters); the figures describe the
     fleet, so they come from the remote proxy, with the token the relay sends it."""
-    from trainer_entry.cli import build_parser, figures_source, options_from_args
+    from trainer_entry.cli import figures_source
+    from trainer_entry.proxy_figures import replicas_reported
+    from trainer_entry.flags import build_parser, options_from_args
 
     monkeypatch.setenv("REMOTE_TOKEN", "remote-key")
     async with run_stack(2, api_key="remote-key") as stack:
@@ -67,3 +69,6 @@ async def test_behind_a_relay_the_figures_are_the_remote_proxys(
         assert (url, token) == (stack.proxy_url, "remote-key")
         read = await asyncio.to_thread(ProxyFigures(stack.proxy_url, token).read)
         assert read["proxy/replicas_routable"] == 2.0
+        # What sizes the trainer's in-flight default: the replicas behind the remote proxy.
+        assert await asyncio.to_thread(replicas_reported, stack.proxy_url, token) == 2
+        assert await asyncio.to_thread(replicas_reported, stack.proxy_url, None) is None

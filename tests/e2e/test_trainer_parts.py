@@ -1,0 +1,84 @@
+"""Trainer parts that need the heavy packages but no server: the response template for chat
+templates TRL does not know (the README's default model among them), and untying tied
+embeddings for an accelerate whose FSDP2 cannot shard them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer_entry.templates import TemplateError, ensure_response_template, family_of
+
+# Qwen2.5-Math's template is Qwen2.5's with another default system prompt: TRL compares template
+# texts exactly, so it does not recognise it ("Unrecognized chat template").
+QWEN_MATH_SYSTEM = "Please reason step by step, and put your final answer within \\\\boxed{}."
+
+
+def _tokenizer(tiny: dict[str, Path]) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny["model"])
+
+
+def _qwen_math_template() -> str:
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    original = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    assert original in qwen2_5_chat_template
+    return str(qwen2_5_chat_template.replace(original, QWEN_MATH_SYSTEM))
+
+
+def test_trl_refuses_qwen_math_and_the_trainer_sets_chatml(tiny: dict[str, Path]) -> None:
+    from trl.chat_template_utils import add_response_schema, qwen3_template
+
+    tokenizer = _tokenizer(tiny)
+    tokenizer.chat_template = _qwen_math_template()
+    with pytest.raises(ValueError, match="Unrecognized chat template"):
+        add_response_schema(tokenizer)
+    tokenizer.response_template = None
+    assert ensure_response_template(tokenizer, "Qwen/Qwen2.5-Math-1.5B") == "chatml"
+    assert tokenizer.response_template == qwen3_template
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True
+    )
+    parsed = tokenizer.parse_response("\\boxed{2}<|im_end|>", prefix=prompt)
+    assert parsed["content"] == "\\boxed{2}"  # as TRL's rollout worker will read a completion
+
+
+def test_a_recognised_template_is_left_to_trl(tiny: dict[str, Path]) -> None:
+    assert ensure_response_template(_tokenizer(tiny), "tiny") == "trl"
+
+
+def test_an_unknown_family_stops_naming_the_model_and_the_flag(tiny: dict[str, Path]) -> None:
+    tokenizer = _tokenizer(tiny)
+    tokenizer.chat_template = "{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}"
+    with pytest.raises(TemplateError, match=r"of acme/odd-7b .* --response-template"):
+        ensure_response_template(tokenizer, "acme/odd-7b")
+    assert ensure_response_template(tokenizer, "acme/odd-7b", "llama3") == "flag"
+    assert family_of(tokenizer.chat_template) is None
+
+
+def test_untie_gives_lm_head_its_own_equal_weight(tmp_path: Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer_entry.fsdp import accelerate_groups_tied_weights, tied, untie, untie_if_needed
+
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=1, head_dim=32, tie_word_embeddings=True)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    ids = torch.tensor([[1, 2, 3]])
+    before = model(ids).logits.detach()
+    assert tied(model)
+    assert not untie_if_needed(model, sharded=False)  # one rank: nothing to do
+    untie(model)
+    assert not tied(model) and not model.config.tie_word_embeddings
+    assert torch.equal(model.lm_head.weight, model.model.embed_tokens.weight)
+    assert torch.equal(model(ids).logits, before)
+    model.tie_weights()  # transformers' own re-tying leaves it untied now
+    assert not tied(model)
+    assert not accelerate_groups_tied_weights("1.14.0")
+    assert accelerate_groups_tied_weights("1.15.0")

@@ -1,0 +1,104 @@
+"""The trainer's recipe and its command line: the fastest published run by default, the derived
+in-flight and queue sizes, and flags checked before anything starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.options import TrainerOptions
+from trainer_entry.recipe import INFLIGHT_PER_REPLICA, Recipe
+
+BASE = ["--model", "m", "--dataset", "d.jsonl", "--sidecar-replicas", "http://127.0.0.1:9"]
+
+
+def parse(tmp_path: Path, *extra: str) -> TrainerOptions:
+    parser = build_parser()
+    return options_from_args(
+        parser.parse_args([*BASE, "--output-dir", str(tmp_path), *extra]), parser
+    )
+
+
+def test_the_defaults_are_the_fastest_published_run(tmp_path: Path) -> None:
+    options = parse(tmp_path)
+    r = options.recipe
+    assert (r.learning_rate, r.lr_scheduler, r.adam_beta2) == (4e-5, "constant", 0.95)
+    assert (r.lora_rank, r.alpha, r.lora_target_modules) == (1, 2, ("all-linear",))
+    assert (r.token_budget, r.gradient_accumulation_steps, r.gradient_checkpointing) == (
+        16384,
+        6,
+        False,
+    )
+    assert (r.max_completion_length, r.weight_sync_steps, r.max_staleness) == (3000, 4, 4)
+    assert options.rewards == ("boxed",)
+    assert options.checkpoints.save_steps == 20 and options.checkpoints.resume == "auto"
+    assert options.world.num_processes == 0  # the launcher counts the GPUs
+
+
+def test_published_sizes_derive_384_in_flight_on_three_replicas_and_two_ranks() -> None:
+    resolved = Recipe().resolved(world_size=2, replicas=3)
+    # 8 samples a rank a micro-batch x 6 micro-batches x 2 ranks = 96 a step; x4 staleness = 384
+    assert resolved.max_inflight_tasks == 384 == 3 * INFLIGHT_PER_REPLICA
+    assert resolved.queue_maxsize == 384  # TRL's 1024 would buffer eight steps of stale samples
+
+
+def test_a_small_step_caps_the_inflight_default_at_what_the_window_can_use() -> None:
+    recipe = Recipe(num_generations=4, gradient_accumulation_steps=1, max_staleness=2)
+    resolved = recipe.resolved(world_size=1, replicas=2)
+    assert resolved.max_inflight_tasks == 8  # not 256: the window holds 2 steps of 4 samples
+    assert Recipe().resolved(world_size=2, replicas=None).max_inflight_tasks == 384
+
+
+def test_explicit_sizes_win() -> None:
+    resolved = Recipe(max_inflight_tasks=5, queue_maxsize=7).resolved(world_size=8, replicas=9)
+    assert (resolved.max_inflight_tasks, resolved.queue_maxsize) == (5, 7)
+
+
+def test_every_value_is_printed_as_its_flag(tmp_path: Path) -> None:
+    lines = parse(tmp_path, "--gradient-checkpointing").recipe.resolved(1, 1).describe()
+    assert "--gradient-checkpointing" in lines and "--token-budget 16384" in lines
+    assert "--max-inflight-tasks 128" in lines and "--queue-maxsize 192" in lines
+    flags = {line.split()[0] for line in lines}
+    help_text = build_parser().format_help()
+    assert all(flag in help_text for flag in flags), flags
+
+
+def test_options_travel_to_the_ranks_as_json_unchanged(tmp_path: Path) -> None:
+    options = parse(tmp_path, "--nnodes", "2", "--node-rank", "1", "--proxy-arg=--x")
+    again = TrainerOptions.from_json(options.to_json())
+    assert again == options
+    assert isinstance(again.output_dir, Path) and isinstance(again.topology.proxy_args, tuple)
+    assert json.loads(options.to_json())["world"]["nnodes"] == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--nnodes", "0"], "argument --nnodes: must be >= 1"),
+        (["--nnodes", "2", "--node-rank", "2"], "argument --node-rank: 0 to --nnodes - 1"),
+        (["--num-processes", "0"], "argument --num-processes: must be >= 1"),
+        (["--save-steps", "0"], "argument --save-steps: must be >= 1"),
+        (["--save-minutes", "-1"], "argument --save-minutes: must be >= 0"),
+        (["--master-port", "70000"], "argument --master-port: 0 to 65535"),
+        (["--resume", "/no/such/checkpoint"], "argument --resume: auto, never, or a checkpoint"),
+        (["--rewards", "boxed,nope"], "argument --rewards: choose from"),
+        (["--gradient-accumulation-steps", "0"], "argument --gradient-accumulation-steps"),
+    ],
+)
+def test_a_bad_flag_exits_2_naming_it(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        parse(tmp_path, *extra)
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_reward_of_the_users_own_is_a_module_and_a_function(tmp_path: Path) -> None:
+    assert parse(tmp_path, "--rewards", "boxed,my_rewards:brevity").rewards == (
+        "boxed",
+        "my_rewards:brevity",
+    )
