@@ -219,3 +219,19 @@ def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> int:
 
 def versions(names: list[str] | set[str]) -> list[int]:
     return sorted(int(n.rsplit("-v", 1)[1]) for n in names if re.fullmatch(r"trl-policy-v\d+", n))
+
+
+_PERF = re.compile(r"'(perf/[a-z_]+)': '?([0-9.eE+-]+)'?")
+
+
+def report_perf(log_text: str, title: str) -> dict[str, float]:
+    """TRL's own per-step figures (``perf/*`` in its log lines): the median of each, printed
+    (``make e2e`` shows what passed tests print) and returned."""
+    found: dict[str, list[float]] = {}
+    for name, value in _PERF.findall(log_text):
+        found.setdefault(name, []).append(float(value))
+    medians = {name: sorted(vs)[len(vs) // 2] for name, vs in sorted(found.items())}
+    print(f"\nTRL perf/* medians ({title}):")
+    for name, value in medians.items():
+        print(f"  {name:<34} {value:10.3f}  ({len(found[name])} steps)")
+    return medians

@@ -82,3 +82,32 @@ def test_untie_gives_lm_head_its_own_equal_weight(tmp_path: Path) -> None:
     assert not tied(model)
     assert not accelerate_groups_tied_weights("1.14.0")
     assert accelerate_groups_tied_weights("1.15.0")
+
+
+# TRL 1.16 warns at import that it was tested up to vLLM 0.31 (the tier runs 0.32, REFERENCE 5).
+@pytest.mark.filterwarnings("ignore:TRL currently supports vLLM versions:UserWarning")
+def test_out_of_gpu_memory_is_one_line_naming_the_knobs(
+    tiny: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # read when trl.experimental is imported
+    import torch
+
+    from trainer_entry import rank, train
+    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.options import OPTIONS_ENV
+
+    parser = build_parser()
+    argv = ["--model", str(tiny["model"]), "--dataset", str(tiny["data"]), "--output-dir",
+            str(tmp_path), "--sidecar-replicas", "http://127.0.0.1:9"]  # fmt: skip
+    monkeypatch.setenv(OPTIONS_ENV, options_from_args(parser.parse_args(argv), parser).to_json())
+
+    def exhausted(*_: object, **__: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(train, "run", exhausted)
+    assert rank.main() == 3
+    assert (
+        "out of GPU memory at --token-budget 16384 tokens per rank: lower --token-budget "
+        "(e.g. 8192), turn on --gradient-checkpointing"
+    ) in caplog.text

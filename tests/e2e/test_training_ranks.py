@@ -13,10 +13,18 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
-from tests.e2e.support import REPLICA_TOKEN, VllmServer, events, run_trainer, wait_or_kill
+from tests.e2e.support import (
+    REPLICA_TOKEN,
+    VllmServer,
+    events,
+    report_perf,
+    run_trainer,
+    wait_or_kill,
+)
 from trainer_entry import checkpoints
 from trainer_entry.sidecar import free_port
 
@@ -94,6 +102,28 @@ def _published(out: Path) -> set[int]:
     return {int(n.rsplit("-v", 1)[1]) for n in names if re.fullmatch(r"trl-policy-v\d+", n)}
 
 
+def _keep_when_published(path: Path, keep: Path) -> threading.Thread:
+    """Hard-link ``path`` to ``keep`` as soon as a new file is published there (TRL renames a
+    whole folder into place, so a file seen is complete); a file there already (the dead run's)
+    is not the one awaited."""
+    old = path.stat().st_ino if path.exists() else None
+
+    def watch() -> None:
+        deadline, gone = time.monotonic() + TRAIN_TIMEOUT_S, old is None
+        while time.monotonic() < deadline:
+            try:
+                if gone or path.stat().st_ino != old:  # a freed inode may be reused: gone counts
+                    os.link(path, keep)
+                    return
+            except FileNotFoundError:
+                gone = True
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def _full_state(checkpoint: Path, scratch: Path) -> dict[str, object]:
     """The adapter tensors of a sharded checkpoint, every rank's shard gathered."""
     import torch
@@ -115,6 +145,9 @@ def test_two_fsdp2_ranks_train_checkpoint_die_whole_and_resume_exactly(
     replicas = ",".join(s.url for s in clean_fleet)
     where = ("--sidecar-replicas", replicas, "--sidecar-port", str(port), *PROXY_ARGS)
     argv = _args(tiny, out, 6, "--num-processes", "2", "--save-steps", "2", *where)
+    # As on HF Jobs: the replicas demand a bearer token and the trainer has HF_TOKEN as its only
+    # secret; the sidecar sends it (from its environment, never its command line).
+    assert "PROXY_UPSTREAM_TOKEN" not in os.environ
     env = {"HF_TOKEN": REPLICA_TOKEN}
     first = run_trainer(argv, tmp_path / "first.log", env=env)
     try:
@@ -150,11 +183,21 @@ def test_two_fsdp2_ranks_train_checkpoint_die_whole_and_resume_exactly(
     assert shards == ["__0_0.distcp", "__1_0.distcp"], shards  # SHARDED_STATE_DICT: every rank
 
     offsets = [s.log_path.stat().st_size for s in clean_fleet]
+    # TRL prunes a version's folder a few syncs later: keep the resumed run's first adapter.
+    first_adapter = out / checkpoints.LORA_DIR / f"trl-policy-v{version + 1}"
+    kept = _keep_when_published(first_adapter / "adapter_model.safetensors", tmp_path / "kept")
     second = run_trainer(argv, tmp_path / "second.log", env=env)  # the same command
     code = wait_or_kill(second, TRAIN_TIMEOUT_S)
+    kept.join(10)
     second_log = (tmp_path / "second.log").read_text()
     assert code == 0, second_log[-6000:]
     assert f"resume point: {resumed_from}" in second_log
+    assert re.search(r"\[proxy\] proxy ready on http://127\.0\.0\.1:\d+", second_log)
+    assert "sends the bearer token from $HF_TOKEN to the replicas" in second_log
+    assert "training finished" in second_log
+    assert REPLICA_TOKEN not in first_log + second_log
+    perf = report_perf(first_log + second_log, "2 FSDP2 ranks on CPU, 2 replicas")
+    assert perf["perf/step_s"] > 0
     # The step count continues: one history from step 1 to 6, and the resumed run synced once
     # before its first step and once a step after the checkpoint's.
     step = checkpoints.step_of(resumed_from) or 0
@@ -168,11 +211,12 @@ def test_two_fsdp2_ranks_train_checkpoint_die_whole_and_resume_exactly(
         loaded = {e.value for e in events(server.log_path.read_bytes()[offset:].decode())
                   if e.kind == "load"}  # fmt: skip
         assert set(synced) <= loaded, (server.url, synced, sorted(loaded))
+        assert '"POST /v1/completions HTTP/1.1" 200' in server.log_since_start()
 
     # The adapter published right after the resume is the checkpoint's, tensor for tensor, on
     # every shard: FSDP2 shards dim 0, and each half of every trained lora_B left zero.
-    published = load_file(out / checkpoints.LORA_DIR / f"trl-policy-v{version + 1}" /
-                          "adapter_model.safetensors")  # fmt: skip
+    assert (tmp_path / "kept").exists(), "the resumed run's first adapter was never seen"
+    published = load_file(tmp_path / "kept")
     saved = _full_state(resumed_from, tmp_path / "checkpoint.pt")
     assert set(published) == set(saved)
     for name, tensor in published.items():

@@ -4,6 +4,7 @@ in-flight and queue sizes, and flags checked before anything starts."""
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,17 @@ def test_a_reward_of_the_users_own_is_a_module_and_a_function(tmp_path: Path) ->
         "boxed",
         "my_rewards:brevity",
     )
+
+
+@pytest.mark.skipif(find_spec("torch") is not None, reason="torch is installed here")
+def test_without_the_trainer_packages_the_command_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainer_entry.cli import main
+
+    argv = [*BASE, "--output-dir", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "install the trainer's packages with pip install 'rollout-proxy[trainer]'" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # stopped before anything was started or written
