@@ -16,6 +16,7 @@ client gone mid-body) publishes nothing and deletes what was written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -133,8 +134,23 @@ class Receiver:
         self._uploads = 0
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="adapter-receiver")
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+    async def _run(
+        self, fn: Callable[..., T], *args: Any, undo: Callable[[T], object] | None = None
+    ) -> T:
+        """``fn(*args)`` in a worker thread. If this task is cancelled meanwhile (aiohttp cancels
+        the handler when its client goes), the worker still runs to its end: its effect (a
+        reservation, an open file, a rename) is waited for before the cancellation goes on, so
+        the caller's clean-up sees it; ``undo`` takes back a result nobody will receive."""
+        future = asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(future)
+            if undo is not None and not future.cancelled() and future.exception() is None:
+                undo(future.result())
+            raise
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -167,7 +183,7 @@ class Receiver:
             raise UploadError(413, self._too_large(manifest.total))
         if manifest.body_length(line) != length:
             raise UploadError(400, f"Content-Length {length} is not what the manifest declares")
-        tmp = await self._run(self.store.reserve, name, manifest.total)
+        tmp = await self._run(self.store.reserve, name, manifest.total, undo=self.store.discard)
         try:
             files = await self._files(tmp, manifest, body)
             if not await body.at_end():
@@ -183,7 +199,7 @@ class Receiver:
     ) -> list[tuple[str, int, str]]:
         done = []
         for spec in manifest.files:
-            sink = await self._run(self.store.open_file, tmp, spec.name)
+            sink = await self._run(self.store.open_file, tmp, spec.name, undo=FileSink.close)
             try:
                 await self._copy(body, spec.size, sink)
                 digest = await self._run(sink.finish)

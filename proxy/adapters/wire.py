@@ -91,6 +91,8 @@ def parse_manifest(line: bytes) -> Manifest:
         data = json.loads(line)
     except (ValueError, UnicodeDecodeError):
         raise UploadError(400, "the manifest line is not JSON") from None
+    except RecursionError:  # ``[`` x 60,000 fits the line limit and nests past the stack
+        raise UploadError(400, "the manifest line nests too deeply to be a manifest") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UploadError(400, f"the manifest must be an object with format {FORMAT}")
     files, origin = data.get("files"), data.get("origin")

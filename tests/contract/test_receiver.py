@@ -123,6 +123,19 @@ async def test_unsafe_adapter_names_are_refused(replica: Replica, target: str) -
     assert (await listing(replica.session, replica.url))["adapters"] == before["adapters"]
 
 
+@pytest.mark.parametrize("line", [b"[" * 60000, b'{"a":' * 12000])
+async def test_a_manifest_nested_past_the_stack_is_refused_not_a_crash(
+    replica: Replica, line: bytes
+) -> None:
+    body = line + b"\n"
+    answer = await raw_put(
+        replica.url, f"{PREFIX}/{replica.unique('deep')}", [body], length=len(body), headers=AUTH
+    )
+    assert answer is not None and answer[0] == 400, answer
+    status, _ = await replica.get("/health")
+    assert status == 200  # and the replica serves on
+
+
 async def test_an_adapter_over_the_cap_is_refused_from_its_manifest(replica: Replica) -> None:
     cap = (await listing(replica.session, replica.url))["max_adapter_bytes"]
     line = manifest_line({"adapter_config.json": 10, "adapter_model.safetensors": cap})
