@@ -216,7 +216,8 @@ def options_from_args(
         )
     if args.max_staleness < 0:
         parser.error(f"argument --max-staleness: must be >= 0 (got {args.max_staleness})")
-    if args.adapter_receiver and "--api-key" in extra:
+    # vLLM's own parser takes ``--api-key K`` and ``--api-key=K`` alike (and so must this check).
+    if args.adapter_receiver and any(a == "--api-key" or a.startswith("--api-key=") for a in extra):
         parser.error(
             "argument --api-key: give it to replica_entry, before `--` (it travels in "
             "VLLM_API_KEY, which the adapter receiver checks too), or add --no-adapter-receiver"

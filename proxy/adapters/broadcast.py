@@ -32,6 +32,7 @@ import orjson
 
 from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.registry import Load, Registry, Unload, Version
+from proxy.adapters.wire import shown
 from proxy.clock import Clock
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -152,7 +153,9 @@ class Broadcaster:
             self.registry.mark_unloaded(replica.id, name)
             self.pool.adapter_gone(replica, name)
             return True
-        log.warning("replica %s: unload of %s answered HTTP %d", replica.id, name, reply.status)
+        log.warning(
+            "replica %s: unload of %s answered HTTP %d", replica.id, shown(name), reply.status
+        )
         return False
 
     def confirm(self, replica: Replica, version: Version, at: str | None = None) -> None:
@@ -195,7 +198,7 @@ class Broadcaster:
             self._on_pushed(replica, pushed)
             log.info(
                 "replica %s loads %s from the mount: push %s (%s)",
-                replica.id, version.name, pushed.cause, pushed.detail,
+                replica.id, shown(version.name), pushed.cause, pushed.detail,
             )  # fmt: skip
         return await self.load_on(replica, version, deadline, replace=replace)
 

@@ -316,6 +316,12 @@ class Pusher:
     ) -> dict[str, asyncio.Task[Pushed]]:
         """Push to every target at once; each task ends in that replica's ``Pushed``."""
         tasks: dict[str, asyncio.Task[Pushed]] = {}
+        if not safe_name(name):
+            # The name becomes a path segment of the upload's URL (``../../v1/completions``,
+            # ``a#frag`` and ``a?x=1`` would name other routes or other entries): it is pushed
+            # only if the receivers would take it, and otherwise loads from the mount.
+            refused = Pushed(cause="refused", detail=f"the adapter name {name!r} is not pushed")
+            return {r.id: asyncio.create_task(_known(refused)) for r in targets}
         live = []
         for replica in targets:
             if self.receivers.get(replica.id) is False:

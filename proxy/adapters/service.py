@@ -36,6 +36,7 @@ from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
 from proxy.adapters.store import Entry, Store
+from proxy.adapters.wire import shown
 from proxy.clock import Failed
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
@@ -123,7 +124,7 @@ class AdapterService:
         seconds = time.perf_counter() - started
         took = sum(1 for o in outcomes if o.status == "ok")
         if took and not any(o.status in ("failed", "lagging") for o in outcomes):
-            log.info("adapter %s loaded on %d replica(s) in %.2f s", name, took, seconds)
+            log.info("adapter %s loaded on %d replica(s) in %.2f s", shown(name), took, seconds)
         return LoadResult(version, outcomes, seconds, self.broadcaster.retry.deadline_s)
 
     async def _resolve(self, name: str, path: str) -> Version:
@@ -145,8 +146,12 @@ class AdapterService:
             try:
                 entry = await asyncio.to_thread(self._fetch, version.name, version.where)
             except Exception as exc:  # the Hub failed: the replicas load from their mounts
-                log.warning("adapter %s not downloaded (%s): loading from the mount", version.name,
-                            f"{type(exc).__name__}: {exc}")  # fmt: skip
+                why = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "adapter %s not downloaded (%s): loading from the mount",
+                    shown(version.name),
+                    why,
+                )
                 return version
         return version if entry is None else replace(version, files=str(entry.path))
 
@@ -234,7 +239,7 @@ class AdapterService:
     ) -> None:
         for name in removed:
             if name in self.registry.versions:
-                log.info("adapter %s disappeared from the source: dropping it", name)
+                log.info("adapter %s disappeared from the source: dropping it", shown(name))
                 self.registry.remove(name)
                 self._retired.append(name)
                 self._spawn(self._unload_everywhere(name))
@@ -244,7 +249,7 @@ class AdapterService:
             wanted = self.registry.wanted(name)
             if wanted is not None and wanted.same_files(version):
                 continue
-            log.info("adapter %s found in the source: pre-loading it on every replica", name)
+            log.info("adapter %s found in the source: pre-loading it on every replica", shown(name))
             self._start_load(version)
         if not self.source_seen:
             # Now the source is known, leftovers on the replicas can be told apart: clean them.
@@ -267,7 +272,9 @@ class AdapterService:
         return ok
 
     def out_of_step(self, replica: Replica, name: str) -> None:
-        log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id, name)
+        log.warning(
+            "replica %s lost adapter %s (restarted?): reconciling it", replica.id, shown(name)
+        )
         self.registry.mark_unloaded(replica.id, name)
         self.broadcaster.pool.adapter_gone(replica, name)
         if replica.id not in self._reconciling:

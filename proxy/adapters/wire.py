@@ -51,6 +51,12 @@ class UploadError(Exception):
         self.status = status
 
 
+def shown(name: str) -> str:
+    """A client-given name as a log line may carry it: itself when printable, else its ``repr``
+    (a CR/LF in a name would otherwise forge a log line)."""
+    return name if name.isprintable() else repr(name)
+
+
 def safe_name(name: str) -> bool:
     """True for one plain path component (see the module docstring)."""
     return _SAFE.fullmatch(name) is not None

@@ -5,11 +5,13 @@ fall back to the mount, per replica, counted; all-or-nothing, rollback and 504 k
 from __future__ import annotations
 
 import asyncio
+import logging
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from proxy.adapters import push as push_module
 from proxy.adapters.wire import PREFIX
@@ -125,6 +127,23 @@ async def test_a_refused_push_falls_back_for_that_replica_only(tmp_path: Path) -
         assert (await roots(stack, stack.sims[1]))["trl-policy-v1"] == str(path)
         text = await metrics_text(stack)
         assert metric(text, "rollout_proxy_adapter_push_fallbacks_total", cause="refused") == 1
+
+
+@pytest.mark.parametrize("name", ["../../v1/completions", "a#frag", "a?x=1", "v1\r\nforged"])
+async def test_a_name_the_receivers_would_refuse_is_never_put_into_a_url(
+    name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="proxy")
+    async with run_stack(2) as stack:
+        path = write_adapter(tmp_path, "plain-dir")
+        await load(stack, load_body(name, path))
+        for index in (0, 1):  # nothing was PUT anywhere: not the upload, not another route
+            assert not [r for r in await records(stack, index) if r["method"] == "PUT"]
+            assert not await stored(stack, stack.sims[index])
+        text = await metrics_text(stack)
+        assert metric(text, "rollout_proxy_adapter_push_fallbacks_total", cause="refused") == 2
+    # A CR/LF in a name forges no log line: names that are not printable are logged as repr.
+    assert not [r for r in caplog.records if "\n" in r.getMessage() or "\r" in r.getMessage()]
 
 
 async def test_a_refused_version_is_rolled_back_and_every_pushed_copy_deleted(

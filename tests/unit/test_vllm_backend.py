@@ -189,16 +189,16 @@ def test_the_receivers_settings_travel_in_its_environment(tmp_path: Path) -> Non
     )
 
 
+@pytest.mark.parametrize("form", [["--api-key", "k"], ["--api-key=k"]])
 def test_an_api_key_for_vllm_alone_is_refused_while_the_receiver_checks_keys(
-    capsys: pytest.CaptureFixture[str],
+    form: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """vLLM's ``--api-key`` would guard its routes but not the receiver (it reads
-    ``VLLM_API_KEY``): replica_entry's ``--api-key`` sets that variable for both."""
+    ``VLLM_API_KEY``): replica_entry's ``--api-key`` sets that variable for both. Either
+    spelling (the key would also show in the process list)."""
     with pytest.raises(SystemExit) as stopped:
-        vllm_backend.main(
-            ["--backend", "vllm", "--model", "m", "--print-command", "--", "--api-key", "k"]
-        )
+        vllm_backend.main(["--backend", "vllm", "--model", "m", "--print-command", "--", *form])
     assert stopped.value.code == 2
-    assert "--api-key" in capsys.readouterr().err
+    assert "argument --api-key: give it to replica_entry" in capsys.readouterr().err
     options = _options("--model", "m", "--no-adapter-receiver", "--", "--api-key", "k")
     assert build_launch(options, Install.GPU, {}).argv[-2:] == ("--api-key", "k")
