@@ -30,7 +30,15 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from proxy.adapters.wire import CONTENT_TYPE, MAX_FILES, PREFIX, FileSpec, Manifest, safe_name
+from proxy.adapters.wire import (
+    CONTENT_TYPE,
+    MAX_FILES,
+    PREFIX,
+    FileSpec,
+    Manifest,
+    adapter_file,
+    safe_name,
+)
 from proxy.adapters.wire import content_digest as digest_of
 from proxy.clock import Clock, Failed
 from proxy.fleet.replica import Replica
@@ -143,13 +151,14 @@ class Tee:
 
 
 def list_files(directory: Path) -> tuple[FileSpec, ...]:
-    """The files a version directory pushes: regular files with safe names, by name."""
+    """The files a version directory pushes: the regular files an adapter is made of
+    (``wire.ADAPTER_FILES``), by name."""
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
         files = tuple(
             FileSpec(e.name, e.stat().st_size)
             for e in entries
-            if e.is_file(follow_symlinks=False) and safe_name(e.name)
+            if e.is_file(follow_symlinks=False) and adapter_file(e.name)
         )
     except OSError as exc:
         raise Unreadable(f"cannot list {directory}: {exc.strerror}") from None

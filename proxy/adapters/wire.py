@@ -51,6 +51,31 @@ class UploadError(Exception):
         self.status = status
 
 
+# What an adapter is made of, and so all a pusher sends: PEFT's config and weights (safetensors
+# or the older .bin), and the tokenizer files PEFT may save beside them. Anything else in the
+# folder (a README, a stray key file) stays where it is.
+ADAPTER_FILES = frozenset(
+    {
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "adapter_model.bin",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "vocab.json",
+        "merges.txt",
+        "chat_template.jinja",
+    }
+)
+
+
+def adapter_file(name: str) -> bool:
+    """Whether a file of an adapter folder is part of the adapter (``ADAPTER_FILES``)."""
+    return name in ADAPTER_FILES
+
+
 def shown(name: str) -> str:
     """A client-given name as a log line may carry it: itself when printable, else its ``repr``
     (a CR/LF in a name would otherwise forge a log line)."""

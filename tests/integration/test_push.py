@@ -146,6 +146,22 @@ async def test_a_name_the_receivers_would_refuse_is_never_put_into_a_url(
     assert not [r for r in caplog.records if "\n" in r.getMessage() or "\r" in r.getMessage()]
 
 
+async def test_only_what_an_adapter_is_made_of_is_pushed(tmp_path: Path) -> None:
+    async with run_stack(2) as stack:
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        (path / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+        (path / "README.md").write_text("# model card\n")
+        (path / "tokenizer_config.json").write_text("{}")
+        assert (await load(stack, load_body("trl-policy-v1", path)))[0] == 200
+        for sim in stack.sims:
+            entries = (await listing(stack.session, sim.url))["adapters"]
+            assert [sorted(f["name"] for f in e["files"]) for e in entries] == [
+                ["adapter_config.json", "adapter_model.safetensors", "tokenizer_config.json"]
+            ]
+            root = Path((await roots(stack, sim))["trl-policy-v1"])
+            assert in_store(sim, str(root)) and not (root / "id_rsa").exists()
+
+
 async def test_a_refused_version_is_rolled_back_and_every_pushed_copy_deleted(
     tmp_path: Path,
 ) -> None:
