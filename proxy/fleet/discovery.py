@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from proxy.clock import Clock, Failed, run_every
-from proxy.config import parse_discover_spec
+from proxy.config import check_replica_url, parse_discover_spec
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
 
@@ -56,6 +56,7 @@ class JobsDiscovery:
         self._token = token
         self.namespace = namespace  # the jobs' owner; default: the token's user
         self.discovered: set[str] = set()  # replica ids this loop added
+        self.refused: set[str] = set()  # job URLs that are not replica URLs (logged once)
         self.last_error = ""
 
     async def run(self) -> None:
@@ -93,8 +94,17 @@ class JobsDiscovery:
         return urls
 
     def apply(self, urls: set[str]) -> None:
-        """Add the new URLs; drain, then remove, discovered replicas whose jobs are gone."""
-        found = {replica_id(url): url for url in urls}
+        """Add the new URLs; drain, then remove, discovered replicas whose jobs are gone. A URL
+        that is not a replica URL (a job exposing ``...?q=1``) is skipped, logged once: it
+        stops neither the others from joining nor the departed from leaving."""
+        found: dict[str, str] = {}
+        for url in sorted(urls):
+            try:
+                found[replica_id(check_replica_url(url))] = url
+            except ValueError as exc:
+                if url not in self.refused:
+                    log.warning("job URL %r is not a replica URL, skipped: %s", url, exc)
+                self.refused.add(url)
         for rid, url in found.items():
             if self._pool.get(rid) is None:
                 log.info("discovered replica %s (job label %s=%s)", rid, self.label, self.value)

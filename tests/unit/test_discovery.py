@@ -53,3 +53,19 @@ def test_jobs_come_and_go_static_replicas_stay() -> None:
     assert pool.get("j1--8000.hf.jobs:443") is None
     discovery.apply(set())
     assert [r.id for r in pool] == ["static:8000"]
+
+
+def test_one_malformed_job_url_stops_nothing_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    pool = ReplicaPool([], clock=clock)
+    discovery = JobsDiscovery("hf-jobs:run=a", pool, clock, failed=lambda *_: None, interval_s=5)
+    discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
+    bad = "https://j3--8000.hf.jobs/?q=1"
+    for _ in range(3):
+        discovery.apply({"https://j1--8000.hf.jobs", bad, "https://j4--8000.hf.jobs"})
+    assert {r.id for r in pool} == {"j1--8000.hf.jobs:443", "j4--8000.hf.jobs:443"}  # j2 left
+    warnings = [r for r in caplog.records if "not a replica URL" in r.getMessage()]
+    assert len(warnings) == 1 and "?q=1" in warnings[0].getMessage()
+    assert not [r for r in caplog.records if "discovered replica j3" in r.getMessage()]
