@@ -230,9 +230,16 @@ class Broadcaster:
         return True
 
     async def load_fleet(self, version: Version) -> list[Outcome]:
-        """Load ``version`` on every routable replica at once; roll back if any fails."""
+        """Load ``version`` on every routable replica at once; roll back if any fails: where
+        the name was served before (an in-place replace), back to the files it was served
+        from, never to nothing; elsewhere by unloading it."""
         deadline = self.deadline()
         targets = self.pool.routable()
+        served = {
+            r.id: (self.registry.loaded[r.id][version.name], self.registry.at[r.id][version.name])
+            for r in targets
+            if self.registry.holds(r.id, version.name)
+        }
         pushes = self.push(version, [r for r in targets if not self._holds(r, version)])
         try:
             outcomes = list(
@@ -246,8 +253,28 @@ class Broadcaster:
         if any(o.status in ("failed", "lagging") for o in outcomes):
             # Unloaded too: a replica whose pushed copy was not loaded (its receiver drops it).
             undo = [o.replica for o in outcomes if o.status == "ok" or o.via == "push"]
-            await asyncio.gather(*(self.unload_on(r, version.name) for r in undo))
+            await asyncio.gather(*(self._undo(r, version.name, served.get(r.id)) for r in undo))
         return outcomes
+
+    async def _undo(self, replica: Replica, name: str, served: tuple[Version, str] | None) -> None:
+        """Take a failed load back on one replica: reload what it served under that name, in
+        place, from where it loaded it (a pushed copy stays in its receiver until the name is
+        unloaded); a name it did not serve is unloaded."""
+        if served is None or served[0].source == "replica":
+            await self.unload_on(replica, name)
+            return
+        version, at = served
+        outcome = await self.load_on(
+            replica,
+            version,
+            self.deadline(),
+            replace=True,
+            path=None if at == version.where else at,
+        )
+        if outcome.status != "ok":  # cannot restore it: at least serve no half-replaced name
+            log.warning("replica %s: %s could not be restored after a failed replace", replica.id,
+                        shown(name))  # fmt: skip
+            await self.unload_on(replica, name)
 
     def _holds(self, replica: Replica, version: Version) -> bool:
         held = self.registry.loaded.get(replica.id, {}).get(version.name)

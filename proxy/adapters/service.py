@@ -188,6 +188,7 @@ class AdapterService:
         if wanted is not None and wanted.same_files(version):
             version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
         version = await self._fetched(version)
+        previous = self.registry.wanted(version.name)  # an in-place replace rolls back to it
         for name in self.registry.add(version):
             self._retired.append(name)
             self._spawn(self._unload_everywhere(name))
@@ -195,8 +196,13 @@ class AdapterService:
         outcomes = await self.broadcaster.load_fleet(version)
         seconds = time.perf_counter() - started
         ok = all(o.status in ("ok", "unreachable") for o in outcomes)
-        if not ok:
-            self.registry.remove(version.name)  # refused or never visible: rolled back
+        if not ok:  # refused or never visible: rolled back to what was served, or to nothing
+            if previous is not None and not previous.same_files(version):
+                for name in self.registry.add(previous):
+                    self._retired.append(name)
+                    self._spawn(self._unload_everywhere(name))
+            else:
+                self.registry.remove(version.name)
         # With no replica reachable yet the version stays wanted: replicas get it on admission.
         self.metrics.record_fleet_load(seconds, "ok" if ok else "failed")
         paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}

@@ -18,7 +18,7 @@ from proxy.adapters.wire import PREFIX
 from proxy.app import ADAPTERS, RECEIVER
 from tests.integration.test_adapters import rollout
 from tests.support.adapters import write_adapter
-from tests.support.calls import load, load_body, metrics_text, post, records
+from tests.support.calls import completion, load, load_body, metrics_text, post, records
 from tests.support.fleet import Sim, Stack, run_sim, run_stack
 from tests.support.uploads import listing
 from tests.support.waiting import eventually, wait_for
@@ -176,6 +176,29 @@ async def test_a_refused_version_is_rolled_back_and_every_pushed_copy_deleted(
             assert await uploads(stack, i), f"nothing was pushed to {sim.id}"
             assert "trl-policy-v1" not in await roots(stack, sim)
             await eventually(partial(_empty, stack, sim), what=f"{sim.id}'s pushed copy deleted")
+
+
+async def test_a_refused_in_place_replace_rolls_back_to_the_served_files_not_to_nothing(
+    tmp_path: Path,
+) -> None:
+    sims: list[dict[str, Any]] = [{"max_lora_rank": 16}, {}]  # the second refuses rank 16
+    async with run_stack(sims=sims) as stack:
+        served = write_adapter(tmp_path / "a", "trl-policy-v2")
+        assert (await load(stack, load_body("trl-policy-v2", served)))[0] == 200
+        before = [(await roots(stack, sim))["trl-policy-v2"] for sim in stack.sims]
+        bigger = write_adapter(tmp_path / "b", "trl-policy-v2", rank=16)
+        status, body, _ = await load(stack, load_body("trl-policy-v2", bigger))
+        assert status == 400, body
+        # v2 is still served everywhere, from the files it was served from.
+        assert [(await roots(stack, sim))["trl-policy-v2"] for sim in stack.sims] == before
+        async with stack.session.get(stack.proxy_url + "/v1/models") as response:
+            models = {c["id"]: c["root"] for c in (await response.json())["data"][1:]}
+        assert models["trl-policy-v2"] == str(served)
+        for key in range(8):  # routed by key over both replicas
+            code, answer, _ = await post(
+                stack, "/v1/completions", completion("trl-policy-v2", prompt=[key, 1, 2, 3])
+            )
+            assert code == 200, answer
 
 
 async def _empty(stack: Stack, sim: Sim) -> bool:
