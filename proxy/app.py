@@ -15,7 +15,6 @@ import contextlib
 import logging
 import shutil
 import tempfile
-import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,7 @@ from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
-from proxy.adapters.store import Entry, Store
+from proxy.adapters.store import Entry, Store, claimable
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, Failed, RealClock
 from proxy.config import Settings
@@ -264,11 +263,17 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def store_path(settings: Settings) -> Path:
     """``--adapter-store``, else one per port (a supervised restart empties its own), else a
-    fresh name for an ephemeral port."""
+    fresh private directory: for an ephemeral port, or when the per-port path is not one this
+    process may claim (a symlink or another user's directory planted there: never followed)."""
     if settings.adapters.store is not None:
         return settings.adapters.store
-    tag = str(settings.port) if settings.port else uuid.uuid4().hex[:12]
-    return Path(tempfile.gettempdir()) / f"rollout-proxy-{tag}-adapters"
+    if settings.port:
+        path = Path(tempfile.gettempdir()) / f"rollout-proxy-{settings.port}-adapters"
+        why = claimable(path)
+        if why is None:
+            return path
+        log.warning("adapter store: %s, so a fresh private directory is used", why)
+    return Path(tempfile.mkdtemp(prefix="rollout-proxy-adapters-"))
 
 
 def build_pusher(

@@ -47,6 +47,8 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
+from proxy.adapters.store import claimable
+
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -159,8 +161,14 @@ def build_launch(options: VllmOptions, install: Install, environ: Mapping[str, s
 def _receiver_env(options: VllmOptions) -> dict[str, str]:
     if not options.adapter_receiver:
         return {}
-    default = os.path.join(tempfile.gettempdir(), f"rollout-adapters-{options.port}")
-    env = {"ROLLOUT_ADAPTER_STORE": options.adapter_store or default}
+    env: dict[str, str] = {}
+    default = Path(tempfile.gettempdir()) / f"rollout-adapters-{options.port}"
+    if options.adapter_store is not None:
+        env["ROLLOUT_ADAPTER_STORE"] = options.adapter_store
+    elif claimable(default) is None:
+        env["ROLLOUT_ADAPTER_STORE"] = str(default)
+    # else: something not ours sits at the per-port path (never followed): the receiver makes
+    # a fresh private directory of its own.
     if options.adapter_max_bytes is not None:
         env["ROLLOUT_ADAPTER_MAX_BYTES"] = str(options.adapter_max_bytes)
     if options.adapter_store_max_bytes is not None:

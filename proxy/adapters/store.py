@@ -18,6 +18,11 @@ Invariants:
   was unloaded on its replica (vLLM may reload an adapter from its path at any time before).
 - The state is the directory itself (several server processes may share one store); ``reset``
   empties it when the replica starts.
+- The root is claimed before anything in it is touched (``claimable``): it is created private
+  (0700), or it is an existing directory of this user that no one else may write. A symlink, a
+  directory of another user or one others can write is refused (``StoreError``): a store path
+  under a shared temp directory is predictable, and a planted link would otherwise have its
+  target emptied. Nothing is ever followed or deleted outside the root.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,16 +100,46 @@ class FileSink:
             self._fd = -1
 
 
+class StoreError(ValueError):
+    """The store's root cannot be claimed safely; the message says why and what to do."""
+
+
+def claimable(root: Path) -> str | None:
+    """Why ``root`` may not be used as a store (None: it may: absent, or a directory of this
+    user that only this user can write)."""
+    try:
+        info = os.lstat(root)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"{root} is a symlink"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{root} is not a directory"
+    if info.st_uid != os.getuid():
+        return f"{root} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"{root} can be written by other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
 class Store:
     def __init__(self, root: Path, max_store_bytes: int) -> None:
-        self.root = Path(os.path.realpath(root))
+        root = Path(root)
+        # The parents resolved (the root's path as vLLM will see it), the root itself never:
+        # a symlink there is refused at ``reset``, not followed.
+        self.root = Path(os.path.realpath(root.parent)) / root.name
         self.max_store_bytes = max_store_bytes
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Empty the store (its replica starts with no adapter loaded)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Claim the root and empty it (its replica starts with no adapter loaded)."""
+        why = claimable(self.root)
+        if why is not None:
+            raise StoreError(f"adapter store refused: {why}; name a private directory instead")
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.root, 0o700)
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
