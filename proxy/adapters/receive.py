@@ -8,7 +8,9 @@ What an upload may cost the sender, and only the sender:
   it fills), ``max_uploads`` at once (503 beyond);
 - disk: ``max_adapter_bytes`` per adapter, checked from the manifest before any file byte is
   read (413), and the store's ``max_store_bytes`` (507);
-- time: a body that stops arriving for ``idle_timeout_s`` is abandoned (408).
+- time: a body that stops arriving for ``idle_timeout_s``, or an upload not over within
+  ``Limits.deadline_s`` (a minimum average rate: a trickle is no way around the idle rule), is
+  abandoned (408).
 Anything short of a complete, checked upload (bad manifest, wrong length, sha256 mismatch, a
 client gone mid-body) publishes nothing and deletes what was written.
 """
@@ -47,10 +49,20 @@ class ClientGone(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """``idle_timeout_s``: the longest gap between two chunks. ``min_rate`` and ``floor_s``: a
+    whole upload must be over within ``floor_s + length / min_rate`` seconds (60 s plus 1 s a
+    MiB: a sender trickling a byte every few seconds cannot hold an upload slot and its whole
+    reservation for long; a pushing proxy on any real link is far faster)."""
+
     max_adapter_bytes: int = 1 << 30
     max_uploads: int = 8
     idle_timeout_s: float = 30.0
     chunk_bytes: int = 1 << 20
+    min_rate: int = 1 << 20  # bytes/s, averaged over the whole upload
+    floor_s: float = 60.0
+
+    def deadline_s(self, length: int) -> float:
+        return self.floor_s + length / self.min_rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +179,16 @@ class Receiver:
         if self._uploads >= self.limits.max_uploads:
             return refusal(503, f"{self._uploads} uploads in progress; retry shortly")
         self._uploads += 1
+        deadline = self.limits.deadline_s(length)
         try:
-            return await self._receive(name, length, _Body(chunks, self.limits.idle_timeout_s))
+            async with asyncio.timeout(deadline):
+                return await self._receive(name, length, _Body(chunks, self.limits.idle_timeout_s))
+        except TimeoutError:
+            return refusal(
+                408,
+                f"the upload of {length} bytes took over {deadline:.0f} s (it must average at "
+                f"least {self.limits.min_rate} bytes/s): nothing was kept",
+            )
         except UploadError as exc:
             return refusal(exc.status, str(exc))
         except ClientGone:

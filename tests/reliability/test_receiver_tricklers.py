@@ -1,0 +1,57 @@
+"""Senders that trickle: each keeps to the idle rule (a byte well within every gap) yet would
+hold an upload slot and its whole reservation for as long as it likes. The whole-upload
+deadline (``Limits.deadline_s``) ends them, gives the space back, and frees the slots."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from proxy.adapters.receive import Limits, Receiver
+from proxy.adapters.store import Store
+from tests.support.uploads import manifest_line
+
+TRICKLERS = 8
+
+
+async def _trickle(head: bytes, stop: asyncio.Event) -> AsyncIterator[bytes]:
+    yield head
+    while not stop.is_set():
+        await asyncio.sleep(0.05)
+        yield b"\0"
+
+
+async def test_eight_tricklers_are_ended_by_the_deadline_and_give_everything_back(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store", 64 << 20)
+    store.reset()
+    # 0.5 s plus 1 s a MiB; the idle rule (30 s) alone would never end them.
+    receiver = Receiver(store, Limits(max_uploads=TRICKLERS, min_rate=1 << 20, floor_s=0.5))
+    stop = asyncio.Event()
+    size = 6 << 20
+    head = manifest_line({"adapter_model.safetensors": size})
+    length = len(head) + size + 64
+    started = time.monotonic()
+    try:
+        answers = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    receiver.upload(f"slow-{i}", length, _trickle(head, stop))
+                    for i in range(TRICKLERS)
+                )
+            ),
+            timeout=60,
+        )
+    finally:
+        stop.set()
+        receiver.close()
+    took = time.monotonic() - started
+    assert [a.status for a in answers] == [408] * TRICKLERS
+    assert "must average at least" in answers[0].body["error"]["message"]
+    assert took < 30, took  # the deadline (6.5 s), not the idle rule, ended them
+    assert store.used() == 0
+    assert list((store.root / ".tmp").iterdir()) == []
+    assert receiver._uploads == 0  # every slot back
