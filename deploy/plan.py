@@ -142,6 +142,9 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
         *("python3", "-m", "replica_entry", "--backend", "vllm"),
         *("--host", "0.0.0.0", "--port", str(PORT), "--model", plan.model),
         "--adapter-receiver" if plan.adapter_push else "--no-adapter-receiver",
+        # Behind HF Jobs' exposed port, which checks the HF token on every request (one
+        # Authorization header cannot carry a second key): the receiver's explicit opt-in.
+        *(("--receiver-without-key",) if plan.adapter_push else ()),
         *plan.replica_args,
     ]
     return JobSpec(

@@ -37,6 +37,7 @@ emptied at every start) and checks ``VLLM_API_KEY`` itself, so a key given to vL
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shlex
 import sys
@@ -68,7 +69,7 @@ class VllmOptions:
     """The flags of the vLLM backend, validated by ``options_from_args``."""
 
     model: str
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: str | None = None
     max_lora_rank: int = 8
@@ -185,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--backend", required=True, choices=["vllm"])
     add("--model", required=True, help="Hub id or local directory")
-    add("--host", default="0.0.0.0", help="0.0.0.0 inside a job (default)")
+    add("--host", default="127.0.0.1", help="0.0.0.0 inside a job (default: loopback only)")
     add("--port", type=int, default=8000)
     add("--served-model-name", default=None, help="default: --model")
     add("--max-lora-rank", type=int, default=8, help=f"one of {VLLM_LORA_RANKS}")
@@ -203,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="the adapter receiver inside vLLM (default: on; off: the proxy loads from the mount)",
     )
+    add(
+        "--receiver-without-key",
+        action="store_true",
+        help="serve the receiver without VLLM_API_KEY on a non-loopback address: only behind an "
+        "edge that checks a token itself (HF Jobs' exposed ports)",
+    )
     add("--adapter-store", default=None, help="receiver store (<tmp>/rollout-adapters-PORT)")
     add("--adapter-max-bytes", type=int, default=None, help="receiver: bytes per adapter (1 GiB)")
     add("--adapter-store-max-bytes", type=int, default=None, help="receiver: store bytes (8 GiB)")
@@ -212,10 +219,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def options_from_args(
-    args: argparse.Namespace, extra: Sequence[str], parser: argparse.ArgumentParser
+    args: argparse.Namespace,
+    extra: Sequence[str],
+    parser: argparse.ArgumentParser,
+    environ: Mapping[str, str] | None = None,
 ) -> VllmOptions:
     """Validate what vLLM would only reject after seconds of start-up; exit 2 naming the flag."""
+    environ = os.environ if environ is None else environ
+    keyed = bool(args.api_key or environ.get("VLLM_API_KEY"))
+    open_receiver = args.adapter_receiver and not keyed and not args.receiver_without_key
+    if open_receiver and not _loopback(args.host):
+        parser.error(
+            f"argument --host: on {args.host} the adapter receiver would store (and vLLM load) "
+            "uploads from anyone who reaches the port: set VLLM_API_KEY (or --api-key), bind "
+            "127.0.0.1, or, behind an edge that checks a token (HF Jobs' exposed ports), pass "
+            "--receiver-without-key"
+        )
     if not 0 < args.port <= 65535:
         parser.error(f"argument --port: must be in 1..65535 (got {args.port})")
     if args.max_lora_rank not in VLLM_LORA_RANKS:

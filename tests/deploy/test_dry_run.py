@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from deploy.cli import Runtime, main
+from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
 from tests.deploy.conftest import TOKEN
 from tests.support.clock import SteppingClock as FakeClock
 
@@ -148,6 +149,12 @@ def test_adapter_push_is_on_and_shown_unless_turned_off(
     replicas = [s["command"] for s in specs if s["role"] == "replica"]
     proxies = [s["command"] for s in specs if s["role"] != "replica"]  # sidecar, relay, job
     assert all("--adapter-receiver" in command for command in replicas)
+    # On 0.0.0.0 without a key of its own (the exposed port checks the HF token), the receiver
+    # needs its explicit opt-in, or replica_entry refuses to start: its own parser says so.
+    for command in replicas:
+        own, extra = split_passthrough(list(command[command.index("--backend") :]))
+        parser = build_parser()
+        assert options_from_args(parser.parse_args(own), extra, parser, {}).host == "0.0.0.0"
     assert all(
         "--adapter-push" in command or "--proxy-arg=--adapter-push" in command
         for command in proxies

@@ -32,7 +32,7 @@ def _flag(argv: tuple[str, ...], name: str) -> str:
 def test_gpu_install_runs_vllm_serve_with_what_trl_needs() -> None:
     launch = build_launch(_options("--model", "Qwen/Qwen2.5-Math-1.5B"), Install.GPU, {})
     assert launch.argv[:3] == ("vllm", "serve", "Qwen/Qwen2.5-Math-1.5B")
-    assert _flag(launch.argv, "--host") == "0.0.0.0"
+    assert _flag(launch.argv, "--host") == "127.0.0.1"  # loopback unless told
     assert _flag(launch.argv, "--port") == "8000"
     assert _flag(launch.argv, "--logprobs-mode") == "processed_logprobs"
     assert _flag(launch.argv, "--generation-config") == "vllm"
@@ -202,3 +202,30 @@ def test_an_api_key_for_vllm_alone_is_refused_while_the_receiver_checks_keys(
     assert "argument --api-key: give it to replica_entry" in capsys.readouterr().err
     options = _options("--model", "m", "--no-adapter-receiver", "--", "--api-key", "k")
     assert build_launch(options, Install.GPU, {}).argv[-2:] == ("--api-key", "k")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "ok"),
+    [
+        (["--host", "0.0.0.0"], {}, False),  # an open receiver on every interface: refused
+        (["--host", "10.1.2.3"], {}, False),
+        (["--host", "0.0.0.0"], {"VLLM_API_KEY": "k"}, True),
+        (["--host", "0.0.0.0", "--api-key", "k"], {}, True),
+        (["--host", "0.0.0.0", "--receiver-without-key"], {}, True),  # behind a token edge
+        (["--host", "0.0.0.0", "--no-adapter-receiver"], {}, True),
+        (["--host", "::1"], {}, True),
+        ([], {}, True),  # 127.0.0.1 by default
+    ],
+)
+def test_an_unkeyed_receiver_is_served_on_loopback_only_unless_told(
+    argv: list[str], env: dict[str, str], ok: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own, extra = split_passthrough(["--backend", "vllm", "--model", "m", *argv])
+    parser = build_parser()
+    if ok:
+        options_from_args(parser.parse_args(own), extra, parser, env)
+        return
+    with pytest.raises(SystemExit) as stopped:
+        options_from_args(parser.parse_args(own), extra, parser, env)
+    assert stopped.value.code == 2
+    assert "pass --receiver-without-key" in capsys.readouterr().err
