@@ -38,6 +38,7 @@ from proxy.dataplane.limiter import Limiter
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.discovery import JobsDiscovery
 from proxy.fleet.health import HealthMonitor
+from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.load import LoadScraper
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.sync import FleetSync
@@ -239,7 +240,7 @@ def build_app(
         )
     receiver = Receiver(store, Limits(max_adapter_bytes=adapter_cfg.store_max_adapter_bytes))
     app[RECEIVER] = receiver
-    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"))
+    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"), HostAllowlist.of(settings))
     add_routes(app, handlers, admin, ReceiverRoutes(receiver))
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_client_ctx)
@@ -263,8 +264,7 @@ async def _store_ctx(app: web.Application) -> AsyncIterator[None]:
 
 def store_path(settings: Settings) -> Path:
     """``--adapter-store``, else one per port (a supervised restart empties its own), else a
-    fresh private directory: for an ephemeral port, or when the per-port path is not one this
-    process may claim (a symlink or another user's directory planted there: never followed)."""
+    fresh private one: for port 0, or when the per-port path is not ours (never followed)."""
     if settings.adapters.store is not None:
         return settings.adapters.store
     if settings.port:

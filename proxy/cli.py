@@ -32,6 +32,8 @@ _HELP = {
     "admin_key": "key for the /admin API (disabled when unset)",
     "config": "TOML or JSON file of settings (flat names, as the flags without dashes)",
     "max_inflight": "overall in-flight cap (default: per-replica cap x replicas)",
+    "replica_hosts": "host patterns the admin API may add as replicas, comma-separated "
+    "(default: the configured replicas' domains, *.hf.jobs when discovering, loopback if local)",
     "discover": "also take replicas from HF Jobs: hf-jobs:LABEL=VALUE (RUNNING jobs' exposed URLs)",
     "hub_endpoint": "Hub API endpoint (default: huggingface_hub's, i.e. HF_ENDPOINT)",
     "policy": "routing policy: prefix (default), least_loaded or round_robin",

@@ -180,6 +180,10 @@ class Settings(BaseSettings):
     discover: str | None = None
     discover_interval: PositiveFloat = 5.0
     discover_namespace: str | None = None
+    # Hosts the admin API may add as replicas (fnmatch patterns); empty: derived
+    # (proxy.fleet.hosts: the configured replicas' domains, *.hf.jobs when discovering, loopback
+    # only when the proxy listens there).
+    replica_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     hub_endpoint: str | None = None
     health: HealthSettings = HealthSettings()
     limits: LimitSettings = LimitSettings()
@@ -188,7 +192,7 @@ class Settings(BaseSettings):
     adapters: AdapterSettings = AdapterSettings()
     load: LoadSettings = LoadSettings()
 
-    @field_validator("replicas", mode="before")
+    @field_validator("replicas", "replica_hosts", mode="before")
     @classmethod
     def _split_replicas(cls, value: Any) -> Any:
         if isinstance(value, str):

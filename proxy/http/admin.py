@@ -1,8 +1,9 @@
 """The admin API: add, drain, undrain and remove replicas at run time.
 
 Guarded by the admin key (``Authorization: Bearer <admin key>``); without one configured the API
-answers 403 and does nothing. Added replicas start PENDING and take traffic once the health loop
-has probed and synced them.
+answers 403 and does nothing. A replica added gets the upstream token, so only hosts of the
+allowlist (``proxy.fleet.hosts``, ``--replica-hosts``) may be added (403 otherwise). Added
+replicas start PENDING and take traffic once the health loop has probed and synced them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from proxy.config import check_replica_url
 from proxy.fleet import views
+from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.http.auth import KeyCheck
@@ -23,9 +26,10 @@ log = logging.getLogger("proxy.admin")
 
 
 class Admin:
-    def __init__(self, pool: ReplicaPool, key: KeyCheck) -> None:
+    def __init__(self, pool: ReplicaPool, key: KeyCheck, hosts: HostAllowlist) -> None:
         self._pool = pool
         self._key = key
+        self._hosts = hosts
 
     def guard(self, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -57,6 +61,14 @@ class Admin:
             url = data["url"] if isinstance(data, dict) else None
             if not isinstance(url, str):
                 raise ValueError('body must be {"url": "http://host:port"}')
+            check_replica_url(url)  # a URL that is no replica URL: 400, as before
+            if not self._hosts.allows(url):
+                allowed = ", ".join(self._hosts.patterns) or "none"
+                return error_response(
+                    403,
+                    f"cannot add replica: its host is not one the proxy sends its upstream "
+                    f"token to (allowed: {allowed}); start it with --replica-hosts to allow more",
+                )
             replica = self._pool.add(url)
         except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
             return error_response(400, f"cannot add replica: {exc}")
