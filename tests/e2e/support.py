@@ -110,7 +110,14 @@ class VllmServer:
         log = self.log_path.open("ab")
         # vLLM's CPU build pins every server's OpenMP threads to core 0 by default; two servers
         # and a trainer on a 2-core machine then starve each other (restarts take minutes).
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_API_KEY": REPLICA_TOKEN}
+        # The tier reads vLLM's INFO lines (loads, unloads): set its level, never inherit one
+        # (importing TRL in this process sets VLLM_LOGGING_LEVEL=ERROR in os.environ).
+        env = {
+            **os.environ,
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "VLLM_API_KEY": REPLICA_TOKEN,
+            "VLLM_LOGGING_LEVEL": "INFO",
+        }
         self.process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
