@@ -39,6 +39,24 @@ def _counters(fleet: list[VllmServer]) -> tuple[float, float]:
     return hits, queries
 
 
+def _idle(fleet: list[VllmServer], timeout_s: float = 120.0) -> None:
+    """Until no replica runs or queues a request: a request an earlier test left running (a
+    client gone mid-stream: vLLM decodes on to max_tokens) makes its replica look loaded, and the
+    proxy rightly spills every group to the other one, which is not what this test measures."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pages = [get_text(server.url + "/metrics") for server in fleet]
+        busy = sum(
+            metric_sum(page, name)
+            for page in pages
+            for name in ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        )
+        if busy == 0:
+            return
+        assert time.monotonic() < deadline, f"replicas still busy after {timeout_s} s ({busy})"
+        time.sleep(0.2)
+
+
 def _all_routable(url: str, count: int, timeout_s: float = 120.0) -> None:
     """Until the proxy routes to ``count`` replicas (it admits each after bringing it in step)."""
     deadline = time.monotonic() + timeout_s
@@ -68,6 +86,7 @@ def test_shared_prefix_groups_reach_the_one_cache_optimum(
         for prefix in ([rng.randrange(10, 900) for _ in range(8 * BLOCK)] for _ in range(12))
     ]
     model = json.loads(get_text(clean_fleet[0].url + "/v1/models"))["data"][0]["id"]
+    _idle(clean_fleet)
     for server in clean_fleet:
         assert post_json(server.url + "/reset_prefix_cache", {}) == 200
     hits_before, queries_before = _counters(clean_fleet)
