@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.recipe import Recipe
 from trainer_entry.rewards import REWARD_NAMES, is_custom
 from trainer_entry.templates import FAMILIES
+
+T = TypeVar("T")
 
 DESCRIPTION = "TRL's AsyncGRPOTrainer with a LoRA, on every GPU of the machine, through the proxy"
 
@@ -155,6 +159,12 @@ _POSITIVE = (
 )
 
 
+def _section(kind: type[T], args: argparse.Namespace, **overrides: Any) -> T:
+    """A frozen options section from the flags named as its fields (``overrides`` win)."""
+    values = {spec.name: getattr(args, spec.name) for spec in fields(kind)}  # type: ignore[arg-type]
+    return kind(**{**values, **overrides})
+
+
 def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainerOptions:
     """Validate and freeze; a bad value exits 2 naming its flag."""
     rewards = tuple(name.strip() for name in args.rewards.split(",") if name.strip())
@@ -209,38 +219,10 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
             proxy_token_env=args.proxy_token_env,
             proxy_args=tuple(args.proxy_arg),
         ),
-        world=World(
-            num_processes=args.num_processes or 0,  # 0: the launcher counts the GPUs
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            master_addr=args.master_addr,
-            master_port=args.master_port,
-        ),
-        checkpoints=Checkpoints(
-            save_steps=args.save_steps,
-            save_minutes=args.save_minutes,
-            save_total_limit=args.save_total_limit,
-            resume=args.resume,
-        ),
-        recipe=Recipe(
-            learning_rate=args.learning_rate,
-            lr_scheduler=args.lr_scheduler,
-            adam_beta2=args.adam_beta2,
-            lora_rank=args.lora_rank,
-            lora_alpha=args.lora_alpha,
-            lora_target_modules=modules,
-            num_generations=args.num_generations,
-            batch_size=args.batch_size,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            token_budget=args.token_budget,
-            gradient_checkpointing=args.gradient_checkpointing,
-            max_completion_length=args.max_completion_length,
-            temperature=args.temperature,
-            max_staleness=args.max_staleness,
-            weight_sync_steps=args.weight_sync_steps,
-            queue_maxsize=args.queue_maxsize,
-            max_inflight_tasks=args.max_inflight_tasks,
-        ),
+        # The flags of these sections are named as their fields (argparse's dest).
+        world=_section(World, args, num_processes=args.num_processes or 0),  # 0: count GPUs
+        checkpoints=_section(Checkpoints, args),
+        recipe=_section(Recipe, args, lora_target_modules=modules),
         dataset_config=args.dataset_config,
         dataset_split=args.dataset_split,
         prompt_column=args.prompt_column,
