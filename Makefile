@@ -81,7 +81,7 @@ unit: venv
 # Real vLLM CPU servers + TRL + the proxy (~3 GB per server). Also runs the contract suite
 # against real vLLM. -rP shows what passed tests printed (the sync time of every step).
 e2e: e2e-venv
-	$(E2E_PY) -m pytest -m e2e -p no:cacheprovider --timeout 900 -rP tests/e2e
+	$(E2E_PY) -m pytest -m e2e -p no:cacheprovider --timeout 900 -rP --durations 15 tests/e2e
 
 demo: venv
 	$(PY) -m benchmarks.demo

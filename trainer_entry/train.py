@@ -191,7 +191,9 @@ def run(
     trainer.proxy_figures = ProxyFigures(figures_url or base_url, token)
     resume = _agreed_resume(options, accelerator)
     output = trainer.train(resume_from_checkpoint=resume)
-    return _finish(trainer, options, output)
+    metrics = _finish(trainer, options, output)
+    _leave_world(accelerator)
+    return metrics
 
 
 def _finish(trainer: Any, options: TrainerOptions, output: Any) -> dict[str, Any]:
@@ -214,6 +216,16 @@ def _finish(trainer: Any, options: TrainerOptions, output: Any) -> dict[str, Any
         (final / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         log.info("training done after %d steps; final adapter in %s", output.global_step, final)
     return metrics
+
+
+def _leave_world(accelerator: Any) -> None:
+    """Every rank leaves the process group together, explicitly: a rank that ended with the
+    group still up was seen to abort at interpreter exit (SIGABRT, "terminate called without an
+    active exception", from the collective backend's threads) while rank 0 was still writing the
+    final adapter, which failed a run that had trained to the end."""
+    if accelerator.num_processes > 1:
+        accelerator.wait_for_everyone()
+    accelerator.end_training()
 
 
 def _agreed_resume(options: TrainerOptions, accelerator: Any) -> str | None:
