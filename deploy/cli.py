@@ -4,8 +4,8 @@
 ``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
 prints the job specs as JSON and needs neither a token nor the network.
 
-Exit codes: 0 done, 1 a failure explained on stderr (with what to do next), 2 bad flags,
-130 interrupted.
+Exit codes: 0 done, 1 a failure explained on stderr (with what to do next), 2 bad flags (ours,
+or a job's: ``up`` reads every job's flags with its entry point's parser first), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TextIO
 
 from huggingface_hub import HfApi, get_token
 
-from deploy import health, hints
+from deploy import health, hints, preflight
 from deploy.clock import Clock, SystemClock
 from deploy.durations import parse_duration
 from deploy.errors import DeployError
@@ -32,6 +32,7 @@ from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
 from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
+from deploy.preflight import BadFlags
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
@@ -215,7 +216,8 @@ def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> 
 
 
 def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
-    plan = plan_from_args(args, trainer_args, runtime.clock)
+    # Every job's flags read by its own entry point before anything is launched or printed.
+    plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
     if args.dry_run:
         specs = [spec.describe(plan.namespace) for spec in dry_run_specs(plan)]
         print(json.dumps(specs, indent=2), file=runtime.out)
@@ -291,6 +293,9 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
         check_up_args(parser, args)
     try:
         return dispatch(args, trainer_args, runtime)
+    except BadFlags as exc:
+        print(f"error: {exc}", file=runtime.err)
+        return 2
     except DeployError as exc:
         print(f"error: {exc}", file=runtime.err)
     except HUB_ERRORS as exc:

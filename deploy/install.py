@@ -10,14 +10,20 @@ Three sources, chosen with ``--code``:
 The job command becomes ``sh -c "python3 -m pip install ... && exec <entry point>"`` so the entry
 point replaces the shell and receives the job's SIGTERM on cancel.
 
-Replica jobs run on the vLLM image, whose packages vLLM was built and tested with: installing our
+Replica and trainer jobs run on the vLLM image, whose packages vLLM was built and tested with
+(the trainer needs vLLM too: TRL's rollout worker refuses to start without it): installing our
 wheel with its dependencies there would upgrade some of them (our version floors come along) and
-can break vLLM's imports. So a replica installs the wheel with ``--no-deps``, then only what
-``replica_entry`` imports (``REPLICA_REQUIREMENTS``, with our version floors) under a constraints
-file written from the image's own ``pip list``: a package the image has stays at its version, a
-missing one is added (with its own dependencies, constrained the same way); an image whose
-version is below our floor fails the job at start-up with pip's conflict message, instead of
-breaking vLLM (or replica_entry's imports) later.
+can break vLLM's imports. So such a job installs the wheel with ``--no-deps``, then only what its
+entry point imports (``REPLICA_REQUIREMENTS``, or every dependency of ours plus the trainer's:
+``trainer_requirements``) under a constraints file written from the image's own ``pip list``: a
+package the image has stays at its version, a missing one is added (with its own dependencies,
+constrained the same way); an image whose version is below our floor fails the job at start-up
+with pip's conflict message, instead of breaking vLLM (or our imports) later. Last, the job
+the trainer imports what it cannot run without (``vllm``, TRL's ``kernels``), so an image that
+lacks one fails in seconds with a line naming the flag to change.
+
+The trainer installs the TRL this project's real tier tests (``TESTED_TRL``, with its
+``kernels`` extra: on CUDA TRL's packed forward loads its FA3 kernel through it).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from deploy.errors import DeployError
 
@@ -38,11 +44,31 @@ DISTRIBUTION = "rollout-proxy"
 PIP_INSTALL = ("python3", "-m", "pip", "install", "--no-cache-dir", "--quiet")
 IMAGE_CONSTRAINTS = "/tmp/image-packages.txt"
 IMAGE_CONFLICT = (
-    "rollout-proxy: the packages of this image are older than replica_entry needs (see the pip "
-    "conflict above; none was changed): use a newer --replica-image"
+    "rollout-proxy: the packages of this image are older than this job needs (see the pip "
+    "conflict above; none was changed): use a newer image (--replica-image, --trainer-image)"
 )
 # The third-party distributions ``python -m replica_entry`` imports (tests check the list).
 REPLICA_REQUIREMENTS = ("aiohttp", "orjson", "prometheus-client", "pydantic", "xxhash")
+# The TRL the e2e tier runs (pyproject's e2e-cpu pin; a test keeps them equal): its async GRPO
+# trainer is experimental, so a job installs exactly the tested release.
+TESTED_TRL = "1.16.0"
+TRAINER_PINS = (f"trl[kernels]=={TESTED_TRL}",)
+# The vLLM this project's real tier runs (pyproject's e2e-cpu pin; a test keeps them equal).
+TESTED_VLLM = "0.32.0"
+VLLM_IMAGE = f"vllm/vllm-openai:v{TESTED_VLLM}"
+# What the trainer's image must import once installed: (module, why, what to do).
+TRAINER_IMPORTS = (
+    (
+        "vllm",
+        "TRL's rollout worker refuses to start without it",
+        f"use the vLLM image (--trainer-image {VLLM_IMAGE}) or one built on it",
+    ),
+    (
+        "kernels",
+        "TRL's packed forward loads its FA3 kernel through it on CUDA",
+        "see pip's output above; trl[kernels] installs it",
+    ),
+)
 
 
 def canonical(name: str) -> str:
@@ -64,25 +90,38 @@ class Install:
     source: CodeSource
     requirement: str | None
     replica_requirements: tuple[str, ...] = REPLICA_REQUIREMENTS
+    trainer_requirements: tuple[str, ...] = ()
 
-    def wrap(self, argv: Sequence[str], extra: str | None = None) -> tuple[str, ...]:
-        """The job command running ``argv`` after the install (with ``extra``, e.g. ``trainer``)."""
+    def wrap(self, argv: Sequence[str]) -> tuple[str, ...]:
+        """The job command running ``argv`` after installing the project with its dependencies
+        (a plain Python image: the proxy job)."""
         if self.requirement is None:
             return tuple(argv)
-        requirement = f"{self.requirement}[{extra}]" if extra else self.requirement
-        script = f"{shlex.join([*PIP_INSTALL, requirement])} && exec {shlex.join(argv)}"
+        script = f"{shlex.join([*PIP_INSTALL, self.requirement])} && exec {shlex.join(argv)}"
         return ("sh", "-c", script)
 
-    def wrap_into_image(self, argv: Sequence[str]) -> tuple[str, ...]:
+    def wrap_into_image(self, argv: Sequence[str], role: str = "replica") -> tuple[str, ...]:
         """The job command running ``argv`` after an install that changes no package the image
-        ships (see the module docstring)."""
+        ships, then a check of what ``role`` must import (see the module docstring)."""
+        checks = [
+            f"(python3 -c {shlex.quote(f'import {module}')} || (echo "
+            f"{shlex.quote(f'rollout-proxy: this image cannot import {module} ({why}): {fix}')} "
+            ">&2; exit 1))"
+            for module, why, fix in (TRAINER_IMPORTS if role == "trainer" else ())
+        ]
         if self.requirement is None:
-            return tuple(argv)
-        needs = shlex.join([*PIP_INSTALL, "-c", IMAGE_CONSTRAINTS, *self.replica_requirements])
+            return (
+                ("sh", "-c", " && ".join([*checks, f"exec {shlex.join(argv)}"]))
+                if checks
+                else tuple(argv)
+            )
+        needs = self.trainer_requirements if role == "trainer" else self.replica_requirements
+        install = shlex.join([*PIP_INSTALL, "-c", IMAGE_CONSTRAINTS, *needs])
         steps = [
             f"python3 -m pip list --format=freeze > {IMAGE_CONSTRAINTS}",
             shlex.join([*PIP_INSTALL, "--no-deps", self.requirement]),
-            f"({needs} || (echo {shlex.quote(IMAGE_CONFLICT)} >&2; exit 1))",
+            f"({install} || (echo {shlex.quote(IMAGE_CONFLICT)} >&2; exit 1))",
+            *checks,
             f"exec {shlex.join(argv)}",
         ]
         return ("sh", "-c", " && ".join(steps))
@@ -124,14 +163,31 @@ def wheel_filename(version: str) -> str:
     return f"{DISTRIBUTION.replace('-', '_')}-{version}-py3-none-any.whl"
 
 
-def declared_requirements() -> list[str]:
-    """Our dependencies as declared: the checkout's pyproject, else the installed metadata."""
+def _pyproject() -> dict[str, Any] | None:
     root = source_root()
-    if root is not None:
-        with (root / "pyproject.toml").open("rb") as handle:
-            declared: list[str] = tomllib.load(handle)["project"]["dependencies"]
+    if root is None:
+        return None
+    with (root / "pyproject.toml").open("rb") as handle:
+        project: dict[str, Any] = tomllib.load(handle)["project"]
+    return project
+
+
+def declared_requirements(extra: str | None = None) -> list[str]:
+    """Our dependencies as declared (``extra``: that extra's alone): the checkout's pyproject,
+    else the installed metadata."""
+    project = _pyproject()
+    if project is not None:
+        declared: list[str] = (
+            project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+        )
         return declared
-    return [spec for spec in metadata.requires(DISTRIBUTION) or [] if "extra ==" not in spec]
+    marker = re.compile(r"""\s*;\s*extra\s*==\s*['"]([^'"]+)['"]\s*$""")
+    chosen = []
+    for spec in metadata.requires(DISTRIBUTION) or []:
+        found = marker.search(spec)
+        if (found.group(1) if found else None) == extra:
+            chosen.append(spec[: found.start()] if found else spec)
+    return chosen
 
 
 def replica_requirements() -> tuple[str, ...]:
@@ -140,11 +196,24 @@ def replica_requirements() -> tuple[str, ...]:
     return tuple(declared.get(canonical(name), name) for name in REPLICA_REQUIREMENTS)
 
 
+def trainer_requirements() -> tuple[str, ...]:
+    """Everything the trainer job imports: our dependencies (the sidecar proxy runs there too)
+    and the trainer extra's, TRL pinned to the tested release (``TRAINER_PINS``)."""
+    pinned = {canonical(_name(spec)) for spec in TRAINER_PINS}
+    extra = [
+        spec for spec in declared_requirements("trainer") if canonical(_name(spec)) not in pinned
+    ]
+    return (*declared_requirements(), *extra, *TRAINER_PINS)
+
+
 def install_for(source: CodeSource, code_dir: str) -> Install:
     """The ``Install`` for ``source``; ``code_dir`` is where the wheel sits inside every job."""
     if source == "image":
         return Install(source, None)
     version = project_version(source)
-    if source == "pypi":
-        return Install(source, f"{DISTRIBUTION}=={version}", replica_requirements())
-    return Install(source, f"{code_dir}/{wheel_filename(version)}", replica_requirements())
+    requirement = (
+        f"{DISTRIBUTION}=={version}"
+        if source == "pypi"
+        else f"{code_dir}/{wheel_filename(version)}"
+    )
+    return Install(source, requirement, replica_requirements(), trainer_requirements())

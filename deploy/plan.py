@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deploy.durations import format_duration
-from deploy.install import Install
+from deploy.install import VLLM_IMAGE, Install
 from deploy.specs import (
     INDEX_LABEL,
     REPLICAS_LABEL,
@@ -45,14 +45,13 @@ Topology = Literal["sidecar", "job"]
 PORT = 8000
 TOKEN_SECRET = "HF_TOKEN"
 UPSTREAM_TOKEN_SECRET = "PROXY_UPSTREAM_TOKEN"
-# The vLLM this project's real tier runs (pyproject's e2e-cpu pin; a test keeps them equal).
-TESTED_VLLM = "0.32.0"
 
 
 @dataclass(frozen=True)
 class Images:
-    replica: str = f"vllm/vllm-openai:v{TESTED_VLLM}"
-    trainer: str = "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime"
+    replica: str = VLLM_IMAGE
+    # TRL's rollout worker needs vLLM beside torch: the trainer runs on the same image.
+    trainer: str = VLLM_IMAGE
     proxy: str = "python:3.11-slim"
 
 
@@ -88,6 +87,14 @@ class RunPlan:
     replica_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
     adapter_push: bool = True
+
+    @property
+    def replica_env(self) -> dict[str, str]:
+        return {"PYTHONUNBUFFERED": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+    @property
+    def trainer_secrets(self) -> tuple[str, ...]:
+        return (TOKEN_SECRET,)
 
     @property
     def push_flag(self) -> str:
@@ -137,8 +144,8 @@ def exposed_url_placeholder(job_name: str) -> str:
     return f"https://<{job_name} job id>--{PORT}.hf.jobs"
 
 
-def replica_spec(plan: RunPlan, index: int) -> JobSpec:
-    argv = [
+def replica_argv(plan: RunPlan) -> list[str]:
+    return [
         *("python3", "-m", "replica_entry", "--backend", "vllm"),
         *("--host", "0.0.0.0", "--port", str(PORT), "--model", plan.model),
         "--adapter-receiver" if plan.adapter_push else "--no-adapter-receiver",
@@ -147,16 +154,19 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
         *(("--receiver-without-key",) if plan.adapter_push else ()),
         *plan.replica_args,
     ]
+
+
+def replica_spec(plan: RunPlan, index: int) -> JobSpec:
     return JobSpec(
         name=plan.job_name("replica", index),
         role="replica",
         image=plan.images.replica,
-        command=plan.install.wrap_into_image(argv),
+        command=plan.install.wrap_into_image(replica_argv(plan), "replica"),
         flavor=plan.flavors.replica,
         timeout=plan.timeout("replica"),
         volumes=(plan.mount(),),
         labels=plan.labels("replica", index),
-        env={"PYTHONUNBUFFERED": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
+        env=plan.replica_env,
         secret_names=(TOKEN_SECRET,),
         expose=(PORT,),
     )
@@ -187,6 +197,37 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
     )
 
 
+def trainer_argv(
+    plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
+) -> list[str]:
+    """The trainer's command: beside its own proxy (``replica_urls``) or pointed at
+    ``proxy_url``; with neither, the planned one with exposed URLs as placeholders."""
+    if not replica_urls and proxy_url is None:
+        replicas = [
+            exposed_url_placeholder(plan.job_name("replica", i)) for i in range(plan.replicas)
+        ]
+        if plan.topology == "sidecar":
+            replica_urls = replicas
+        else:
+            proxy_url = exposed_url_placeholder(plan.job_name("proxy"))
+    if proxy_url is not None:
+        target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
+    else:
+        target = [
+            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
+            *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
+        ]
+    target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
+    return [
+        *("python3", "-m", "trainer_entry", "--model", plan.model),
+        # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
+        *("--num-processes", str(gpu_count(plan.flavors.trainer))),
+        *target,
+        *("--output-dir", plan.run_dir),
+        *plan.trainer_args,
+    ]
+
+
 def trainer_spec(
     plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
 ) -> JobSpec:
@@ -196,36 +237,19 @@ def trainer_spec(
     demand it) and listens on the exposed port, so ``deploy up`` and ``deploy status`` can see
     whether it routes to them; TRL talks to it on 127.0.0.1.
     """
-    expose: tuple[int, ...] = ()
-    if proxy_url is not None:
-        target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
-    else:
-        target = [
-            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
-            *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
-        ]
-        expose = (PORT,)
-    target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
-    argv = [
-        *("python3", "-m", "trainer_entry", "--model", plan.model),
-        # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
-        *("--num-processes", str(gpu_count(plan.flavors.trainer))),
-        *target,
-        *("--output-dir", plan.run_dir),
-        *plan.trainer_args,
-    ]
+    argv = trainer_argv(plan, replica_urls=replica_urls, proxy_url=proxy_url)
     return JobSpec(
         name=plan.job_name("trainer"),
         role="trainer",
         image=plan.images.trainer,
-        command=plan.install.wrap(argv, extra="trainer"),
+        command=plan.install.wrap_into_image(argv, "trainer"),
         flavor=plan.flavors.trainer,
         timeout=plan.timeout("trainer"),
         volumes=(plan.mount(writable=True),),
         labels=plan.labels("trainer"),
         env={"PYTHONUNBUFFERED": "1"},
-        secret_names=(TOKEN_SECRET,),
-        expose=expose,
+        secret_names=plan.trainer_secrets,
+        expose=(PORT,) if proxy_url is None and plan.topology == "sidecar" else (),
     )
 
 

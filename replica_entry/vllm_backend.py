@@ -177,8 +177,11 @@ def _receiver_env(options: VllmOptions) -> dict[str, str]:
     return env
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The replica's parser (``parser_class``: deploy's, which raises instead of exiting)."""
+    parser = parser_class(
         prog="replica_entry --backend vllm",
         description="Run a vLLM server set up for TRL's LoRA weight sync. Arguments after `--` "
         "go to vLLM unchanged.",

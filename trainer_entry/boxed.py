@@ -15,7 +15,8 @@ Rules (the write-up's grader, each tested in ``tests/unit/test_boxed_reward.py``
 4. A rollout that did not end within its budget (its last token is not an end-of-sequence or
    pad token: TRL's own definition of a clipped completion) scores 0, whatever it boxed.
 
-The gold answer is taken whole when it has no box, and from its last box when it has one. Unlike
+The gold answer is taken from its last box when it has one, else after its last ``####`` (GSM8K's
+worked solutions end ``#### 72``), else whole. Unlike
 TRL's ``accuracy_reward`` (first box; a gold answer that does not parse drops the sample), every
 sample gets a score. Pure functions but ``_symbolic``; nothing heavy is imported at module level
 (TRL pickles reward functions into a spawned process).
@@ -101,6 +102,15 @@ def _symbolic(got: str, gold: str) -> bool:
         return False
 
 
+def gold_answer(text: str) -> str:
+    """The answer a gold text holds (module docstring)."""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    _, marker, after = text.rpartition("####")
+    return after.strip() if marker else text
+
+
 class BoxedReward:
     """TRL reward function (a picklable instance): 1.0 when the last box matches the gold answer
     and the rollout ended within its budget, else 0.0 (module docstring)."""
@@ -126,7 +136,6 @@ class BoxedReward:
                 scores.append(0.0)  # hit the length budget without ending (rule 4)
                 continue
             got = last_boxed(completion_text(completion))
-            gold_text = str(gold)
-            expected = last_boxed(gold_text) or gold_text
+            expected = gold_answer(str(gold))
             scores.append(1.0 if got is not None and same_answer(got, expected) else 0.0)
         return scores

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,8 +24,11 @@ T = TypeVar("T")
 DESCRIPTION = "TRL's AsyncGRPOTrainer with a LoRA, on every GPU of the machine, through the proxy"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(
+    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+) -> argparse.ArgumentParser:
+    """The trainer's parser (``parser_class``: deploy's, which raises instead of exiting)."""
+    parser = parser_class(
         prog="rollout-trainer",
         description=DESCRIPTION,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -165,8 +169,19 @@ def _section(kind: type[T], args: argparse.Namespace, **overrides: Any) -> T:
     return kind(**{**values, **overrides})
 
 
-def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainerOptions:
-    """Validate and freeze; a bad value exits 2 naming its flag."""
+def options_from_args(
+    args: argparse.Namespace,
+    parser: argparse.ArgumentParser,
+    environ: Mapping[str, str] | None = None,
+    *,
+    here: bool = True,
+) -> TrainerOptions:
+    """Validate and freeze; a bad value exits 2 naming its flag.
+
+    ``environ``: the variables the trainer will have (default: this process's); ``here=False``:
+    the flags of a job that runs elsewhere (``deploy`` checking a plan), whose directories are
+    not on this machine."""
+    environ = os.environ if environ is None else environ
     rewards = tuple(name.strip() for name in args.rewards.split(",") if name.strip())
     unknown = sorted(n for n in rewards if n not in REWARD_NAMES and not is_custom(n))
     if not rewards or unknown:
@@ -193,14 +208,14 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
             parser.error(
                 f"argument --{flag.replace('_', '-')}: 0 to 65535 (got {getattr(args, flag)})"
             )
-    if args.resume not in ("auto", "never") and not Path(args.resume).is_dir():
+    if args.resume not in ("auto", "never") and here and not Path(args.resume).is_dir():
         parser.error(
             f"argument --resume: auto, never, or a checkpoint directory (got {args.resume!r})"
         )
     if args.proxy_token_env is not None:
         if args.proxy_url is None:
             parser.error("argument --proxy-token-env: only with --proxy-url")
-        if args.node_rank == 0 and not os.environ.get(args.proxy_token_env):
+        if args.node_rank == 0 and not environ.get(args.proxy_token_env):
             parser.error(f"argument --proxy-token-env: ${args.proxy_token_env} is not set")
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
@@ -209,7 +224,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     return TrainerOptions(
         model=args.model,
         dataset=args.dataset,
-        output_dir=args.output_dir.resolve(),
+        output_dir=args.output_dir.resolve() if here else args.output_dir,
         topology=Topology(
             sidecar_replicas=replicas,
             sidecar_host=args.sidecar_host,

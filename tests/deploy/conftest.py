@@ -128,10 +128,17 @@ class Stand:
         return self.hub.buckets.read(bucket, path)
 
     def cli(self, *argv: str, token: str | None = TOKEN) -> Result:
+        """``python -m deploy ARGV``; an ``up`` without trainer flags gets the one it needs."""
+        if argv[:1] == ("up",) and "--" not in argv:
+            argv = (*argv, *TRAINER_ARGS)
         out, err = io.StringIO(), io.StringIO()
         runtime = Runtime(clock=self.clock, token=lambda: token, build=self.build, out=out, err=err)
         code = main([*argv[:1], "--hub-endpoint", self.url, *argv[1:]], runtime)
         return Result(code, out.getvalue(), err.getvalue())
+
+
+# The one trainer flag ``trainer_entry`` requires that ``deploy up`` does not write itself.
+TRAINER_ARGS = ("--", "--dataset", "openai/gsm8k")
 
 
 @pytest.fixture

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from typing import Any
 
 import pytest
 
 from deploy.cli import Runtime, main
 from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
-from tests.deploy.conftest import TOKEN
+from tests.deploy.conftest import TOKEN, TRAINER_ARGS
 from tests.support.clock import SteppingClock as FakeClock
 
 ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
@@ -30,6 +31,8 @@ def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
     runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, out=out, err=err)
     # An endpoint nothing listens on: any call would fail the command.
     argv = [*ARGS, "--hub-endpoint", "http://127.0.0.1:9", "--dry-run", *extra]
+    if "--" not in extra:
+        argv.extend(TRAINER_ARGS)
     assert main(argv, runtime) == 0, err.getvalue()
     assert TOKEN not in out.getvalue() + err.getvalue()
     specs: list[dict[str, Any]] = json.loads(out.getvalue())
@@ -43,7 +46,10 @@ FIELDS = {
 
 
 def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    specs = dry_run("--code", "pypi", "--", "--max-steps", "500", monkeypatch=monkeypatch)
+    specs = dry_run(
+        "--code", "pypi", "--", "--dataset", "openai/gsm8k", "--max-steps", "500",
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
 
     assert [spec["name"] for spec in specs] == [
         "rollout-20260101-000000-replica-0",
@@ -79,13 +85,17 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
             "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt "
             "'aiohttp>=3.14,<4' 'orjson>=3.10' 'prometheus-client>=0.20' 'pydantic>=2.7,<3' "
             "'xxhash>=3.4' || (echo 'rollout-proxy: the packages of this image are older than "
-            "replica_entry needs (see the pip conflict above; none was changed): use a newer "
-            "--replica-image' >&2; exit 1)) && exec "
+            "this job needs (see the pip conflict above; none was changed): use a newer image "
+            "(--replica-image, --trainer-image)' >&2; exit 1)) && exec "
             "python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000 "
-            "--model Qwen/Qwen2.5-Math-1.5B"
+            "--model Qwen/Qwen2.5-Math-1.5B --adapter-receiver --receiver-without-key "
+            # The LoRA limits follow the trainer's recipe: rank 1 (held by vLLM's rank 1), a
+            # window of 4 versions.
+            "--max-lora-rank 1 --max-staleness 4"
         )
     trainer = specs[2]
-    assert trainer["image"].startswith("pytorch/pytorch:")
+    # TRL's rollout worker needs vLLM: the trainer runs on the replicas' image.
+    assert trainer["image"] == "vllm/vllm-openai:v0.32.0"
     assert trainer["flavor"] == "h200x2"
     assert trainer["timeout"] == "6h"
     assert trainer["expose"] == [8000]
@@ -94,13 +104,26 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert trainer["volumes"] == [
         {"type": "bucket", "source": "team/rl", "mount_path": "/lora", "read_only": False}
     ]
-    assert "'rollout-proxy==0.1.0[trainer]'" in trainer["command"][2]
+    script = trainer["command"][2]
+    # Into the image as the replicas: nothing it ships changes; TRL the tested release with
+    # its kernels; then what the trainer cannot start without is imported.
+    assert script.startswith(
+        "python3 -m pip list --format=freeze > /tmp/image-packages.txt && "
+        "python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy==0.1.0 && "
+        "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt 'aiohttp>=3"
+    )
+    assert "'accelerate>=1.10' 'math-verify>=0.7' 'trl[kernels]==1.16.0' ||" in script
+    assert (
+        "&& (python3 -c 'import vllm' || (echo 'rollout-proxy: this image cannot import vllm"
+        in script
+    )
+    assert "&& (python3 -c 'import kernels' ||" in script
     assert (
         f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
         f"https://<{run}-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
         f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
-        f"--output-dir /lora/{run} --max-steps 500"
-    ) in trainer["command"][2]
+        f"--output-dir /lora/{run} --dataset openai/gsm8k --max-steps 500"
+    ) in script
 
 
 def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,10 +178,7 @@ def test_adapter_push_is_on_and_shown_unless_turned_off(
         own, extra = split_passthrough(list(command[command.index("--backend") :]))
         parser = build_parser()
         assert options_from_args(parser.parse_args(own), extra, parser, {}).host == "0.0.0.0"
-    assert all(
-        "--adapter-push" in command or "--proxy-arg=--adapter-push" in command
-        for command in proxies
-    )
+    assert all(re.search(r"(^| |=)--adapter-push( |$)", " ".join(c)) for c in proxies)
     specs = dry_run(
         "--code", "image", "--topology", topology, "--no-adapter-push", monkeypatch=monkeypatch
     )
@@ -223,7 +243,7 @@ def test_a_multi_gpu_trainer_flavor_starts_every_gpu(
 ) -> None:
     runtime_err = io.StringIO()
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    argv = [*ARGS, "--dry-run", "--trainer-flavor", "h200x4"]
+    argv = [*ARGS, "--dry-run", "--trainer-flavor", "h200x4", *TRAINER_ARGS]
     runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, err=runtime_err)
     runtime.out = io.StringIO()
 

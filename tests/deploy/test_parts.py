@@ -97,15 +97,19 @@ def test_proxy_figures_skip_what_the_status_lacks() -> None:
 
 def test_install_wraps_the_entry_point() -> None:
     assert Install("image", None).wrap(["python3", "-m", "proxy"]) == ("python3", "-m", "proxy")
-    command = Install("wheel", "/lora/r/code/x.whl").wrap(
-        ["python3", "-m", "x", "--a", "b c"], "trainer"
-    )
+    command = Install("wheel", "/lora/r/code/x.whl").wrap(["python3", "-m", "x", "--a", "b c"])
     assert command == (
         "sh",
         "-c",
-        "python3 -m pip install --no-cache-dir --quiet '/lora/r/code/x.whl[trainer]' && "
+        "python3 -m pip install --no-cache-dir --quiet /lora/r/code/x.whl && "
         "exec python3 -m x --a 'b c'",
     )
+    # Baked into the image: the replica runs directly, the trainer after its import checks.
+    replica = ["python3", "-m", "replica_entry"]
+    assert Install("image", None).wrap_into_image(replica, "replica") == tuple(replica)
+    trainer = Install("image", None).wrap_into_image(["python3", "-m", "trainer_entry"], "trainer")
+    assert trainer[:2] == ("sh", "-c") and "import vllm" in trainer[2]
+    assert trainer[2].endswith("&& exec python3 -m trainer_entry")
     assert wheel_filename("1.2.0") == "rollout_proxy-1.2.0-py3-none-any.whl"
 
 

@@ -12,7 +12,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     urls = stand.fleet(2)
     stand.hub.script("r1-replica-1", Step("SCHEDULING", seconds=15), "RUNNING")
 
-    result = stand.cli(*UP, "--replicas", "2", "--", "--max-steps", "500")
+    result = stand.cli(*UP, "--replicas", "2", "--", "--dataset", "d", "--max-steps", "500")
 
     assert result.code == 0, result.err
     assert stand.hub.buckets.buckets["alice/rl"].private is True
@@ -44,8 +44,8 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert trainer["volumes"][0]["mountPath"] == "/lora"
     assert trainer["expose"]["ports"] == [8000]
     assert f"--sidecar-replicas {urls[0]},{urls[1]}" in trainer["command"][2]
-    assert "--output-dir /lora/r1 --max-steps 500" in trainer["command"][2]
-    assert ".whl[trainer]" in trainer["command"][2]
+    assert "--output-dir /lora/r1 --dataset d --max-steps 500" in trainer["command"][2]
+    assert "--no-deps /lora/r1/code/rollout_proxy-" in trainer["command"][2]
     assert "r1-replica-1 (000000000000000066500002): SCHEDULING" in result.out
     assert f"RUNNING, {urls[1]} healthy" in result.out
     assert result.out.count("r1-replica-1 (000000000000000066500002): SCHEDULING") == 1

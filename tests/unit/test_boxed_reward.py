@@ -8,7 +8,7 @@ from importlib.util import find_spec
 
 import pytest
 
-from trainer_entry.boxed import BoxedReward, last_boxed, normalise, same_answer
+from trainer_entry.boxed import BoxedReward, gold_answer, last_boxed, normalise, same_answer
 
 END = 7  # an end-of-sequence id for these cases
 ENDED, CLIPPED = [3, 4, END], [3, 4, 5]
@@ -78,6 +78,31 @@ def test_every_sample_is_scored_and_the_gold_may_be_boxed_itself() -> None:
     ]
     gold = ["The answer is \\boxed{12}", "3", "not a number"]
     assert reward(completions, gold, completion_ids=[ENDED] * 3) == [1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72", "72"),  # GSM8K's form
+        ("#### 1,000", "1,000"),
+        ("the last marker #### 3\n#### 5", "5"),
+        ("\\boxed{7} even with #### 8", "7"),  # a box wins
+        ("42", "42"),
+    ],
+)
+def test_the_gold_answer_is_its_box_else_what_follows_its_last_marker(
+    gold: str, answer: str
+) -> None:
+    assert gold_answer(gold) == answer
+
+
+def test_a_gsm8k_solution_grades_its_final_number() -> None:
+    reward = BoxedReward([END])
+    gold = "She sold 48 + 24 = <<48+24=72>>72 clips.\n#### 72"
+    assert reward(["\\boxed{72}", "\\boxed{24}"], [gold, gold], completion_ids=[ENDED] * 2) == [
+        1.0,
+        0.0,
+    ]
 
 
 def test_the_reward_pickles_for_trls_spawned_rollout_worker() -> None:
