@@ -48,10 +48,10 @@ test: venv lint test-tools
 
 # The deploy and discovery tests against the OLDEST huggingface_hub that pyproject.toml allows and
 # the oldest hf_xet that one allows, in a throwaway venv (about 25 s with pip's cache): a client
-# call the floor lacks (run_job(name=) is 1.24, list_jobs(labels=) 1.21) fails here, not after a
+# call the floor lacks (run_job(attempts=) is 2.1.1, run_job(name=) 1.24) fails here, not after a
 # user's bucket and wheel upload.
 HUB_FLOOR = $(shell sed -n 's/^ *"huggingface_hub>=\([0-9.]*\)".*/\1/p' pyproject.toml)
-XET_FLOOR = 1.5.1
+XET_FLOOR = 1.6.0
 hub-floor:
 	@test -n "$(HUB_FLOOR)" || { echo "no huggingface_hub>=X.Y floor found in pyproject.toml"; exit 1; }
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \

@@ -151,6 +151,12 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     )
     add("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each wave")
     add("--poll-interval", type=float, default=5.0, help="seconds between status polls")
+    add(
+        "--attempts",
+        type=int,
+        default=RunPlan.attempts,
+        help="runs in all HF Jobs gives each job that fails (1: no retry; default: %(default)s)",
+    )
     add("--keep", action="store_true", help="on failure, leave launched jobs running")
     add("--dry-run", action="store_true", help="print the job specs as JSON, launch nothing")
 
@@ -174,6 +180,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         replica_args=tuple(shlex.split(args.replica_args)),
         trainer_args=tuple(trainer_args),
         adapter_push=args.adapter_push,
+        attempts=args.attempts,
     )
 
 
@@ -181,6 +188,8 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     """Reject bad values with argparse's exit 2, naming the flag, the value and the rule."""
     if not BUCKET.match(args.bucket):
         parser.error(f"argument --bucket: must look like NAMESPACE/BUCKET (got {args.bucket!r})")
+    if args.attempts < 1:
+        parser.error(f"argument --attempts: must be at least 1 (got {args.attempts})")
     if args.replicas < 1:
         parser.error(f"argument --replicas: must be at least 1 (got {args.replicas})")
     if args.run_name is not None and not RUN_NAME.match(args.run_name):

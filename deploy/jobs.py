@@ -50,6 +50,7 @@ class JobView:
     message: str | None
     expose_urls: tuple[str, ...]
     flavor: str
+    retries: int | None = None  # the runs HF Jobs may add after a failure (``JobInfo.retry``)
 
     @classmethod
     def of(cls, info: JobInfo) -> JobView:
@@ -65,6 +66,7 @@ class JobView:
             message=info.status.message,
             expose_urls=tuple(info.status.expose_urls or ()),
             flavor="" if flavor is None else (flavor.value if isinstance(flavor, Enum) else flavor),
+            retries=info.retry,
         )
 
     @property

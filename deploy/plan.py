@@ -15,6 +15,14 @@ Topology ``sidecar``: the trainer job runs the proxy beside it and reaches each 
 URL. Topology ``job``: the proxy is a job of its own with its port exposed, and the trainer is
 pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
 
+Retries (``attempts``, 3 by default, ``run_job(attempts=)``): HF Jobs runs a failed job again,
+up to ``attempts`` runs in all (``JobInfo.retry``: the runs it may add). The run is built to
+survive that: a replica run again comes back empty, and the proxy, which health-checks every
+replica, pushes the adapter window into it before it takes traffic (the proxy job also finds
+replica jobs by label); a trainer run again resumes from its newest complete checkpoint in the
+bucket (``--resume auto``) and its adapter names continue; a proxy job run again rebuilds its
+state from the replicas and the bucket.
+
 Adapter push (``adapter_push``, on unless ``deploy up --no-adapter-push``): every replica runs
 the adapter receiver inside vLLM and every proxy pushes (the sidecar, or the trainer's relay and
 the proxy job), so a sync does not wait for the bucket mount; the flags are written out in each
@@ -87,6 +95,7 @@ class RunPlan:
     replica_args: tuple[str, ...] = ()
     trainer_args: tuple[str, ...] = ()
     adapter_push: bool = True
+    attempts: int = 3  # every job's runs in all: HF Jobs retries a failed one (module docstring)
 
     @property
     def replica_env(self) -> dict[str, str]:
@@ -169,6 +178,7 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
         env=plan.replica_env,
         secret_names=(TOKEN_SECRET,),
         expose=(PORT,),
+        attempts=plan.attempts,
     )
 
 
@@ -194,6 +204,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=(TOKEN_SECRET, UPSTREAM_TOKEN_SECRET),
         expose=(PORT,),
+        attempts=plan.attempts,
     )
 
 
@@ -250,6 +261,7 @@ def trainer_spec(
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=plan.trainer_secrets,
         expose=(PORT,) if proxy_url is None and plan.topology == "sidecar" else (),
+        attempts=plan.attempts,
     )
 
 

@@ -59,6 +59,7 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     secret_names: tuple[str, ...] = ()
     expose: tuple[int, ...] = ()
+    attempts: int = 1  # HF Jobs runs a failed job again, up to this many runs in all
 
     def describe(self, namespace: str) -> dict[str, Any]:
         """The ``--dry-run`` view: every field, secret values masked, and where it would run."""
@@ -75,6 +76,7 @@ class JobSpec:
             "volumes": [mount.describe() for mount in self.volumes],
             "expose": list(self.expose),
             "labels": dict(self.labels),
+            "attempts": self.attempts,
         }
 
     def run_job_kwargs(self, secret_value: str, namespace: str) -> dict[str, Any]:
@@ -90,5 +92,6 @@ class JobSpec:
             "labels": dict(self.labels),
             "volumes": [mount.volume() for mount in self.volumes],
             "expose": list(self.expose) or None,
+            "attempts": self.attempts,
             "namespace": namespace,
         }

@@ -65,7 +65,10 @@ def job_line(job: JobView, health: str) -> str:
     line = f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage}"
     if job.message:
         line += f" ({job.message})"
-    return f"{line}  {health}".rstrip()
+    line = f"{line}  {health}".rstrip()
+    if job.retries:
+        line += f"  (retried on failure: {job.retries + 1} runs in all)"
+    return line
 
 
 def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:

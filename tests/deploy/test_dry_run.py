@@ -41,7 +41,7 @@ def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
 
 FIELDS = {
     "name", "namespace", "role", "image", "command", "env", "secrets", "flavor", "timeout",
-    "volumes", "expose", "labels",
+    "volumes", "expose", "labels", "attempts",
 }  # fmt: skip
 
 
@@ -59,6 +59,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [spec["role"] for spec in specs] == ["replica", "replica", "trainer"]
     assert all(set(spec) == FIELDS for spec in specs)
     assert {spec["namespace"] for spec in specs} == {"team"}  # the bucket's, by default
+    assert [spec["attempts"] for spec in specs] == [3, 3, 3]  # HF Jobs retries a failed job
     run = "rollout-20260101-000000"
     for index, replica in enumerate(specs[:2]):
         assert replica["image"] == "vllm/vllm-openai:v0.32.0"
@@ -203,6 +204,7 @@ def test_image_code_runs_the_entry_points_directly(monkeypatch: pytest.MonkeyPat
         ("--run-name", "Bad_Name", "--run-name: 1-40 lowercase letters"),
         ("--replicas", "0", "--replicas: must be at least 1"),
         ("--mount-path", "lora", "--mount-path: must be absolute"),
+        ("--attempts", "0", "--attempts: must be at least 1 (got 0)"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(
@@ -298,3 +300,8 @@ def test_a_timeout_without_a_valid_unit_exits_2(
         main([*ARGS, "--dry-run", "--timeout", value], Runtime(clock=FakeClock()))
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_attempts_apply_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--topology", "job", "--attempts", "1", monkeypatch=monkeypatch)
+    assert [spec["attempts"] for spec in specs] == [1, 1, 1, 1]

@@ -56,6 +56,10 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert f"{sidecar}/metrics with 'Authorization: Bearer <HF token>'" in result.out
     assert TOKEN not in result.out + result.err
     assert stand.hub.cancelled == []
+    # Every job may be run again by HF Jobs when it fails: 3 runs in all unless --attempts.
+    assert {job.name: job.spec["attempts"] for job in stand.hub.jobs.values()} == {
+        "r1-replica-0": 3, "r1-replica-1": 3, "r1-trainer": 3,
+    }  # fmt: skip
 
 
 def test_sidecar_up_is_not_ready_until_its_proxy_routes_to_every_replica(stand: Stand) -> None:
@@ -265,6 +269,32 @@ def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) 
         f"{urls[1]} pending: probe answered HTTP 401)"
     ) in result.out
     assert result.out.count(" healthy") == 2  # the replicas themselves answer deploy's probe
+    # JobInfo.retry, as the client reads it: the runs HF Jobs may add to the first.
+    assert result.out.count("(retried on failure: 3 runs in all)") == 3
+
+
+def test_a_failed_job_runs_again_as_the_same_job_until_its_attempts_are_spent(
+    stand: Stand,
+) -> None:
+    urls = stand.fleet(1)
+    assert stand.cli(*UP, "--replicas", "1", "--attempts", "2").code == 0
+    replica = stand.hub.named("r1-replica-0")
+    assert replica.spec["attempts"] == 2
+    stand.clock.sleep(60)
+    replica.fail("exit code 137")  # the first run dies: HF Jobs runs it again
+    first = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+    assert f"r1-replica-0                 job {replica.id}" in first.out
+    assert "SCHEDULING" in first.out.splitlines()[1]  # the same job, its script from the start
+    stand.clock.sleep(60)
+    again = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+    assert f"RUNNING  {urls[0]} healthy" in again.out
+    assert (
+        "exit code 137: run 2 of 2"
+        in stand.cli("logs", "--run-name", "r1", "--role", "replica").out
+    )
+    replica.fail("exit code 137")  # the second, its last
+    spent = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+    assert "ERROR (exit code 137)" in spent.out.splitlines()[1]
 
 
 def test_an_existing_public_bucket_is_refused(stand: Stand) -> None:

@@ -1,6 +1,6 @@
 """A local stand-in of the Hub's Jobs API (and, through ``hub_buckets``, its Buckets API).
 
-It answers as the real service does for the calls huggingface_hub 1.24 to 2.4 makes
+It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 makes
 (``hf_api.py``, ``_jobs_api.py``, ``utils/_pagination.py``), checked against the client's code:
 
 - ``GET /api/whoami-v2``: the token's user;
@@ -13,6 +13,9 @@ It answers as the real service does for the calls huggingface_hub 1.24 to 2.4 ma
 - ``GET /api/jobs/{ns}/{id}``: ``inspect_job``; a job's stage moves with TIME, not with calls:
   its script says how long each stage lasts on the hub's clock (a test passes its fake clock);
 - ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job`` (403 for a job in ``uncancellable``);
+- retries: a spec's ``attempts`` (huggingface_hub 2.1.1+) is answered as ``retry`` (the runs
+  the service may add, ``attempts - 1``: the client's ``JobInfo.retry``); a job that fails
+  (``JobsHub.fail``) with runs left runs again as the same job, its script from the start;
 - ``GET /api/jobs/{ns}/{id}/logs?tail=N``: ``fetch_job_logs``: server-sent events
   ``data: {"timestamp": ..., "data": line}``, starting with ``===== Job started ... =====``;
   the stream stays open while the job has not ended (lines logged meanwhile are sent, with a
@@ -72,6 +75,12 @@ class StandInJob:
     created_at: datetime.datetime
     clock: Clock
     began: float
+    script: tuple[Step, ...] = ()
+    runs: int = 1
+
+    @property
+    def attempts(self) -> int:
+        return int(self.spec.get("attempts") or 1)
 
     @property
     def step(self) -> Step:
@@ -106,6 +115,16 @@ class StandInJob:
         """Leave the script: ``stage`` from now on."""
         self.steps = [Step(stage, message)]
         self.began = self.clock()
+
+    def fail(self, message: str) -> None:
+        """The job's run fails now: it runs again from its script's start while it has runs
+        left (``attempts``), else it ends in ERROR."""
+        if self.runs >= self.attempts:
+            self.move_to("ERROR", message)
+            return
+        self.runs += 1
+        self.log(f"{message}: run {self.runs} of {self.attempts}")
+        self.steps, self.began = list(self.script), self.clock()
 
     def log(self, line: str) -> None:
         """The job prints ``line`` now (an open log stream sends it)."""
@@ -160,6 +179,7 @@ class JobsHub:
             now,
             self.clock,
             self.clock(),
+            tuple(steps),
         )
         self.jobs[job_id] = job
         return job
@@ -186,6 +206,7 @@ class JobsHub:
             "expose": spec.get("expose"),
             "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls or None},
             "owner": {"id": f"id-{job.namespace}", "name": job.namespace, "type": "user"},
+            **({"retry": job.attempts - 1} if "attempts" in spec else {}),
         }
 
 
@@ -255,7 +276,11 @@ async def _whoami(request: web.Request) -> web.Response:
 
 async def _run_job(request: web.Request) -> web.Response:
     hub = request.app[JOBS_HUB]
-    job = hub.create(request.match_info["ns"], await request.json())
+    spec = await request.json()
+    attempts = spec.get("attempts", 1)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        return web.json_response({"error": "attempts must be a positive integer"}, status=400)
+    job = hub.create(request.match_info["ns"], spec)
     return web.json_response(hub.describe(job))
 
 
