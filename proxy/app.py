@@ -36,7 +36,7 @@ from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
 from proxy.fleet.breaker import Breaker
-from proxy.fleet.discovery import JobsDiscovery
+from proxy.fleet.discovery import Discovery
 from proxy.fleet.health import HealthMonitor
 from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.load import LoadScraper
@@ -76,7 +76,7 @@ HEALTH = web.AppKey("health", HealthMonitor)
 CLIENT = web.AppKey("client", UpstreamClient)
 ADAPTERS = web.AppKey("adapters", AdapterService)
 WATCHER = web.AppKey("watcher", Watcher)
-DISCOVERY = web.AppKey("discovery", JobsDiscovery)
+DISCOVERY = web.AppKey("discovery", Discovery)
 LOAD = web.AppKey("load", LoadScraper)
 GUARD = web.AppKey("guard", Guard)
 CLIENT_LOG = web.AppKey("client_log", ClientErrorLog)
@@ -228,7 +228,7 @@ def build_app(
         app[WATCHER] = Watcher(source, clock, adapters.source_changed, failed)
     if settings.discover is not None:
         token = upstream.token
-        app[DISCOVERY] = JobsDiscovery(
+        app[DISCOVERY] = Discovery(
             settings.discover,
             pool,
             clock,
@@ -346,9 +346,7 @@ async def _adapters_ctx(app: web.Application) -> AsyncIterator[None]:
 async def _discovery_ctx(app: web.Application) -> AsyncIterator[None]:
     discovery = app.get(DISCOVERY)
     if discovery is not None:
-        log.info(
-            "discovering replicas from HF jobs labelled %s=%s", discovery.label, discovery.value
-        )
+        log.info("discovering replicas: %s", discovery.lookup)
     async with _running(discovery.run() if discovery else None, "replica-discovery"):
         yield
 

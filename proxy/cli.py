@@ -34,7 +34,8 @@ _HELP = {
     "max_inflight": "overall in-flight cap (default: per-replica cap x replicas)",
     "replica_hosts": "host patterns the admin API may add as replicas, comma-separated "
     "(default: the configured replicas' domains, *.hf.jobs when discovering, loopback if local)",
-    "discover": "also take replicas from HF Jobs: hf-jobs:LABEL=VALUE (RUNNING jobs' exposed URLs)",
+    "discover": "also take replicas from hf-jobs:LABEL=VALUE (RUNNING jobs' exposed URLs) or "
+    "dns:NAME:PORT (every address NAME resolves to)",
     "hub_endpoint": "Hub API endpoint (default: huggingface_hub's, i.e. HF_ENDPOINT)",
     "policy": "routing policy: prefix (default), least_loaded or round_robin",
     "load_factor": "prefix policy: spill above this x the mean load (and the slack)",

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.adapters.settings import AdapterSettings
+from proxy.fleet.discover_spec import parse_discover_spec
 from proxy.fleet.load_settings import LoadSettings
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
@@ -277,15 +278,6 @@ def check_replica_url(url: str) -> str:
     if any(ord(c) < 33 or ord(c) > 126 for c in url):
         raise ValueError(f"replica URL {shown!r} must be printable ASCII without spaces")
     return url
-
-
-def parse_discover_spec(spec: str) -> tuple[str, str]:
-    """``hf-jobs:LABEL=VALUE`` -> (label, value); ValueError naming what is wrong."""
-    kind, _, selector = spec.partition(":")
-    label, _, value = selector.partition("=")
-    if kind != "hf-jobs" or not label or not value:
-        raise ValueError(f"--discover {spec!r} must look like hf-jobs:LABEL=VALUE")
-    return label, value
 
 
 def env_name(field: str) -> str:

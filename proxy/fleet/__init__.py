@@ -4,7 +4,8 @@ Holds ``Replica`` and its id (``replica``), the pool (``pool``: the ONE owner of
 the one way to eject, drain or admit), health probing (``health``: a pure transition and its
 loop), the circuit breaker (``breaker``), reading a replica's models and server info (``info``),
 bringing a replica in step with the fleet before it takes traffic (``sync``), the fleet views TRL
-and the status pages read (``views``), replica discovery from the HF Jobs API (``discovery``)
+and the status pages read (``views``), replica discovery from the HF Jobs API or a DNS name
+(``discovery``; what ``--discover`` names, which ``proxy.config`` checks, in ``discover_spec``)
 and the load each replica reports on its ``/metrics``, scraped off the request path (``load``;
 its settings, which ``proxy.config`` imports, in ``load_settings``).
 

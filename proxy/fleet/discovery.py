@@ -1,26 +1,43 @@
-"""Replica discovery from the HF Jobs API: ``--discover hf-jobs:LABEL=VALUE``.
+"""Replica discovery: ``--discover hf-jobs:LABEL=VALUE`` or ``--discover dns:NAME:PORT``.
 
-The jobs are looked up in ``--discover-namespace`` (default: the token's user).
+Every ``interval_s`` the source is asked which replicas exist:
 
-Every ``interval_s`` the Jobs API is asked (through huggingface_hub's ``list_jobs``) for the jobs
-carrying that label; each RUNNING job's exposed URL for ``port`` is a replica. New URLs join the
-pool (PENDING: the health loop probes and syncs them before they take traffic); a discovered
-replica whose job is gone or no longer RUNNING is drained, then removed once its in-flight
-requests are done. Replicas given with ``--replicas`` are never removed by discovery.
+- ``hf-jobs``: the Jobs API (huggingface_hub's ``list_jobs``, in ``--discover-namespace``,
+  default the token's user) lists the jobs carrying that label; each RUNNING job's exposed URL
+  for ``port`` is a replica.
+- ``dns``: NAME is resolved (every A and AAAA record, as ``getaddrinfo`` returns them); each
+  address is a replica at ``http://ADDRESS:PORT`` (IPv6 in brackets). This is how an HF Jobs
+  network group is seen from inside: every job claiming an alias answers for
+  ``${HF_NETWORK_GROUP_PREFIX}<alias>``, on every port, without the public edge.
+
+New URLs join the pool PENDING: the health loop probes them and pushes the adapter window into
+them before they take traffic, so an address that does not answer is simply never routable. A
+discovered replica the source no longer lists is drained, then removed once its in-flight
+requests are done. A lookup that fails (the Hub unreachable, a name that does not resolve)
+changes nothing and is logged once until it succeeds again. Replicas given with ``--replicas``
+are never removed by discovery.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from proxy.clock import Clock, Failed, run_every
-from proxy.config import check_replica_url, parse_discover_spec
+from proxy.config import check_replica_url
+from proxy.fleet.discover_spec import DnsName, JobsLabel, parse_discover_spec
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
 
 log = logging.getLogger("proxy.discovery")
+
+Lookup = Callable[[], Awaitable[set[str]]]
+# host, port -> the addresses a name resolves to (default: the event loop's getaddrinfo)
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
 def exposed_url(job: Any, port: int) -> str | None:
@@ -32,7 +49,77 @@ def exposed_url(job: Any, port: int) -> str | None:
     return str(urls[0]).rstrip("/") if len(urls) == 1 else None
 
 
-class JobsDiscovery:
+def address_url(address: str, port: int) -> str:
+    """``http://ADDRESS:PORT``, an IPv6 address in brackets (its zone dropped)."""
+    address = address.split("%", 1)[0]
+    shown = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+    return f"http://{shown}:{port}"
+
+
+async def resolve(name: str, port: int) -> list[str]:
+    """Every address ``name`` resolves to for a TCP connection, in the resolver's order."""
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class JobsLookup:
+    """The exposed URLs of the RUNNING jobs labelled ``selector`` (a blocking client call, run in
+    a worker thread)."""
+
+    def __init__(
+        self,
+        selector: JobsLabel,
+        port: int,
+        endpoint: str | None,
+        token: str | None,
+        namespace: str | None,
+    ) -> None:
+        self.selector = selector
+        self._port = port
+        self._endpoint = endpoint
+        self._token = token
+        self.namespace = namespace  # the jobs' owner; default: the token's user
+
+    def __str__(self) -> str:
+        return f"HF jobs labelled {self.selector.label}={self.selector.value}"
+
+    async def __call__(self) -> set[str]:
+        return await asyncio.to_thread(self._running_urls)
+
+    def _running_urls(self) -> set[str]:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=self._endpoint, token=self._token)
+        if self.namespace is None:
+            # huggingface_hub's own default asks the public Hub whoever the endpoint is.
+            self.namespace = str(api.whoami()["name"])
+        labels = {self.selector.label: self.selector.value}
+        urls = set()
+        for job in api.list_jobs(labels=labels, namespace=self.namespace):
+            if getattr(job.status, "stage", None) != "RUNNING":
+                continue
+            url = exposed_url(job, self._port)
+            if url is not None:
+                urls.add(url)
+        return urls
+
+
+class DnsLookup:
+    """``http://ADDRESS:PORT`` for every address ``name`` resolves to."""
+
+    def __init__(self, name: DnsName, resolver: Resolver = resolve) -> None:
+        self.name = name
+        self._resolve = resolver
+
+    def __str__(self) -> str:
+        return f"the addresses of {self.name.name} (port {self.name.port})"
+
+    async def __call__(self) -> set[str]:
+        addresses = await self._resolve(self.name.name, self.name.port)
+        return {address_url(address, self.name.port) for address in addresses}
+
+
+class Discovery:
     def __init__(
         self,
         spec: str,
@@ -45,18 +132,20 @@ class JobsDiscovery:
         endpoint: str | None = None,
         token: str | None = None,
         namespace: str | None = None,
+        resolver: Resolver = resolve,
     ) -> None:
-        self.label, self.value = parse_discover_spec(spec)
+        source = parse_discover_spec(spec)
+        self.lookup: JobsLookup | DnsLookup = (
+            JobsLookup(source, port, endpoint, token, namespace)
+            if isinstance(source, JobsLabel)
+            else DnsLookup(source, resolver)
+        )
         self._pool = pool
         self._clock = clock
         self._failed = failed
         self.interval_s = interval_s
-        self._port = port
-        self._endpoint = endpoint
-        self._token = token
-        self.namespace = namespace  # the jobs' owner; default: the token's user
         self.discovered: set[str] = set()  # replica ids this loop added
-        self.refused: set[str] = set()  # job URLs that are not replica URLs (logged once)
+        self.refused: set[str] = set()  # URLs that are not replica URLs (logged once)
         self.last_error = ""
 
     async def run(self) -> None:
@@ -66,48 +155,31 @@ class JobsDiscovery:
 
     async def poll(self) -> None:
         try:
-            urls = await asyncio.to_thread(self._running_urls)
-        except Exception as exc:  # the Hub being unreachable must not stop discovery
+            urls = await self.lookup()
+        except Exception as exc:  # the Hub or DNS being unreachable must not stop discovery
             message = f"{type(exc).__name__}: {exc}"
             if message != self.last_error:
-                log.warning("job discovery failed (will retry): %s", message)
+                log.warning("discovery of %s failed (will retry): %s", self.lookup, message)
             self.last_error = message
             return
         self.last_error = ""
         self.apply(urls)
 
-    def _running_urls(self) -> set[str]:
-        from huggingface_hub import HfApi
-
-        api = HfApi(endpoint=self._endpoint, token=self._token)
-        if self.namespace is None:
-            # huggingface_hub's own default asks the public Hub whoever the endpoint is.
-            self.namespace = str(api.whoami()["name"])
-        urls = set()
-        jobs = api.list_jobs(labels={self.label: self.value}, namespace=self.namespace)
-        for job in jobs:
-            if getattr(job.status, "stage", None) != "RUNNING":
-                continue
-            url = exposed_url(job, self._port)
-            if url is not None:
-                urls.add(url)
-        return urls
-
     def apply(self, urls: set[str]) -> None:
-        """Add the new URLs; drain, then remove, discovered replicas whose jobs are gone. A URL
-        that is not a replica URL (a job exposing ``...?q=1``) is skipped, logged once: it
-        stops neither the others from joining nor the departed from leaving."""
+        """Add the new URLs; drain, then remove, discovered replicas the source no longer
+        lists. A URL that is not a replica URL (a job exposing ``...?q=1``) is skipped, logged
+        once: it stops neither the others from joining nor the departed from leaving."""
         found: dict[str, str] = {}
         for url in sorted(urls):
             try:
                 found[replica_id(check_replica_url(url))] = url
             except ValueError as exc:
                 if url not in self.refused:
-                    log.warning("job URL %r is not a replica URL, skipped: %s", url, exc)
+                    log.warning("discovered URL %r is not a replica URL, skipped: %s", url, exc)
                 self.refused.add(url)
         for rid, url in found.items():
             if self._pool.get(rid) is None:
-                log.info("discovered replica %s (job label %s=%s)", rid, self.label, self.value)
+                log.info("discovered replica %s (%s)", rid, self.lookup)
                 self._pool.add(url)
                 self.discovered.add(rid)
         for rid in sorted(self.discovered - found.keys()):
@@ -115,7 +187,7 @@ class JobsDiscovery:
             if replica is None:
                 self.discovered.discard(rid)
             elif replica.inflight == 0:
-                log.info("replica %s left (its job is gone): removed", rid)
+                log.info("replica %s left (no longer among %s): removed", rid, self.lookup)
                 self._pool.remove(rid)
                 self.discovered.discard(rid)
             elif not replica.draining:

@@ -22,6 +22,7 @@ from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 from proxy.config import Settings
+from proxy.fleet.discover_spec import JobsLabel, parse_discover_spec
 
 LOOPBACK = ("127.*", "::1", "localhost")
 JOBS = "*.hf.jobs"
@@ -71,7 +72,10 @@ class HostAllowlist:
         if settings.replica_hosts:
             return cls(tuple(p.lower() for p in settings.replica_hosts))
         return cls.default(
-            settings.replicas, discovering=settings.discover is not None, listen_host=settings.host
+            settings.replicas,
+            discovering=settings.discover is not None
+            and isinstance(parse_discover_spec(settings.discover), JobsLabel),
+            listen_host=settings.host,
         )
 
     def allows(self, url: str) -> bool:

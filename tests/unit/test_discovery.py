@@ -6,16 +6,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.config import parse_discover_spec as parse_spec
-from proxy.fleet.discovery import JobsDiscovery, exposed_url
+from proxy.fleet.discover_spec import DnsName, JobsLabel
+from proxy.fleet.discover_spec import parse_discover_spec as parse_spec
+from proxy.fleet.discovery import Discovery, address_url, exposed_url
 from proxy.fleet.pool import ReplicaPool
 from tests.support.clock import FakeClock
 
 
 def test_parse_spec() -> None:
-    assert parse_spec("hf-jobs:rollout-run=exp1") == ("rollout-run", "exp1")
-    for bad in ("jobs:a=b", "hf-jobs:a", "hf-jobs:=b", "hf-jobs:a="):
-        with pytest.raises(ValueError, match="hf-jobs:LABEL=VALUE"):
+    assert parse_spec("hf-jobs:rollout-run=exp1") == JobsLabel("rollout-run", "exp1")
+    assert parse_spec("dns:rollout-replica:8000") == DnsName("rollout-replica", 8000)
+    assert parse_spec("dns:[::1]:9000") == DnsName("::1", 9000)
+    bad_specs = ("jobs:a=b", "hf-jobs:a", "hf-jobs:=b", "hf-jobs:a=", "dns:name", "dns::80",
+                 "dns:name:0", "dns:name:70000", "dns:name:http")  # fmt: skip
+    for bad in bad_specs:
+        with pytest.raises(ValueError, match="hf-jobs:LABEL=VALUE or dns:NAME:PORT"):
             parse_spec(bad)
 
 
@@ -37,7 +42,7 @@ def test_jobs_come_and_go_static_replicas_stay() -> None:
     clock = FakeClock()
     pool = ReplicaPool(["http://static:8000"], clock=clock)
     failures: list[BaseException] = []
-    discovery = JobsDiscovery(
+    discovery = Discovery(
         "hf-jobs:run=a", pool, clock, failed=lambda _, exc: failures.append(exc), interval_s=5
     )
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
@@ -60,7 +65,7 @@ def test_one_malformed_job_url_stops_nothing_and_is_logged_once(
 ) -> None:
     clock = FakeClock()
     pool = ReplicaPool([], clock=clock)
-    discovery = JobsDiscovery("hf-jobs:run=a", pool, clock, failed=lambda *_: None, interval_s=5)
+    discovery = Discovery("hf-jobs:run=a", pool, clock, failed=lambda *_: None, interval_s=5)
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
     bad = "https://j3--8000.hf.jobs/?q=1"
     for _ in range(3):
@@ -69,3 +74,43 @@ def test_one_malformed_job_url_stops_nothing_and_is_logged_once(
     warnings = [r for r in caplog.records if "not a replica URL" in r.getMessage()]
     assert len(warnings) == 1 and "?q=1" in warnings[0].getMessage()
     assert not [r for r in caplog.records if "discovered replica j3" in r.getMessage()]
+
+
+def test_addresses_become_plain_http_urls_ipv6_in_brackets() -> None:
+    assert address_url("10.0.0.7", 8000) == "http://10.0.0.7:8000"
+    assert address_url("fd00::7", 8000) == "http://[fd00::7]:8000"
+    assert address_url("fe80::1%eth0", 8000) == "http://[fe80::1]:8000"
+
+
+async def test_a_name_s_addresses_come_and_go_as_it_resolves() -> None:
+    """The HF network group's alias: members join and leave as the name's records change."""
+    answers: list[list[str] | Exception] = [
+        ["10.0.0.1", "fd00::2"],
+        ["10.0.0.1", "fd00::2", "10.0.0.3"],
+        OSError("name does not resolve"),  # a failed lookup changes nothing
+        ["10.0.0.3"],
+    ]
+
+    async def resolver(name: str, port: int) -> list[str]:
+        assert (name, port) == ("rollout-replica", 8000)
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    clock = FakeClock()
+    pool = ReplicaPool(["http://static:8000"], clock=clock)
+    discovery = Discovery(
+        "dns:rollout-replica:8000", pool, clock, failed=lambda *_: None, interval_s=5,
+        resolver=resolver,
+    )  # fmt: skip
+    await discovery.poll()
+    urls = {"http://static:8000", "http://10.0.0.1:8000", "http://[fd00::2]:8000"}
+    assert {r.url for r in pool} == urls
+    await discovery.poll()
+    assert {r.url for r in pool} == urls | {"http://10.0.0.3:8000"}
+    await discovery.poll()
+    assert discovery.last_error == "OSError: name does not resolve" and len(pool) == 4
+    await discovery.poll()
+    assert {r.url for r in pool} == {"http://static:8000", "http://10.0.0.3:8000"}
+    assert discovery.last_error == ""
