@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from deploy.errors import DeployError
 from deploy.plan import RunPlan, replica_argv, trainer_argv
 from replica_entry import vllm_backend
 from trainer_entry import flags
 from trainer_entry.options import TrainerOptions
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 ENTRY_ARGS = 3  # ``python3 -m <entry point>`` before the entry point's own flags
 
@@ -38,6 +41,12 @@ class _Refusing(argparse.ArgumentParser):
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise BadFlags(message or "--help is not a flag of a job (run the entry point for it)")
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        """Nothing: ``deploy``'s standard output is its own (``--dry-run``'s JSON)."""
+
+    def print_usage(self, file: SupportsWrite[str] | None = None) -> None:
+        """Nothing, as ``print_help``."""
 
 
 def _environ(names: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:

@@ -66,6 +66,14 @@ def test_a_trainer_flag_the_job_would_refuse_stops_up_before_anything(
     assert "Traceback" not in err and err.count("\n") == 1
 
 
+def test_a_help_flag_after_the_separator_prints_nothing_of_the_trainer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _up(*UP, "--dry-run", "--", "--dataset", "d", "--help")
+    assert (code, out) == (2, "")
+    assert capsys.readouterr().out == ""  # argparse prints help to sys.stdout itself
+
+
 def test_a_replica_flag_the_job_would_refuse_stops_up() -> None:
     code, out, err = _up(
         *UP, "--dry-run", "--replica-args", "--max-lora-rank 7", "--", "--dataset", "d"
