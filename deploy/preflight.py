@@ -99,6 +99,12 @@ def checked(plan: RunPlan) -> RunPlan:
     """``plan`` with the replicas' LoRA limits linked to the trainer, every job's flags read by
     its own entry point; ``BadFlags`` names the first that would fail."""
     trainer = trainer_options(plan)
+    if str(trainer.output_dir) != plan.run_dir:
+        raise BadFlags(
+            f"argument --output-dir: deploy writes it ({plan.run_dir}, the run's folder of the "
+            f"bucket, whose .vllm_lora the proxies watch): drop --output-dir {trainer.output_dir} "
+            "from the flags after --"
+        )
     linked = replace(plan, replica_args=(*lora_limits(trainer), *plan.replica_args))
     replica = replica_options(linked)
     rank, staleness = trainer.recipe.lora_rank, trainer.recipe.max_staleness

@@ -74,6 +74,14 @@ def test_a_help_flag_after_the_separator_prints_nothing_of_the_trainer(
     assert capsys.readouterr().out == ""  # argparse prints help to sys.stdout itself
 
 
+def test_the_output_dir_is_deploys_own() -> None:
+    """TRL's adapters must land in the run's folder, whose .vllm_lora the proxies watch."""
+    code, out, err = _up(*UP, "--dry-run", "--", "--dataset", "d", "--output-dir", "/tmp/x")
+    assert (code, out) == (2, "")
+    assert "argument --output-dir: deploy writes it (/lora/rollout-" in err
+    assert "drop --output-dir /tmp/x from the flags after --" in err
+
+
 def test_a_replica_flag_the_job_would_refuse_stops_up() -> None:
     code, out, err = _up(
         *UP, "--dry-run", "--replica-args", "--max-lora-rank 7", "--", "--dataset", "d"
