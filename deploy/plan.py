@@ -268,8 +268,7 @@ def trainer_spec(
 def dry_run_specs(plan: RunPlan) -> list[JobSpec]:
     """Every job of the run in launch order, exposed URLs shown as placeholders."""
     replicas = [replica_spec(plan, index) for index in range(plan.replicas)]
-    urls = [exposed_url_placeholder(spec.name) for spec in replicas]
     if plan.topology == "sidecar":
-        return [*replicas, trainer_spec(plan, replica_urls=urls)]
-    proxy = proxy_spec(plan, urls)
-    return [*replicas, proxy, trainer_spec(plan, proxy_url=exposed_url_placeholder(proxy.name))]
+        return [*replicas, trainer_spec(plan)]
+    proxy = proxy_spec(plan, [exposed_url_placeholder(spec.name) for spec in replicas])
+    return [*replicas, proxy, trainer_spec(plan)]

@@ -49,18 +49,18 @@ class _Refusing(argparse.ArgumentParser):
         """Nothing, as ``print_help``."""
 
 
-def _environ(names: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+def _with_secrets(env: Mapping[str, str], names: Sequence[str]) -> dict[str, str]:
     """The variables a job will have: its env and a stand-in value for each secret."""
-    return {**env, **{name: "<secret>" for name in names}}
+    return {**env, **dict.fromkeys(names, "<secret>")}
 
 
 def trainer_options(plan: RunPlan) -> TrainerOptions:
     """The trainer job's flags as ``trainer_entry`` will read them, or ``BadFlags``."""
-    argv, secrets = trainer_argv(plan), plan.trainer_secrets
     parser = flags.build_parser(_Refusing)
+    environ = _with_secrets({}, plan.trainer_secrets)
     try:
-        args = parser.parse_args(argv[ENTRY_ARGS:])
-        return flags.options_from_args(args, parser, _environ(secrets, {}), here=False)
+        args = parser.parse_args(trainer_argv(plan)[ENTRY_ARGS:])
+        return flags.options_from_args(args, parser, environ, here=False)
     except BadFlags as exc:
         raise BadFlags(
             f"the trainer job would refuse its flags: {exc} (the flags after --; "

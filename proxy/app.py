@@ -226,10 +226,10 @@ def build_app(
     app[ADAPTERS] = adapters
     if source is not None:
         app[WATCHER] = Watcher(source, clock, adapters.source_changed, failed)
-    if settings.discover is not None:
+    if settings.discover_source is not None:
         token = upstream.token
         app[DISCOVERY] = Discovery(
-            settings.discover,
+            settings.discover_source,
             pool,
             clock,
             failed=failed,

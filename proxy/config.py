@@ -28,7 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from proxy.adapters.settings import AdapterSettings
-from proxy.fleet.discover_spec import parse_discover_spec
+from proxy.fleet.discover_spec import DnsName, JobsLabel, parse_discover_spec
 from proxy.fleet.load_settings import LoadSettings
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
@@ -213,6 +213,11 @@ class Settings(BaseSettings):
         if spec is not None:
             parse_discover_spec(spec)
         return spec
+
+    @property
+    def discover_source(self) -> JobsLabel | DnsName | None:
+        """What ``--discover`` names (checked when the settings were read)."""
+        return None if self.discover is None else parse_discover_spec(self.discover)
 
     @model_validator(mode="before")
     @classmethod

@@ -37,7 +37,6 @@ emptied at every start) and checks ``VLLM_API_KEY`` itself, so a key given to vL
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import shlex
 import sys
@@ -49,6 +48,7 @@ from importlib import metadata
 from pathlib import Path
 
 from proxy.adapters.store import claimable
+from proxy.fleet.addresses import is_loopback
 
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -222,15 +222,6 @@ def build_parser(
     return parser
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def options_from_args(
     args: argparse.Namespace,
     extra: Sequence[str],
@@ -241,7 +232,7 @@ def options_from_args(
     environ = os.environ if environ is None else environ
     keyed = bool(args.api_key or environ.get("VLLM_API_KEY"))
     open_receiver = args.adapter_receiver and not keyed and not args.receiver_without_key
-    if open_receiver and not _loopback(args.host):
+    if open_receiver and not is_loopback(args.host):
         parser.error(
             f"argument --host: on {args.host} the adapter receiver would store (and vLLM load) "
             "uploads from anyone who reaches the port: set VLLM_API_KEY (or --api-key), bind "

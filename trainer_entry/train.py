@@ -223,8 +223,7 @@ def _leave_world(accelerator: Any) -> None:
     group still up was seen to abort at interpreter exit (SIGABRT, "terminate called without an
     active exception", from the collective backend's threads) while rank 0 was still writing the
     final adapter, which failed a run that had trained to the end."""
-    if accelerator.num_processes > 1:
-        accelerator.wait_for_everyone()
+    accelerator.wait_for_everyone()  # a no-op on one rank
     accelerator.end_training()
 
 

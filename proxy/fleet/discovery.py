@@ -29,13 +29,12 @@ from typing import Any
 
 from proxy.clock import Clock, Failed, run_every
 from proxy.config import check_replica_url
-from proxy.fleet.discover_spec import DnsName, JobsLabel, parse_discover_spec
+from proxy.fleet.discover_spec import DnsName, JobsLabel
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
 
 log = logging.getLogger("proxy.discovery")
 
-Lookup = Callable[[], Awaitable[set[str]]]
 # host, port -> the addresses a name resolves to (default: the event loop's getaddrinfo)
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
@@ -122,7 +121,7 @@ class DnsLookup:
 class Discovery:
     def __init__(
         self,
-        spec: str,
+        source: JobsLabel | DnsName,
         pool: ReplicaPool,
         clock: Clock,
         *,
@@ -134,7 +133,6 @@ class Discovery:
         namespace: str | None = None,
         resolver: Resolver = resolve,
     ) -> None:
-        source = parse_discover_spec(spec)
         self.lookup: JobsLookup | DnsLookup = (
             JobsLookup(source, port, endpoint, token, namespace)
             if isinstance(source, JobsLabel)

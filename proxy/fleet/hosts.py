@@ -15,34 +15,22 @@ Link-local and other addresses are never allowed by default. Pure: no I/O.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 from proxy.config import Settings
-from proxy.fleet.discover_spec import JobsLabel, parse_discover_spec
+from proxy.fleet.addresses import is_ip, is_loopback
+from proxy.fleet.discover_spec import JobsLabel
 
 LOOPBACK = ("127.*", "::1", "localhost")
 JOBS = "*.hf.jobs"
 
 
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _loopback(host: str) -> bool:
-    return host == "localhost" or (_is_ip(host) and ipaddress.ip_address(host).is_loopback)
-
-
 def domain_pattern(host: str) -> str:
     """The pattern a configured replica host stands for (module docstring)."""
-    if _is_ip(host) or "." not in host:
+    if is_ip(host) or "." not in host:
         return host
     return "*." + host.split(".", 1)[1]
 
@@ -58,11 +46,11 @@ class HostAllowlist:
         patterns: list[str] = []
         for url in replicas:
             host = (urlsplit(url).hostname or "").lower()
-            if host and not _loopback(host):
+            if host and not is_loopback(host):
                 patterns.append(domain_pattern(host))
         if discovering:
             patterns.append(JOBS)
-        if _loopback(listen_host.strip("[]")):
+        if is_loopback(listen_host):
             patterns.extend(LOOPBACK)
         return cls(tuple(dict.fromkeys(patterns)))
 
@@ -73,8 +61,7 @@ class HostAllowlist:
             return cls(tuple(p.lower() for p in settings.replica_hosts))
         return cls.default(
             settings.replicas,
-            discovering=settings.discover is not None
-            and isinstance(parse_discover_spec(settings.discover), JobsLabel),
+            discovering=isinstance(settings.discover_source, JobsLabel),
             listen_host=settings.host,
         )
 

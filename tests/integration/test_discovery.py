@@ -8,6 +8,7 @@ from proxy.app import DISCOVERY, POOL, build_app
 from proxy.app import serve as serve_proxy
 from proxy.clock import RealClock
 from proxy.config import Settings
+from proxy.fleet.discover_spec import parse_discover_spec
 from proxy.fleet.discovery import Discovery
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
@@ -90,7 +91,12 @@ async def test_an_address_that_does_not_answer_never_routes_while_the_others_ser
         app = build_app(settings)
         pool = app[POOL]
         app[DISCOVERY] = Discovery(
-            spec, pool, RealClock(), failed=lambda *_: None, interval_s=0.05, resolver=records
+            parse_discover_spec(spec),
+            pool,
+            RealClock(),
+            failed=lambda *_: None,
+            interval_s=0.05,
+            resolver=records,
         )
         async with serve_proxy(app) as url:
             await wait_for(

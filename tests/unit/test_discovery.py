@@ -43,7 +43,11 @@ def test_jobs_come_and_go_static_replicas_stay() -> None:
     pool = ReplicaPool(["http://static:8000"], clock=clock)
     failures: list[BaseException] = []
     discovery = Discovery(
-        "hf-jobs:run=a", pool, clock, failed=lambda _, exc: failures.append(exc), interval_s=5
+        parse_spec("hf-jobs:run=a"),
+        pool,
+        clock,
+        failed=lambda _, exc: failures.append(exc),
+        interval_s=5,
     )
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
     assert {r.id for r in pool} == {"static:8000", "j1--8000.hf.jobs:443", "j2--8000.hf.jobs:443"}
@@ -65,7 +69,9 @@ def test_one_malformed_job_url_stops_nothing_and_is_logged_once(
 ) -> None:
     clock = FakeClock()
     pool = ReplicaPool([], clock=clock)
-    discovery = Discovery("hf-jobs:run=a", pool, clock, failed=lambda *_: None, interval_s=5)
+    discovery = Discovery(
+        parse_spec("hf-jobs:run=a"), pool, clock, failed=lambda *_: None, interval_s=5
+    )
     discovery.apply({"https://j1--8000.hf.jobs", "https://j2--8000.hf.jobs"})
     bad = "https://j3--8000.hf.jobs/?q=1"
     for _ in range(3):
@@ -101,7 +107,7 @@ async def test_a_name_s_addresses_come_and_go_as_it_resolves() -> None:
     clock = FakeClock()
     pool = ReplicaPool(["http://static:8000"], clock=clock)
     discovery = Discovery(
-        "dns:rollout-replica:8000", pool, clock, failed=lambda *_: None, interval_s=5,
+        parse_spec("dns:rollout-replica:8000"), pool, clock, failed=lambda *_: None, interval_s=5,
         resolver=resolver,
     )  # fmt: skip
     await discovery.poll()
