@@ -1,4 +1,4 @@
-"""Command line: ``python -m deploy up|status|logs|down`` (also ``rollout-deploy``).
+"""Command line: ``python -m deploy up|rehearse|status|logs|down`` (also ``rollout-deploy``).
 
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
 ``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
@@ -16,9 +16,11 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from huggingface_hub import HfApi, get_token
@@ -33,6 +35,7 @@ from deploy.launch import Launch, summary
 from deploy.logs import print_logs
 from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
 from deploy.preflight import BadFlags
+from deploy.rehearsal.run import Rehearsal
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
@@ -92,6 +95,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_up(
         commands.add_parser("up", parents=[common], help="launch a run (trainer flags after --)")
     )
+    rehearse = commands.add_parser(
+        "rehearse",
+        parents=[common],
+        help="run the jobs `up` would launch on this machine first (root, Linux): images, "
+        "install steps, flags, network and mounts as planned, a tiny model, a few steps",
+    )
+    _add_up(rehearse)
+    add = rehearse.add_argument
+    add("--steps", type=int, default=2, help="training steps the trainer must finish")
+    add(
+        "--image-base",
+        type=Path,
+        default=None,
+        help="the Python of an environment holding vLLM, torch (the vLLM image's packages; "
+        "default: the checkout's .venv-e2e, from `make e2e-venv`)",
+    )
+    add(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the jobs' environments, logs and the bucket go (not under /tmp; default: "
+        "a new folder in /var/tmp)",
+    )
+    add("--train-timeout", type=float, default=900.0, help="seconds the trainer may take")
     for name, text in (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
@@ -113,6 +140,14 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     add("--model", required=True, help="the base model every replica serves")
     add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
     add("--topology", choices=["sidecar", "job"], default="sidecar")
+    add(
+        "--network",
+        choices=["private", "public"],
+        default=RunPlan.network,
+        help="private: the run's jobs share a network group and talk plain HTTP inside it, with "
+        "a key made for the run; public: every hop crosses HF's edge with your HF token "
+        "(default: %(default)s)",
+    )
     add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
     add("--replica-flavor", default=Flavors.replica)
     add(
@@ -181,6 +216,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         trainer_args=tuple(trainer_args),
         adapter_push=args.adapter_push,
         attempts=args.attempts,
+        network=args.network,
     )
 
 
@@ -247,7 +283,10 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
         endpoint=args.hub_endpoint,
         allow_public_bucket=args.allow_public_bucket,
     )
-    runtime.say(f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}")
+    runtime.say(
+        f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}, "
+        f"{plan.network} network"
+    )
     views = launch.up()
     runtime.say(summary(plan, views, jobs.namespace, args.hub_endpoint))
     return 0
@@ -273,9 +312,38 @@ def run_logs(args: argparse.Namespace, runtime: Runtime) -> int:
     return 0
 
 
+def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
+    plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
+    if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
+        return run_up(args, trainer_args, runtime)
+    root = source_root()
+    base = args.image_base or (root / ".venv-e2e" / "bin" / "python" if root else None)
+    if base is None or not base.exists():
+        raise DeployError(
+            f"no environment to make the vLLM image from ({base or 'no checkout'}): run "
+            "`make e2e-venv` in the checkout, or pass --image-base PYTHON"
+        )
+    # Not under /tmp: every job gets a /tmp of its own, which would hide it from the jobs.
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix=f"rehearse-{plan.run_name}-",
+                                                     dir="/var/tmp"))).resolve()  # fmt: skip
+    if workdir.is_relative_to("/tmp"):
+        raise DeployError(
+            f"--workdir {workdir} is under /tmp, which every rehearsed job gets a fresh copy of "
+            "(a container's own): choose a folder elsewhere (default: one in /var/tmp)"
+        )
+    runtime.say(f"rehearsing run {plan.run_name} in {workdir} (jobs, logs, the bucket)")
+    Rehearsal(
+        plan, base, workdir, runtime.say, steps=args.steps,
+        ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout,
+    ).run()  # fmt: skip
+    return 0
+
+
 def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     if args.command == "up":
         return run_up(args, trainer_args, runtime)
+    if args.command == "rehearse":
+        return run_rehearse(args, trainer_args, runtime)
     if args.command == "logs":
         return run_logs(args, runtime)
     token = _token(runtime)
@@ -296,9 +364,9 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
         argv, trainer_args = argv[:split], argv[split + 1 :]
     parser = build_parser()
     args = parser.parse_args(argv)
-    if trainer_args and args.command != "up":
-        parser.error("only `up` takes trainer flags after --")
-    if args.command == "up":
+    if trainer_args and args.command not in ("up", "rehearse"):
+        parser.error("only `up` and `rehearse` take trainer flags after --")
+    if args.command in ("up", "rehearse"):
         check_up_args(parser, args)
     try:
         return dispatch(args, trainer_args, runtime)

@@ -8,7 +8,10 @@ Three sources, chosen with ``--code``:
 - ``image``: the image already holds the project (see ``deploy/Dockerfile``): nothing to install.
 
 The job command becomes ``sh -c "python3 -m pip install ... && exec <entry point>"`` so the entry
-point replaces the shell and receives the job's SIGTERM on cancel.
+point replaces the shell and receives the job's SIGTERM on cancel. An argument that names a
+variable only the job has (``Expanded``: ``${HF_NETWORK_GROUP_PREFIX}replica``, the network
+group's alias) is written in double quotes, so that shell expands it; every other one in single
+quotes, so none does.
 
 Replica and trainer jobs run on the vLLM image, whose packages vLLM was built and tested with
 (the trainer needs vLLM too: TRL's rollout worker refuses to start without it): installing our
@@ -71,6 +74,27 @@ TRAINER_IMPORTS = (
 )
 
 
+class Expanded(str):
+    """An argument the job's shell expands: literal text and ``${NAME}`` references only."""
+
+    __slots__ = ()
+
+    def __new__(cls, text: str) -> Expanded:
+        if not _EXPANDABLE.fullmatch(text):
+            raise ValueError(f"not literal text with ${{NAME}} references: {text!r}")
+        return super().__new__(cls, text)
+
+
+_EXPANDABLE = re.compile(r"(?:[A-Za-z0-9_.:/@=,+-]|\$\{[A-Z_][A-Z0-9_]*\})+")
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    """``argv`` as one shell command line: ``Expanded`` words in double quotes, others quoted."""
+    return " ".join(
+        f'"{word}"' if isinstance(word, Expanded) else shlex.quote(word) for word in argv
+    )
+
+
 def canonical(name: str) -> str:
     """A distribution name as pip compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -96,8 +120,8 @@ class Install:
         """The job command running ``argv`` after installing the project with its dependencies
         (a plain Python image: the proxy job)."""
         if self.requirement is None:
-            return tuple(argv)
-        script = f"{shlex.join([*PIP_INSTALL, self.requirement])} && exec {shlex.join(argv)}"
+            return _direct(argv)
+        script = f"{shlex.join([*PIP_INSTALL, self.requirement])} && exec {shell_join(argv)}"
         return ("sh", "-c", script)
 
     def wrap_into_image(self, argv: Sequence[str], role: str = "replica") -> tuple[str, ...]:
@@ -110,11 +134,9 @@ class Install:
             for module, why, fix in (TRAINER_IMPORTS if role == "trainer" else ())
         ]
         if self.requirement is None:
-            return (
-                ("sh", "-c", " && ".join([*checks, f"exec {shlex.join(argv)}"]))
-                if checks
-                else tuple(argv)
-            )
+            if not checks:
+                return _direct(argv)
+            return ("sh", "-c", " && ".join([*checks, f"exec {shell_join(argv)}"]))
         needs = self.trainer_requirements if role == "trainer" else self.replica_requirements
         install = shlex.join([*PIP_INSTALL, "-c", IMAGE_CONSTRAINTS, *needs])
         steps = [
@@ -122,9 +144,16 @@ class Install:
             shlex.join([*PIP_INSTALL, "--no-deps", self.requirement]),
             f"({install} || (echo {shlex.quote(IMAGE_CONFLICT)} >&2; exit 1))",
             *checks,
-            f"exec {shlex.join(argv)}",
+            f"exec {shell_join(argv)}",
         ]
         return ("sh", "-c", " && ".join(steps))
+
+
+def _direct(argv: Sequence[str]) -> tuple[str, ...]:
+    """``argv`` as the job's command: as is, or through a shell when a word needs expanding."""
+    if any(isinstance(word, Expanded) for word in argv):
+        return ("sh", "-c", f"exec {shell_join(argv)}")
+    return tuple(argv)
 
 
 def source_root() -> Path | None:

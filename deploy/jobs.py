@@ -8,7 +8,7 @@ Every call passes ``namespace`` explicitly: without it the client asks ``whoami`
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -51,6 +51,7 @@ class JobView:
     expose_urls: tuple[str, ...]
     flavor: str
     retries: int | None = None  # the runs HF Jobs may add after a failure (``JobInfo.retry``)
+    network: str | None = None  # the network group it joined, and its aliases there
 
     @classmethod
     def of(cls, info: JobInfo) -> JobView:
@@ -67,6 +68,7 @@ class JobView:
             expose_urls=tuple(info.status.expose_urls or ()),
             flavor="" if flavor is None else (flavor.value if isinstance(flavor, Enum) else flavor),
             retries=info.retry,
+            network=_network(info),
         )
 
     @property
@@ -79,6 +81,15 @@ class JobView:
             if url.rstrip("/").endswith(f"--{port}.hf.jobs"):
                 return url.rstrip("/")
         return self.expose_urls[0].rstrip("/") if self.expose_urls else None
+
+
+def _network(info: JobInfo) -> str | None:
+    """``group`` or ``group as alias, ...`` (``JobInfo.network``: huggingface_hub 1.32+)."""
+    network = getattr(info, "network", None)
+    if network is None:
+        return None
+    aliases = ", ".join(network.aliases)
+    return f"{network.group} as {aliases}" if aliases else str(network.group)
 
 
 def _order(view: JobView) -> tuple[int, int]:
@@ -102,8 +113,8 @@ class HubJobs:
     def upload(self, bucket: str, local: Path, destination: str) -> None:
         self.api.batch_bucket_files(bucket, add=[(str(local), destination)])
 
-    def launch(self, spec: JobSpec, token: str) -> JobView:
-        return JobView.of(self.api.run_job(**spec.run_job_kwargs(token, self.namespace)))
+    def launch(self, spec: JobSpec, secrets: Mapping[str, str]) -> JobView:
+        return JobView.of(self.api.run_job(**spec.run_job_kwargs(secrets, self.namespace)))
 
     def inspect(self, job_id: str) -> JobView:
         return JobView.of(self.api.inspect_job(job_id=job_id, namespace=self.namespace))

@@ -12,6 +12,7 @@ and becomes a ``DeployError`` naming the job, its last log lines and what to do 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,10 +22,11 @@ from deploy.errors import DeployError
 from deploy.health import Prober
 from deploy.jobs import HUB_ERRORS, HubJobs, JobView
 from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
-from deploy.readiness import HEALTH, ROUTES, Check, JobFailed, NotReady, Target, wait_ready
+from deploy.readiness import HEALTH, Check, JobFailed, NotReady, Target, routes_to, wait_ready
 from deploy.specs import JobSpec
 
 LOG_LINES_ON_FAILURE = 20
+REPLICA_KEY_BYTES = 32  # the run's replica key: 256 random bits, URL-safe text
 
 
 @dataclass
@@ -42,6 +44,9 @@ class Launch:
     endpoint: str | None = None
     allow_public_bucket: bool = False
     launched: list[JobView] = field(default_factory=list)
+    # Made for this run, handed to its jobs as a secret; on the private network the replicas
+    # demand it and the proxy sends it (plan.secret_values).
+    replica_key: str = field(default_factory=lambda: secrets.token_urlsafe(REPLICA_KEY_BYTES))
 
     def hint(self, subcommand: str, *extra: str) -> str:
         return hints.command(
@@ -70,23 +75,25 @@ class Launch:
         replicas = [self.start(replica_spec(plan, index)) for index in range(plan.replicas)]
         self.say(f"waiting for {len(replicas)} replica(s) to be RUNNING and healthy")
         urls = self.serving_urls(replicas, HEALTH)
+        routes = routes_to(plan.replicas)
         if plan.topology == "sidecar":
             trainer = self.start(trainer_spec(plan, replica_urls=urls))
             self.say("waiting for the trainer to start and its proxy to route to every replica")
-            self.wait([trainer], ROUTES)
+            self.wait([trainer], routes)
         else:
             proxy = self.start(proxy_spec(plan, urls))
             self.say("waiting for the proxy to be RUNNING and to route to every replica")
-            (proxy_url,) = self.serving_urls([proxy], ROUTES)
+            (proxy_url,) = self.serving_urls([proxy], routes)
             trainer = self.start(trainer_spec(plan, proxy_url=proxy_url))
             self.say("waiting for the trainer to start")
             self.wait([trainer], None)
         return [self.jobs.inspect(job.id) for job in self.launched]
 
     def start(self, spec: JobSpec) -> JobView:
-        job = self.jobs.launch(spec, self.token)
+        job = self.jobs.launch(spec, self.plan.secret_values(self.token, self.replica_key))
         self.launched.append(job)
-        self.say(f"launched {spec.name}: job {job.id} ({spec.flavor}, {spec.image})")
+        where = f", network group {spec.network.group}" if spec.network else ""
+        self.say(f"launched {spec.name}: job {job.id} ({spec.flavor}, {spec.image}{where})")
         return job
 
     def wait(self, jobs: Sequence[JobView], check: Check | None) -> dict[str, JobView]:

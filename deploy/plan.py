@@ -11,9 +11,21 @@ Every job runs in ``namespace`` (by default the bucket's), where the proxy job a
 replacement replicas. A job launched before the trainer must outlive it: its lifetime is the
 trainer's plus the longest the launcher may wait before the trainer starts (``ready_timeout_s``
 per wave still to come).
-Topology ``sidecar``: the trainer job runs the proxy beside it and reaches each replica's exposed
-URL. Topology ``job``: the proxy is a job of its own with its port exposed, and the trainer is
-pointed at the proxy's exposed URL, sending the HF token that HF Jobs demands.
+Topology ``sidecar``: the trainer job runs the proxy beside it. Topology ``job``: the proxy is a
+job of its own and the trainer is pointed at it.
+
+Network ``private`` (the default): every job of the run joins the network group named after the
+run (``run_job(network_group=)``); replicas claim the alias ``replica``, the proxy job ``proxy``,
+the trainer ``trainer``, and inside the group ``${HF_NETWORK_GROUP_PREFIX}<alias>`` resolves to
+the jobs claiming it. The proxy (the sidecar, or the proxy job) finds the replicas by resolving
+their alias again and again (``--discover dns:...``): a replica job run again, at a new address,
+rejoins without anyone restarting the proxy. It talks plain HTTP to them on port 8000 with a key
+made for the run (``VLLM_API_KEY``, a secret of the replicas and of the proxy's job: never the
+user's HF token, never on a command line), and the trainer reaches the proxy job at its alias.
+The exposed ports stay, for watching the run (``deploy status``, ``top``) through HF's edge.
+Network ``public``: every hop crosses HF's edge: the proxy reaches each replica's exposed URL
+with the HF token the edge demands (so the replicas' receivers take the explicit opt-in
+``--receiver-without-key``: the edge checks that token), and the trainer the proxy job's.
 
 Retries (``attempts``, 3 by default, ``run_job(attempts=)``): HF Jobs runs a failed job again,
 up to ``attempts`` runs in all (``JobInfo.retry``: the runs it may add). The run is built to
@@ -38,21 +50,31 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deploy.durations import format_duration
-from deploy.install import VLLM_IMAGE, Install
+from deploy.install import VLLM_IMAGE, Expanded, Install
 from deploy.specs import (
     INDEX_LABEL,
     REPLICAS_LABEL,
     ROLE_LABEL,
     RUN_LABEL,
     BucketMount,
+    GroupMember,
     JobSpec,
     Role,
 )
 
 Topology = Literal["sidecar", "job"]
+Network = Literal["private", "public"]
 PORT = 8000
 TOKEN_SECRET = "HF_TOKEN"
 UPSTREAM_TOKEN_SECRET = "PROXY_UPSTREAM_TOKEN"
+REPLICA_KEY_SECRET = "VLLM_API_KEY"  # the run's replica key, where the replicas' vLLM reads it
+NETWORK_PREFIX = "HF_NETWORK_GROUP_PREFIX"  # set by HF Jobs inside every member of a group
+
+
+def alias_address(alias: str) -> Expanded:
+    """The host name that resolves, inside the run's network group, to the jobs claiming
+    ``alias`` (the job's shell expands it)."""
+    return Expanded(f"${{{NETWORK_PREFIX}}}{alias}")
 
 
 @dataclass(frozen=True)
@@ -96,14 +118,48 @@ class RunPlan:
     trainer_args: tuple[str, ...] = ()
     adapter_push: bool = True
     attempts: int = 3  # every job's runs in all: HF Jobs retries a failed one (module docstring)
+    network: Network = "private"
 
     @property
     def replica_env(self) -> dict[str, str]:
         return {"PYTHONUNBUFFERED": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
 
     @property
+    def private(self) -> bool:
+        return self.network == "private"
+
+    @property
+    def network_group(self) -> str | None:
+        """The run's network group: its name (run names fit the group's naming rules)."""
+        return self.run_name if self.private else None
+
+    def secrets(self, role: Role) -> tuple[str, ...]:
+        """The secret names a job gets (``secret_values`` says what each holds)."""
+        if role == "proxy":
+            return (
+                (UPSTREAM_TOKEN_SECRET,) if self.private else (TOKEN_SECRET, UPSTREAM_TOKEN_SECRET)
+            )
+        private_sidecar = self.private and (role == "replica" or self.topology == "sidecar")
+        # The HF token stays with replicas and trainer: it reads gated models and datasets.
+        return (TOKEN_SECRET, REPLICA_KEY_SECRET) if private_sidecar else (TOKEN_SECRET,)
+
+    def secret_values(self, hf_token: str, replica_key: str) -> dict[str, str]:
+        """What each secret name holds: the proxy sends the run's replica key upstream on the
+        private network, the HF token the edge demands on the public one."""
+        return {
+            TOKEN_SECRET: hf_token,
+            REPLICA_KEY_SECRET: replica_key,
+            UPSTREAM_TOKEN_SECRET: replica_key if self.private else hf_token,
+        }
+
+    @property
     def trainer_secrets(self) -> tuple[str, ...]:
-        return (TOKEN_SECRET,)
+        return self.secrets("trainer")
+
+    @property
+    def replica_discovery(self) -> Expanded:
+        """``--discover`` for the replicas on the private network: their alias, port 8000."""
+        return Expanded(f"dns:{alias_address('replica')}:{PORT}")
 
     @property
     def push_flag(self) -> str:
@@ -158,11 +214,19 @@ def replica_argv(plan: RunPlan) -> list[str]:
         *("python3", "-m", "replica_entry", "--backend", "vllm"),
         *("--host", "0.0.0.0", "--port", str(PORT), "--model", plan.model),
         "--adapter-receiver" if plan.adapter_push else "--no-adapter-receiver",
-        # Behind HF Jobs' exposed port, which checks the HF token on every request (one
+        # Public: behind HF Jobs' exposed port, which checks the HF token on every request (one
         # Authorization header cannot carry a second key): the receiver's explicit opt-in.
-        *(("--receiver-without-key",) if plan.adapter_push else ()),
+        # Private: the run's key ($VLLM_API_KEY) guards vLLM and the receiver alike.
+        *(("--receiver-without-key",) if plan.adapter_push and not plan.private else ()),
         *plan.replica_args,
     ]
+
+
+def network_of(plan: RunPlan, role: Role) -> GroupMember | None:
+    """The job's place in the run's network group, claiming its role as alias (none on the
+    public network)."""
+    group = plan.network_group
+    return None if group is None else GroupMember(group, (role,))
 
 
 def replica_spec(plan: RunPlan, index: int) -> JobSpec:
@@ -176,19 +240,28 @@ def replica_spec(plan: RunPlan, index: int) -> JobSpec:
         volumes=(plan.mount(),),
         labels=plan.labels("replica", index),
         env=plan.replica_env,
-        secret_names=(TOKEN_SECRET,),
+        secret_names=plan.secrets("replica"),
         expose=(PORT,),
         attempts=plan.attempts,
+        network=network_of(plan, "replica"),
     )
 
 
-def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
+def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
+    """The proxy job: finding the replicas at their alias (private), else starting from
+    ``replica_urls`` and finding replacements through the Jobs API (a new job, a new URL)."""
+    if plan.private:
+        where: list[str] = ["--discover", plan.replica_discovery]
+    else:
+        where = [
+            *("--replicas", ",".join(replica_urls)),
+            *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
+            *("--discover-namespace", plan.namespace),
+        ]
     argv = [
         *("python3", "-m", "proxy", "--host", "0.0.0.0", "--port", str(PORT)),
-        *("--replicas", ",".join(replica_urls), "--adapters-dir", plan.adapters_dir),
-        # Replica jobs that restart (a new job, a new URL) are found again through the Jobs API.
-        *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
-        *("--discover-namespace", plan.namespace),
+        *where,
+        *("--adapters-dir", plan.adapters_dir),
         "--supervise",  # a proxy that dies comes back on the same port within seconds
         plan.push_flag,
     ]
@@ -202,9 +275,10 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str]) -> JobSpec:
         volumes=(plan.mount(),),
         labels=plan.labels("proxy"),
         env={"PYTHONUNBUFFERED": "1"},
-        secret_names=(TOKEN_SECRET, UPSTREAM_TOKEN_SECRET),
+        secret_names=plan.secrets("proxy"),
         expose=(PORT,),
         attempts=plan.attempts,
+        network=network_of(plan, "proxy"),
     )
 
 
@@ -212,7 +286,33 @@ def trainer_argv(
     plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
 ) -> list[str]:
     """The trainer's command: beside its own proxy (``replica_urls``) or pointed at
-    ``proxy_url``; with neither, the planned one with exposed URLs as placeholders."""
+    ``proxy_url``; with neither, the planned one with exposed URLs as placeholders. On the
+    private network neither is needed: the aliases are known before any job exists."""
+    if plan.private:
+        target = _private_target(plan)
+    else:
+        target = _public_target(plan, replica_urls, proxy_url)
+    target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
+    return [
+        *("python3", "-m", "trainer_entry", "--model", plan.model),
+        # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
+        *("--num-processes", str(gpu_count(plan.flavors.trainer))),
+        *target,
+        *("--output-dir", plan.run_dir),
+        *plan.trainer_args,
+    ]
+
+
+def _private_target(plan: RunPlan) -> list[str]:
+    if plan.topology == "job":
+        return ["--proxy-url", Expanded(f"http://{alias_address('proxy')}:{PORT}")]
+    return [
+        *("--sidecar-discover", plan.replica_discovery, "--replica-token-env", REPLICA_KEY_SECRET),
+        *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
+    ]
+
+
+def _public_target(plan: RunPlan, replica_urls: Sequence[str], proxy_url: str | None) -> list[str]:
     if not replica_urls and proxy_url is None:
         replicas = [
             exposed_url_placeholder(plan.job_name("replica", i)) for i in range(plan.replicas)
@@ -228,15 +328,7 @@ def trainer_argv(
             *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
             *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
         ]
-    target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
-    return [
-        *("python3", "-m", "trainer_entry", "--model", plan.model),
-        # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
-        *("--num-processes", str(gpu_count(plan.flavors.trainer))),
-        *target,
-        *("--output-dir", plan.run_dir),
-        *plan.trainer_args,
-    ]
+    return target
 
 
 def trainer_spec(
@@ -260,8 +352,9 @@ def trainer_spec(
         labels=plan.labels("trainer"),
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=plan.trainer_secrets,
-        expose=(PORT,) if proxy_url is None and plan.topology == "sidecar" else (),
+        expose=(PORT,) if plan.topology == "sidecar" else (),
         attempts=plan.attempts,
+        network=network_of(plan, "trainer"),
     )
 
 

@@ -74,7 +74,8 @@ def replica_options(plan: RunPlan) -> vllm_backend.VllmOptions:
     parser = vllm_backend.build_parser(_Refusing)
     try:
         args = parser.parse_args(own)
-        return vllm_backend.options_from_args(args, extra, parser, plan.replica_env)
+        environ = _with_secrets(plan.replica_env, plan.secrets("replica"))
+        return vllm_backend.options_from_args(args, extra, parser, environ)
     except BadFlags as exc:
         raise BadFlags(
             f"the replica jobs would refuse their flags: {exc} (--replica-args; "

@@ -2,7 +2,7 @@
 
 What ready means is a job's ``Check``: a replica answers ``/health`` (``HEALTH``); a proxy (its
 own job, or the sidecar inside the trainer job) lists every replica as routable on
-``/proxy/status`` (``ROUTES``): until then TRL would get 503s, e.g. when the replicas refuse the
+``/proxy/status`` (``routes_to``): until then TRL would get 503s, e.g. when the replicas refuse the
 proxy's token. Each poll inspects every pending job, probes ``<exposed URL><check.path>`` with
 the bearer token once the job is RUNNING, and prints one line per job whenever what it shows
 changes. ``judge`` and the assessments are pure; ``wait_ready`` is the loop around them. Cost per
@@ -45,15 +45,19 @@ def healthy(probe: Probe) -> Assessment:
     return Assessment(False, f"/health not ready yet ({probe.detail})")
 
 
-def routes_everywhere(probe: Probe) -> Assessment:
-    """A proxy's ``/proxy/status``: ready once every replica it was given is routable."""
+def routes_everywhere(probe: Probe, expected: int = 1) -> Assessment:
+    """A proxy's ``/proxy/status``: ready once every replica it lists is routable, and it lists
+    at least ``expected`` (on the private network it lists those its DNS lookup found so far)."""
     if not probe.ok or not isinstance(probe.body, Mapping):
         return Assessment(False, f"its proxy is not answering yet ({probe.detail})")
     replicas: list[Mapping[str, Any]] = list(probe.body.get("replicas") or [])
     down = [replica for replica in replicas if not replica.get("routable")]
-    routing = f"its proxy routes to {len(replicas) - len(down)}/{len(replicas)} replicas"
-    if replicas and not down:
+    routable = len(replicas) - len(down)
+    routing = f"its proxy routes to {routable}/{max(len(replicas), expected)} replicas"
+    if routable >= max(expected, 1) and not down:
         return Assessment(True, routing)
+    if not down:
+        return Assessment(False, f"{routing} (waiting for the others to be found)")
     why = "; ".join(
         f"{replica.get('url', '?')}: {replica.get('last_error') or replica.get('state', '?')}"
         for replica in down
@@ -62,7 +66,11 @@ def routes_everywhere(probe: Probe) -> Assessment:
 
 
 HEALTH = Check("/health", healthy)
-ROUTES = Check("/proxy/status", routes_everywhere)
+
+
+def routes_to(replicas: int) -> Check:
+    """A proxy that routes to ``replicas`` replicas, every one it lists."""
+    return Check("/proxy/status", lambda probe: routes_everywhere(probe, replicas))
 
 
 @dataclass(frozen=True)

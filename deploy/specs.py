@@ -1,7 +1,8 @@
 """What one job of a run is: image, command, hardware, mounts, ports and labels.
 
-A ``JobSpec`` holds secret *names* only. Their values (the HF token) are joined in at launch time
-by ``run_job_kwargs`` and never stored in a spec, so printing or logging a spec cannot leak them.
+A ``JobSpec`` holds secret *names* only. Their values (the HF token, the run's replica key) are
+joined in at launch time by ``run_job_kwargs`` and never stored in a spec, so printing or logging
+a spec cannot leak them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ class BucketMount:
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """A job's place in an HF Jobs network group: the group, and the aliases it claims there
+    (``${HF_NETWORK_GROUP_PREFIX}<alias>`` resolves to every member claiming it)."""
+
+    group: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One job as ``HfApi.run_job`` will receive it (minus secret values)."""
 
@@ -60,6 +70,7 @@ class JobSpec:
     secret_names: tuple[str, ...] = ()
     expose: tuple[int, ...] = ()
     attempts: int = 1  # HF Jobs runs a failed job again, up to this many runs in all
+    network: GroupMember | None = None
 
     def describe(self, namespace: str) -> dict[str, Any]:
         """The ``--dry-run`` view: every field, secret values masked, and where it would run."""
@@ -77,15 +88,18 @@ class JobSpec:
             "expose": list(self.expose),
             "labels": dict(self.labels),
             "attempts": self.attempts,
+            "network_group": self.network.group if self.network else None,
+            "network_aliases": list(self.network.aliases) if self.network else [],
         }
 
-    def run_job_kwargs(self, secret_value: str, namespace: str) -> dict[str, Any]:
-        """Keyword arguments for ``HfApi.run_job``; every secret name gets ``secret_value``."""
+    def run_job_kwargs(self, secrets: Mapping[str, str], namespace: str) -> dict[str, Any]:
+        """Keyword arguments for ``HfApi.run_job``, each secret name with its value in
+        ``secrets`` (``KeyError`` for one it lacks: a bug of the caller)."""
         return {
             "image": self.image,
             "command": list(self.command),
             "env": dict(self.env),
-            "secrets": {name: secret_value for name in self.secret_names},
+            "secrets": {name: secrets[name] for name in self.secret_names},
             "flavor": self.flavor,
             "timeout": self.timeout,
             "name": self.name,
@@ -93,5 +107,7 @@ class JobSpec:
             "volumes": [mount.volume() for mount in self.volumes],
             "expose": list(self.expose) or None,
             "attempts": self.attempts,
+            "network_group": self.network.group if self.network else None,
+            "network_aliases": list(self.network.aliases or ()) or None if self.network else None,
             "namespace": namespace,
         }

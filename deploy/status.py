@@ -68,6 +68,8 @@ def job_line(job: JobView, health: str) -> str:
     line = f"{line}  {health}".rstrip()
     if job.retries:
         line += f"  (retried on failure: {job.retries + 1} runs in all)"
+    if job.network:
+        line += f"  [network {job.network}]"
     return line
 
 

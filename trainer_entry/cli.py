@@ -49,15 +49,17 @@ log = logging.getLogger("trainer_entry")
 def proxy_for(options: TrainerOptions) -> Iterator[str]:
     """The base URL TRL should use, with whatever local proxy that needs running meanwhile."""
     topology = options.topology
-    if topology.sidecar_replicas:
+    if topology.sidecar:
         adapters = options.output_dir / ".vllm_lora"
         adapters.mkdir(parents=True, exist_ok=True)
         port = topology.sidecar_port or sidecar.free_port()
         argv = sidecar.sidecar_command(
-            topology.sidecar_replicas, port, adapters, topology.proxy_args, topology.sidecar_host
-        )
+            topology.sidecar_replicas, port, adapters, topology.proxy_args, topology.sidecar_host,
+            discover=topology.sidecar_discover,
+        )  # fmt: skip
         env = sidecar.upstream_token_env(os.environ, topology.replica_token_env)
-        log.info("starting the sidecar proxy for %s", ", ".join(topology.sidecar_replicas))
+        where = topology.sidecar_discover or ", ".join(topology.sidecar_replicas)
+        log.info("starting the sidecar proxy for %s", where)
         with sidecar.running(argv, env=env) as url:
             yield sidecar.local_url(url)
         return

@@ -14,6 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from proxy.fleet.discover_spec import parse_discover_spec
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.recipe import Recipe
 from trainer_entry.rewards import REWARD_NAMES, is_custom
@@ -72,6 +73,12 @@ def _topology_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("where the replicas are (node 0 only)")
     where = group.add_mutually_exclusive_group(required=True)
     where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
+    where.add_argument(
+        "--sidecar-discover",
+        default=None,
+        help="sidecar: find the replicas as the proxy's --discover does (dns:NAME:PORT: every "
+        "address NAME resolves to, e.g. an HF Jobs network group's alias)",
+    )
     where.add_argument("--proxy-url", default=None, help="a proxy running elsewhere")
     add = group.add_argument
     add("--proxy-token-env", default=None, help="variable holding the remote proxy's token")
@@ -220,6 +227,11 @@ def options_from_args(
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
+    if args.sidecar_discover is not None:
+        try:
+            parse_discover_spec(args.sidecar_discover)
+        except ValueError as exc:
+            parser.error(f"argument --sidecar-discover: {exc}")
     modules = tuple(m.strip() for m in args.lora_target_modules.split(",") if m.strip())
     return TrainerOptions(
         model=args.model,
@@ -227,6 +239,7 @@ def options_from_args(
         output_dir=args.output_dir.resolve() if here else args.output_dir,
         topology=Topology(
             sidecar_replicas=replicas,
+            sidecar_discover=args.sidecar_discover,
             sidecar_host=args.sidecar_host,
             sidecar_port=args.sidecar_port,
             replica_token_env=args.replica_token_env,

@@ -20,7 +20,8 @@ OPTIONS_ENV = "ROLLOUT_TRAINER_OPTIONS"
 class Topology:
     """How TRL reaches the replicas.
 
-    ``sidecar_replicas``: start the proxy beside the trainer in front of these replicas,
+    ``sidecar_replicas`` (or ``sidecar_discover``, the proxy's ``--discover`` spec that finds
+    them): start the proxy beside the trainer in front of these replicas,
     listening on ``sidecar_host:sidecar_port`` (port 0: a free one), sending the bearer token
     read from the environment variable ``replica_token_env`` to the replicas. Else
     ``proxy_url``: a proxy elsewhere, reached through a local relay that pushes adapter versions
@@ -30,12 +31,17 @@ class Topology:
     """
 
     sidecar_replicas: tuple[str, ...] = ()
+    sidecar_discover: str | None = None
     sidecar_host: str = "127.0.0.1"
     sidecar_port: int = 0
     replica_token_env: str = "HF_TOKEN"
     proxy_url: str | None = None
     proxy_token_env: str | None = None
     proxy_args: tuple[str, ...] = ()
+
+    @property
+    def sidecar(self) -> bool:
+        return bool(self.sidecar_replicas) or self.sidecar_discover is not None
 
 
 @dataclass(frozen=True)

@@ -55,11 +55,14 @@ def sidecar_command(
     adapters_dir: Path,
     extra: Sequence[str] = (),
     host: str = "127.0.0.1",
+    discover: str | None = None,
 ) -> list[str]:
-    """The proxy in front of ``replicas``, watching ``adapters_dir``, prefix routing; supervised,
-    so a proxy that dies is restarted on the same port while the trainer keeps going."""
+    """The proxy in front of ``replicas`` (or those its ``--discover`` spec ``discover``
+    finds), watching ``adapters_dir``, prefix routing; supervised, so a proxy that dies is
+    restarted on the same port while the trainer keeps going."""
+    where = ("--discover", discover) if discover else ("--replicas", ",".join(replicas))
     return [
-        *(sys.executable, "-m", "proxy", "--replicas", ",".join(replicas)),
+        *(sys.executable, "-m", "proxy", *where),
         *("--host", host, "--port", str(port)),
         *("--adapters-dir", str(adapters_dir), "--policy", "prefix", "--supervise"),
         *extra,

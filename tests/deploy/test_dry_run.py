@@ -41,7 +41,7 @@ def dry_run(*extra: str, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]
 
 FIELDS = {
     "name", "namespace", "role", "image", "command", "env", "secrets", "flavor", "timeout",
-    "volumes", "expose", "labels", "attempts",
+    "volumes", "expose", "labels", "attempts", "network_group", "network_aliases",
 }  # fmt: skip
 
 
@@ -61,12 +61,16 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {spec["namespace"] for spec in specs} == {"team"}  # the bucket's, by default
     assert [spec["attempts"] for spec in specs] == [3, 3, 3]  # HF Jobs retries a failed job
     run = "rollout-20260101-000000"
+    # One private network group per run; each job claims its role as alias.
+    assert {spec["network_group"] for spec in specs} == {run}
+    assert [spec["network_aliases"] for spec in specs] == [["replica"], ["replica"], ["trainer"]]
     for index, replica in enumerate(specs[:2]):
         assert replica["image"] == "vllm/vllm-openai:v0.32.0"
         assert replica["flavor"] == "h200"
         assert replica["timeout"] == "390m"  # the trainer's 6h + the 30 min start-up wait
         assert replica["expose"] == [8000]
-        assert replica["secrets"] == {"HF_TOKEN": "***"}
+        # The run's replica key guards vLLM and the receiver inside the group (masked here).
+        assert replica["secrets"] == {"HF_TOKEN": "***", "VLLM_API_KEY": "***"}
         assert replica["env"]["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
         assert replica["labels"] == {
             "rollout-run": run,
@@ -89,7 +93,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
             "this job needs (see the pip conflict above; none was changed): use a newer image "
             "(--replica-image, --trainer-image)' >&2; exit 1)) && exec "
             "python3 -m replica_entry --backend vllm --host 0.0.0.0 --port 8000 "
-            "--model Qwen/Qwen2.5-Math-1.5B --adapter-receiver --receiver-without-key "
+            "--model Qwen/Qwen2.5-Math-1.5B --adapter-receiver "
             # The LoRA limits follow the trainer's recipe: rank 1 (held by vLLM's rank 1), a
             # window of 4 versions.
             "--max-lora-rank 1 --max-staleness 4"
@@ -100,7 +104,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert trainer["flavor"] == "h200x2"
     assert trainer["timeout"] == "6h"
     assert trainer["expose"] == [8000]
-    assert trainer["secrets"] == {"HF_TOKEN": "***"}
+    assert trainer["secrets"] == {"HF_TOKEN": "***", "VLLM_API_KEY": "***"}
     assert trainer["labels"] == {"rollout-run": run, "rollout-role": "trainer"}
     assert trainer["volumes"] == [
         {"type": "bucket", "source": "team/rl", "mount_path": "/lora", "read_only": False}
@@ -119,18 +123,60 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         in script
     )
     assert "&& (python3 -c 'import kernels' ||" in script
+    # The sidecar finds the replicas at their alias, which the job's shell expands.
     assert (
-        f"--sidecar-replicas 'https://<{run}-replica-0 job id>--8000.hf.jobs,"
-        f"https://<{run}-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
-        f"--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
-        f"--output-dir /lora/{run} --dataset openai/gsm8k --max-steps 500"
+        '--sidecar-discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
+        "--replica-token-env VLLM_API_KEY --sidecar-host 0.0.0.0 --sidecar-port 8000 "
+        f"--proxy-arg=--adapter-push --output-dir /lora/{run} --dataset openai/gsm8k "
+        "--max-steps 500"
     ) in script
+
+
+def test_public_network_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--network", "public", "--run-name", "pub", monkeypatch=monkeypatch)
+
+    assert [spec["network_group"] for spec in specs] == [None, None, None]
+    assert [spec["network_aliases"] for spec in specs] == [[], [], []]
+    replica, _, trainer = specs
+    assert replica["secrets"] == {"HF_TOKEN": "***"}
+    # Behind HF's edge, which checks the HF token: the receiver's explicit opt-in.
+    assert "--adapter-receiver --receiver-without-key " in replica["command"][2]
+    assert trainer["secrets"] == {"HF_TOKEN": "***"}
+    assert (
+        "--sidecar-replicas 'https://<pub-replica-0 job id>--8000.hf.jobs,"
+        "https://<pub-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
+        "--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
+        "--output-dir /lora/pub"
+    ) in trainer["command"][2]
+
+
+def test_job_topology_on_the_private_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--topology", "job", "--run-name", "exp2", monkeypatch=monkeypatch)
+
+    assert [spec["network_aliases"] for spec in specs] == [
+        ["replica"], ["replica"], ["proxy"], ["trainer"]
+    ]  # fmt: skip
+    proxy, trainer = specs[2], specs[3]
+    # The proxy job holds the run's key alone (sent upstream), not the user's HF token.
+    assert proxy["secrets"] == {"PROXY_UPSTREAM_TOKEN": "***"}
+    assert proxy["expose"] == [8000]  # kept for watching the run through the edge
+    assert proxy["command"][2].endswith(
+        '--discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
+        "--adapters-dir /lora/exp2/.vllm_lora --supervise --adapter-push"
+    )
+    assert trainer["secrets"] == {"HF_TOKEN": "***"}
+    assert trainer["expose"] == []
+    assert (
+        '--proxy-url "http://${HF_NETWORK_GROUP_PREFIX}proxy:8000" --proxy-arg=--adapter-push'
+        in trainer["command"][2]
+    )
 
 
 def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run(
         "--topology", "job", "--run-name", "exp1", "--code", "wheel", "--mount-path", "/mnt/b",
-        "--proxy-flavor", "cpu-basic", "--timeout", "90m", monkeypatch=monkeypatch,
+        "--proxy-flavor", "cpu-basic", "--timeout", "90m", "--network", "public",
+        monkeypatch=monkeypatch,
     )  # fmt: skip
 
     assert [spec["role"] for spec in specs] == ["replica", "replica", "proxy", "trainer"]
@@ -154,9 +200,8 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
     assert script.endswith(
-        "--adapters-dir /mnt/b/exp1/.vllm_lora"
-        " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team --supervise"
-        " --adapter-push"
+        " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
+        " --adapters-dir /mnt/b/exp1/.vllm_lora --supervise --adapter-push"
     )
     trainer = specs[3]["command"][2]
     assert (
@@ -173,12 +218,17 @@ def test_adapter_push_is_on_and_shown_unless_turned_off(
     replicas = [s["command"] for s in specs if s["role"] == "replica"]
     proxies = [s["command"] for s in specs if s["role"] != "replica"]  # sidecar, relay, job
     assert all("--adapter-receiver" in command for command in replicas)
-    # On 0.0.0.0 without a key of its own (the exposed port checks the HF token), the receiver
-    # needs its explicit opt-in, or replica_entry refuses to start: its own parser says so.
-    for command in replicas:
+    # On 0.0.0.0 the receiver needs the run's key (a secret: the job's environment), or
+    # replica_entry refuses to start: its own parser says so.
+    for spec in (s for s in specs if s["role"] == "replica"):
+        command = spec["command"]
+        environ = dict.fromkeys(spec["secrets"], "the-run-key")
+        assert "VLLM_API_KEY" in environ
         own, extra = split_passthrough(list(command[command.index("--backend") :]))
         parser = build_parser()
-        assert options_from_args(parser.parse_args(own), extra, parser, {}).host == "0.0.0.0"
+        assert options_from_args(parser.parse_args(own), extra, parser, environ).host == "0.0.0.0"
+        with pytest.raises(SystemExit):  # the key is what lets it start
+            options_from_args(parser.parse_args(own), extra, parser, {})
     assert all(re.search(r"(^| |=)--adapter-push( |$)", " ".join(c)) for c in proxies)
     specs = dry_run(
         "--code", "image", "--topology", topology, "--no-adapter-push", monkeypatch=monkeypatch
@@ -220,7 +270,10 @@ def test_bad_flags_exit_2_naming_the_flag(
 def test_the_proxy_discovers_replicas_in_the_jobs_namespace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    specs = dry_run("--topology", "job", "--namespace", "jobs-org", monkeypatch=monkeypatch)
+    specs = dry_run(
+        "--topology", "job", "--namespace", "jobs-org", "--network", "public",
+        monkeypatch=monkeypatch,
+    )  # fmt: skip
 
     proxy = next(spec for spec in specs if spec["role"] == "proxy")
     assert "--discover-namespace jobs-org" in proxy["command"][2]

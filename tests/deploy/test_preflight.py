@@ -41,7 +41,8 @@ def _replica_options(spec: dict[str, Any]) -> Any:
     words = shlex.split(spec["command"][-1])
     own, extra = split_passthrough(words[words.index("--backend") :])
     parser = build_parser()
-    return options_from_args(parser.parse_args(own), extra, parser, spec["env"])
+    environ = {**spec["env"], **dict.fromkeys(spec["secrets"], "<secret>")}  # what the job has
+    return options_from_args(parser.parse_args(own), extra, parser, environ)
 
 
 @pytest.mark.parametrize(
@@ -141,7 +142,7 @@ def test_the_job_topology_token_variable_is_the_jobs_not_this_machines(
 ) -> None:
     """``--proxy-token-env HF_TOKEN`` names the job's secret; here there may be none."""
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    specs = _specs("--topology", "job", "--", "--dataset", "d")
+    specs = _specs("--topology", "job", "--network", "public", "--", "--dataset", "d")
     assert "--proxy-token-env HF_TOKEN" in specs[-1]["command"][-1]
 
 

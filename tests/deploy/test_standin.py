@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from huggingface_hub import HfApi
+from huggingface_hub.errors import HfHubHTTPError
 
 from tests.deploy.conftest import TOKEN
 from tests.support.clock import SteppingClock as FakeClock
@@ -170,3 +171,33 @@ def test_following_logs_gets_new_lines_and_ends_with_the_job(
     assert not ended.is_set()
     job.move_to("COMPLETED")
     assert ended.wait(10), "the log stream did not end with the job"
+
+
+def test_network_groups_are_answered_and_their_names_checked(api: HfApi, hub: JobsHub) -> None:
+    job = api.run_job(image="i", command=["true"], namespace="alice", network_group="g-1",
+                      network_aliases=["replica"])  # fmt: skip
+    assert job.network is not None
+    assert (job.network.group, job.network.aliases) == ("g-1", ["replica"])
+    assert api.inspect_job(job_id=job.id, namespace="alice").network == job.network
+    assert api.run_job(image="i", command=["true"], namespace="alice").network is None
+    with pytest.raises(HfHubHTTPError, match="network group: lowercase"):
+        api.run_job(image="i", command=["true"], namespace="alice", network_group="Bad_Group")
+    with pytest.raises(HfHubHTTPError, match="aliases must be unique"):
+        api.run_job(image="i", command=["true"], namespace="alice", network_group="g",
+                    network_aliases=["a", "a"])  # fmt: skip
+
+
+def test_an_alias_resolves_to_the_running_members_claiming_it(api: HfApi, hub: JobsHub) -> None:
+    clock = FakeClock()
+    hub.clock = clock.monotonic
+    for name, group, alias in (("a", "g", "replica"), ("b", "g", "replica"), ("c", "g", "proxy"),
+                               ("d", "other", "replica")):  # fmt: skip
+        api.run_job(image="i", command=["true"], namespace="alice", labels={"name": name},
+                    network_group=group, network_aliases=[alias])  # fmt: skip
+        hub.place(name, f"10.0.0.{ord(name) - 96}")
+    assert hub.resolve("g", "replica") == []  # still scheduling
+    clock.sleep(6.0)
+    assert hub.resolve("g", "replica") == ["10.0.0.1", "10.0.0.2"]
+    assert hub.resolve("g", "proxy") == ["10.0.0.3"]
+    hub.named("b").move_to("ERROR")
+    assert hub.resolve("g", "replica") == ["10.0.0.1"]

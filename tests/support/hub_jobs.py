@@ -16,6 +16,12 @@ It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 m
 - retries: a spec's ``attempts`` (huggingface_hub 2.1.1+) is answered as ``retry`` (the runs
   the service may add, ``attempts - 1``: the client's ``JobInfo.retry``); a job that fails
   (``JobsHub.fail``) with runs left runs again as the same job, its script from the start;
+- network groups: a spec's ``network`` (``{"group": G, "aliases": [...]}``, huggingface_hub
+  1.32+) is checked as the client documents it (lowercase alphanumerics and dashes, group 46 and
+  alias 34 characters, aliases unique, none without a group: else 400) and answered back as the
+  job's ``network`` (the client's ``JobInfo.network``); ``JobsHub.resolve`` is the group's DNS:
+  ``${HF_NETWORK_GROUP_PREFIX}<alias>`` -> the addresses (``JobsHub.place``) of the RUNNING
+  members claiming the alias;
 - ``GET /api/jobs/{ns}/{id}/logs?tail=N``: ``fetch_job_logs``: server-sent events
   ``data: {"timestamp": ..., "data": line}``, starting with ``===== Job started ... =====``;
   the stream stays open while the job has not ended (lines logged meanwhile are sent, with a
@@ -34,6 +40,7 @@ import asyncio
 import datetime
 import itertools
 import json
+import re
 import secrets
 import threading
 import time
@@ -108,6 +115,11 @@ class StandInJob:
         return self.labels.get("name", self.id)
 
     @property
+    def network(self) -> dict[str, Any] | None:
+        network = self.spec.get("network")
+        return dict(network) if network else None
+
+    @property
     def ports(self) -> list[int]:
         return list((self.spec.get("expose") or {}).get("ports") or [])
 
@@ -146,6 +158,7 @@ class JobsHub:
     cancelled: list[str] = field(default_factory=list)
     uncancellable: set[str] = field(default_factory=set)  # job ids whose cancel answers 403
     exposed: dict[str, str] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)  # job name -> its group address
     scripts: dict[str, tuple[list[Step], list[str]]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -160,6 +173,23 @@ class JobsHub:
     def expose(self, job_name: str, url: str) -> None:
         """Where the exposed port of ``job_name`` lands."""
         self.exposed[job_name] = url
+
+    def place(self, job_name: str, address: str) -> None:
+        """The address ``job_name`` has inside its network group (e.g. a loopback alias)."""
+        self.addresses[job_name] = address
+
+    def resolve(self, group: str, alias: str) -> list[str]:
+        """What ``${HF_NETWORK_GROUP_PREFIX}<alias>`` resolves to inside ``group``: the placed
+        addresses of its RUNNING members claiming ``alias``."""
+        return [
+            self.addresses[job.name]
+            for job in self.jobs.values()
+            if job.network is not None
+            and job.network.get("group") == group
+            and alias in (job.network.get("aliases") or [])
+            and job.stage == "RUNNING"
+            and job.name in self.addresses
+        ]
 
     def named(self, name: str) -> StandInJob:
         (job,) = (job for job in self.jobs.values() if job.name == name)
@@ -207,6 +237,7 @@ class JobsHub:
             "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls or None},
             "owner": {"id": f"id-{job.namespace}", "name": job.namespace, "type": "user"},
             **({"retry": job.attempts - 1} if "attempts" in spec else {}),
+            **({"network": job.network} if job.network else {}),
         }
 
 
@@ -280,8 +311,33 @@ async def _run_job(request: web.Request) -> web.Response:
     attempts = spec.get("attempts", 1)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         return web.json_response({"error": "attempts must be a positive integer"}, status=400)
+    refused = _network_refusal(spec.get("network"))
+    if refused is not None:
+        return web.json_response({"error": refused}, status=400)
     job = hub.create(request.match_info["ns"], spec)
     return web.json_response(hub.describe(job))
+
+
+GROUP_NAME = re.compile(r"^[a-z0-9-]{1,46}$")
+ALIAS_NAME = re.compile(r"^[a-z0-9-]{1,34}$")
+
+
+def _network_refusal(network: object) -> str | None:
+    """Why a spec's ``network`` is refused (the rules ``HfApi.run_job`` documents), or None."""
+    if network is None:
+        return None
+    if not isinstance(network, dict) or not isinstance(network.get("group"), str):
+        return "network must be an object with a group"
+    if not GROUP_NAME.match(network["group"]):
+        return "network group: lowercase alphanumerics and dashes, 46 characters max"
+    aliases = network.get("aliases") or []
+    if not isinstance(aliases, list) or not all(
+        isinstance(alias, str) and ALIAS_NAME.match(alias) for alias in aliases
+    ):
+        return "network aliases: lowercase alphanumerics and dashes, 34 characters max"
+    if len(set(aliases)) != len(aliases):
+        return "network aliases must be unique within the job"
+    return None
 
 
 async def _list_jobs(request: web.Request) -> web.Response:

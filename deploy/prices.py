@@ -1,0 +1,34 @@
+"""What a run costs per hour: each job's flavor at HF Jobs' list price.
+
+The prices are huggingface_hub's hardware table as README "Run on HF Jobs" shows it (``hf jobs
+hardware`` lists the live ones); a flavor missing here is reported as unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from deploy.specs import JobSpec
+
+DOLLARS_PER_HOUR = {
+    "cpu-upgrade": 0.03,
+    "a10g-large": 1.50,
+    "l40sx1": 1.80,
+    "a100-large": 2.50,
+    "h200": 5.00,
+    "h200x2": 10.00,
+}
+
+
+def cost_per_hour(specs: Iterable[JobSpec]) -> str:
+    """``$25.03 per hour (2 x h200, 1 x h200x2, ...)``, naming any flavor without a price."""
+    counts: dict[str, int] = {}
+    for spec in specs:
+        counts[spec.flavor] = counts.get(spec.flavor, 0) + 1
+    known = sum(DOLLARS_PER_HOUR[f] * n for f, n in counts.items() if f in DOLLARS_PER_HOUR)
+    parts = ", ".join(f"{n} x {flavor}" for flavor, n in counts.items())
+    unknown = sorted(flavor for flavor in counts if flavor not in DOLLARS_PER_HOUR)
+    line = f"${known:.2f} per hour ({parts})"
+    if unknown:
+        line += f", plus {', '.join(unknown)} (no price here: `hf jobs hardware` lists it)"
+    return line

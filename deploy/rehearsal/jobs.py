@@ -1,0 +1,93 @@
+"""One job of the plan run on this machine, as HF Jobs would run it.
+
+The job's command (``JobSpec.command``, unchanged) runs in its network namespace, inside a
+private mount namespace where the bucket folder is bind-mounted at the plan's mount path
+(read-only where the spec says so), the group's hosts file over ``/etc/hosts`` and a folder of
+its own over ``/tmp`` (a container's own ``/tmp``: the install step writes its constraints file
+there). Its environment is the spec's ``env`` and secrets and what HF Jobs adds
+(``HF_NETWORK_GROUP_PREFIX``, ``HF_NETWORK_GROUP_HOSTNAME``), on the image's ``PATH``; nothing
+of this machine's environment leaks in but its pip settings (where its registries are) and the
+rehearsal's own (``extra_env``: offline Hub, the registry tunnel). Output goes to one log file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy.plan import NETWORK_PREFIX
+from deploy.rehearsal.network import Group, Member
+from deploy.specs import JobSpec
+
+# Mounts, then the command: sh -c SCRIPT sh BUCKET MOUNT ro|rw HOSTS TMP COMMAND...
+MOUNTS = (
+    'mount --bind "$1" "$2" && { [ "$3" = rw ] || mount -o remount,bind,ro "$2"; } && '
+    'mount --bind "$4" /etc/hosts && mount --bind "$5" /tmp && shift 5 && exec "$@"'
+)
+PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
+LOG_TAIL_LINES = 25
+
+
+@dataclass
+class LocalJob:
+    spec: JobSpec
+    member: Member
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> list[str]:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text.splitlines()[-lines:]
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start(
+    spec: JobSpec,
+    *,
+    group: Group,
+    image_bin: Path,
+    bucket_dir: Path,
+    workdir: Path,
+    secrets: Mapping[str, str],
+    extra_env: Mapping[str, str],
+) -> LocalJob:
+    """Join ``spec`` to the group and start its command; returns at once."""
+    aliases = spec.network.aliases if spec.network else ()
+    member = group.join(spec.name, aliases)
+    tmp = workdir / "tmp" / spec.name
+    home = workdir / "home" / spec.name
+    tmp.mkdir(parents=True)
+    home.mkdir(parents=True)
+    (mount,) = spec.volumes
+    env = {
+        **{k: v for k, v in os.environ.items() if k.startswith(PASSED_THROUGH)},
+        "PATH": f"{image_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        **spec.env,
+        **{name: secrets[name] for name in spec.secret_names},
+        NETWORK_PREFIX: group.prefix,
+        "HF_NETWORK_GROUP_HOSTNAME": group.hostname,
+        **extra_env,
+    }
+    argv = [
+        *("ip", "netns", "exec", member.netns, "unshare", "--mount", "--propagation", "private"),
+        *("sh", "-c", MOUNTS, "sh", str(bucket_dir), mount.mount_path),
+        *("ro" if mount.read_only else "rw", str(group.hosts_file), str(tmp)),
+        *spec.command,
+    ]
+    log_path = workdir / "logs" / f"{spec.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    return LocalJob(spec, member, log_path, process)

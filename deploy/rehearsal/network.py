@@ -1,0 +1,118 @@
+"""The run's network group on this machine: one network namespace per job on one bridge.
+
+Each job gets a namespace of its own (its own loopback and ports, as a job has its own machine)
+with one address on a bridge the rehearsal creates, and a hosts file bind-mounted over its
+``/etc/hosts`` that answers as the group's DNS does: ``${HF_NETWORK_GROUP_PREFIX}<alias>`` to
+every member claiming the alias, ``$HF_NETWORK_GROUP_HOSTNAME`` to every member. The file is
+rewritten in place as members join (a bind mount keeps following the same file). The jobs'
+only way out is ``Tunnel``: HTTPS to the package registries through a CONNECT relay on the
+bridge (``HTTPS_PROXY``, ``deploy.rehearsal.tunnel``), as pip in a job reaches PyPI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import secrets
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+IP_TIMEOUT_S = 30.0  # one ``ip`` command
+SUBNET = ipaddress.ip_network("10.231.0.0/16")  # a /24 of it per rehearsal, chosen at random
+MAX_MEMBERS = 200
+
+
+def _ip(*args: str, netns: str | None = None) -> None:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=IP_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class Member:
+    job_name: str
+    netns: str
+    address: str
+    aliases: tuple[str, ...]
+
+
+@dataclass
+class Group:
+    """The group ``name``: its bridge, its members and their hosts file."""
+
+    name: str
+    hosts_file: Path
+    prefix: str = ""
+    tag: str = field(default_factory=lambda: secrets.token_hex(2))
+    members: list[Member] = field(default_factory=list)
+    subnet: ipaddress.IPv4Network | None = None
+
+    @property
+    def bridge(self) -> str:
+        return f"rp{self.tag}br"  # interface names hold 15 characters
+
+    @property
+    def gateway(self) -> str:
+        assert self.subnet is not None
+        return str(self.subnet[1])
+
+    @property
+    def hostname(self) -> str:
+        """What ``$HF_NETWORK_GROUP_HOSTNAME`` names: every member."""
+        return f"{self.prefix}members"
+
+    def open(self) -> None:
+        index = int(self.tag, 16) % 256
+        self.subnet = ipaddress.IPv4Network(f"{SUBNET[index * 256]}/24")
+        if not self.prefix:
+            self.prefix = f"{self.name}-{self.tag}-"
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        self.write_hosts()
+
+    def join(self, job_name: str, aliases: tuple[str, ...]) -> Member:
+        assert self.subnet is not None, "open() first"
+        assert len(self.members) < MAX_MEMBERS
+        number = len(self.members) + 2
+        netns, host_end, job_end = (f"rp{self.tag}n{number}", f"rp{self.tag}h{number}",
+                                    f"rp{self.tag}j{number}")  # fmt: skip
+        address = str(self.subnet[number])
+        subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True,
+                       timeout=IP_TIMEOUT_S)  # fmt: skip
+        member = Member(job_name, netns, address, aliases)
+        self.members.append(member)
+        _ip("link", "add", host_end, "type", "veth", "peer", "name", job_end)
+        _ip("link", "set", job_end, "netns", netns)
+        _ip("link", "set", host_end, "master", self.bridge, "up")
+        _ip("addr", "add", f"{address}/24", "dev", job_end, netns=netns)
+        _ip("link", "set", job_end, "up", netns=netns)
+        _ip("link", "set", "lo", "up", netns=netns)
+        self.write_hosts()
+        return member
+
+    def write_hosts(self) -> None:
+        lines = ["127.0.0.1 localhost", "::1 localhost"]
+        for member in self.members:
+            lines.append(f"{member.address} {self.hostname}")
+            lines += [f"{member.address} {self.prefix}{alias}" for alias in member.aliases]
+        with self.hosts_file.open("r+" if self.hosts_file.exists() else "w") as handle:
+            handle.seek(0)
+            handle.write("\n".join(lines) + "\n")
+            handle.truncate()
+
+    def close(self) -> None:
+        """Every namespace (its processes first) and the bridge; what is gone already is fine."""
+        for member in self.members:
+            pids = subprocess.run(["ip", "netns", "pids", member.netns], capture_output=True,
+                                  text=True, timeout=IP_TIMEOUT_S).stdout.split()  # fmt: skip
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            subprocess.run(["ip", "netns", "del", member.netns], capture_output=True,
+                           timeout=IP_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            ["ip", "link", "del", self.bridge], capture_output=True, timeout=IP_TIMEOUT_S
+        )

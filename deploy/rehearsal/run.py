@@ -1,0 +1,257 @@
+"""The rehearsal itself: the plan's jobs in launch order, waited on as ``deploy up`` waits.
+
+Substitutions, each printed before anything starts: the Hub model becomes a local tiny model and
+the Hub dataset a local file with the plan's columns (nothing is downloaded); the replicas get
+the CPU build's vLLM flags (``CPU_REPLICA_ARGS``) after the planned ones; the trainer trains
+``steps`` steps of a CPU-sized recipe (``cpu_trainer_args``, after the planned flags: argparse
+keeps the last). Everything else (images, install steps, flags, secrets, network aliases,
+mounts) is the plan's. The replicas must answer ``/health``, the proxy (sidecar or its own job)
+must route to every replica, then the trainer must train its steps through it and exit 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from deploy.errors import DeployError
+from deploy.health import get
+from deploy.install import project_version, source_root
+from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
+from deploy.preflight import trainer_options
+from deploy.prices import cost_per_hour
+from deploy.readiness import routes_everywhere
+from deploy.rehearsal import images, jobs
+from deploy.rehearsal.network import Group
+from deploy.rehearsal.tunnel import Tunnel
+from deploy.specs import JobSpec
+from deploy.wheel import build_wheel
+
+CPU_REPLICA_ARGS = ("--max-model-len", "512", "--dtype", "float32", "--block-size", "32")
+CPU_REPLICA_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}
+POLL_S = 1.0
+STOP_GRACE_S = 15.0
+TINY_MODEL_TIMEOUT_S = 300.0
+DATASET_ROWS = 64
+QUIET = (OSError, subprocess.TimeoutExpired)  # what stopping a job that is gone may raise
+_LOADED = re.compile(r"adapter (trl-policy-v\d+) loaded on (\d+) replica")
+
+
+def cpu_trainer_args(steps: int) -> tuple[str, ...]:
+    return (
+        *("--max-steps", str(steps), "--num-generations", "4", "--max-completion-length", "32"),
+        *("--token-budget", "256", "--gradient-accumulation-steps", "1"),
+        *("--weight-sync-steps", "1", "--learning-rate", "1e-3"),
+    )
+
+
+def _substitute(args: Sequence[str], flag: str, value: str) -> tuple[str, ...]:
+    out = list(args)
+    for index, word in enumerate(out):
+        if word == flag and index + 1 < len(out):
+            out[index + 1] = value
+        elif word.startswith(f"{flag}="):
+            out[index] = f"{flag}={value}"
+    return tuple(out)
+
+
+@dataclass
+class Rehearsal:
+    plan: RunPlan  # as ``deploy up`` would launch it (preflight passed)
+    base_python: Path
+    workdir: Path
+    say: Callable[[str], None]
+    steps: int = 2
+    ready_timeout_s: float = 900.0
+    train_timeout_s: float = 900.0
+    started: list[jobs.LocalJob] = field(default_factory=list)
+
+    def run(self) -> None:
+        if sys.platform != "linux" or os.geteuid() != 0:
+            raise DeployError(
+                "the rehearsal needs root on Linux (a network namespace per job, bind mounts): "
+                "run it as root, or in a throwaway VM or container that allows both"
+            )
+        for tool in ("ip", "unshare"):
+            if shutil.which(tool) is None:
+                raise DeployError(f"the rehearsal needs `{tool}` (Debian: iproute2, util-linux)")
+        if self.plan.network != "private":
+            raise DeployError(
+                "the rehearsal runs the private network (HF's edge cannot be stood in here): "
+                "drop --network public, or rehearse the same plan on the private network"
+            )
+        rehearsed = self.stand_ins()
+        group = Group(self.plan.network_group or self.plan.run_name, self.workdir / "hosts")
+        tunnel = Tunnel()
+        mount = Path(self.plan.mount_path)
+        made_mount = not mount.exists()
+        try:
+            mount.mkdir(parents=True, exist_ok=True)
+            group.open()
+            registry = tunnel.start(group.gateway)
+            self.launch(rehearsed, group, registry)
+        finally:
+            self.stop(group)
+            tunnel.close()
+            if made_mount:
+                with contextlib.suppress(*QUIET):
+                    mount.rmdir()
+
+    def stand_ins(self) -> RunPlan:
+        """The plan with the substitutions the module docstring lists, each said."""
+        plan, work = self.plan, self.workdir
+        model = work / "model"
+        self.say(f"model {plan.model} -> a local tiny model ({model})")
+        subprocess.run(
+            [str(self.base_python), "-m", "trainer_entry.tiny_model", str(model)],
+            check=True, capture_output=True, timeout=TINY_MODEL_TIMEOUT_S,
+        )  # fmt: skip
+        options = trainer_options(plan)
+        data = work / "data.jsonl"
+        rows = [
+            {
+                options.prompt_column: f"What is {i} plus {i}?",
+                options.answer_column: f"#### {2 * i}",
+            }
+            for i in range(DATASET_ROWS)
+        ]
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        self.say(
+            f"dataset {options.dataset} -> {DATASET_ROWS} local rows with its columns ({data})"
+        )
+        trainer_args = (*_substitute(plan.trainer_args, "--dataset", str(data)),
+                        *cpu_trainer_args(self.steps))  # fmt: skip
+        recipe = shlex.join(cpu_trainer_args(self.steps))
+        self.say(f"trainer: CPU recipe after the planned flags: {recipe}")
+        self.say(
+            f"replicas: vLLM's CPU flags after the planned ones: {shlex.join(CPU_REPLICA_ARGS)}"
+        )
+        return replace(
+            plan,
+            model=str(model),
+            trainer_args=trainer_args,
+            replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS),
+        )
+
+    def launch(self, plan: RunPlan, group: Group, registry: str) -> None:
+        bucket = self.workdir / "bucket"
+        self.publish(plan, bucket)
+        key = secrets.token_urlsafe(32)
+        values = plan.secret_values("hf_rehearsal_token_not_a_real_one", key)
+        env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
+
+        def start(spec: JobSpec) -> jobs.LocalJob:
+            image_bin = images.make_environment(
+                spec.image, self.base_python, self.workdir / "envs" / spec.name
+            )
+            extra = {**env, **(CPU_REPLICA_ENV if spec.role == "replica" else {})}
+            job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=bucket,
+                             workdir=self.workdir, secrets=values, extra_env=extra)  # fmt: skip
+            self.started.append(job)
+            self.say(f"started {spec.name} ({spec.image}) at {job.member.address}, "
+                     f"aliases {', '.join(job.member.aliases)}: log {job.log_path}")  # fmt: skip
+            return job
+
+        replicas = [start(replica_spec(plan, i)) for i in range(plan.replicas)]
+        self.wait(replicas, "/health", key, lambda probe: probe.ok)
+        if plan.topology == "job":
+            proxy = start(proxy_spec(plan))
+            self.wait([proxy], "/proxy/status", key,
+                      lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
+        trainer = start(trainer_spec(plan))
+        if plan.topology == "sidecar":
+            self.wait([trainer], "/proxy/status", key,
+                      lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
+        self.train(trainer)
+        self.say(
+            f"rehearsal passed: {len(self.started)} job(s) ran as planned. A real launch of this "
+            f"plan costs about {cost_per_hour(self.started_specs)} while it runs"
+        )
+
+    @property
+    def started_specs(self) -> list[JobSpec]:
+        return [job.spec for job in self.started]
+
+    def publish(self, plan: RunPlan, bucket: str | Path) -> None:
+        bucket = Path(bucket)
+        (bucket / plan.run_name).mkdir(parents=True)
+        root = source_root()
+        if plan.install.source == "wheel" and root is not None:
+            self.say(f"building the wheel of {root} into the bucket folder {bucket}")
+            build_wheel(root, bucket / plan.code_dir, project_version("wheel"))
+
+    def wait(self, waited: Sequence[jobs.LocalJob], path: str, key: str,
+             ready: Callable[..., bool]) -> None:  # fmt: skip
+        deadline = time.monotonic() + self.ready_timeout_s
+        pending = list(waited)
+        while pending:
+            for job in list(pending):
+                self.check_alive(job)
+                if ready(get(f"http://{job.member.address}:{PORT}{path}", key, 5.0)):
+                    self.say(f"  {job.spec.name}: ready ({path})")
+                    pending.remove(job)
+            if pending and time.monotonic() > deadline:
+                raise self.failure(pending[0], f"not ready after {self.ready_timeout_s:.0f} s")
+            time.sleep(POLL_S if pending else 0)
+
+    def train(self, trainer: jobs.LocalJob) -> None:
+        deadline = time.monotonic() + self.train_timeout_s
+        seen: set[str] = set()
+        while trainer.exit_code() is None:
+            for job in self.started:
+                if job is not trainer:
+                    self.check_alive(job)
+            for name, count in _LOADED.findall(trainer.log_text()):
+                if name not in seen:
+                    seen.add(name)
+                    self.say(f"  trainer: {name} loaded on {count} replica(s)")
+            if time.monotonic() > deadline:
+                raise self.failure(trainer, f"still training after {self.train_timeout_s:.0f} s")
+            time.sleep(POLL_S)
+        if trainer.exit_code() != 0:
+            raise self.failure(trainer, f"exited with code {trainer.exit_code()}")
+        for name, count in _LOADED.findall(trainer.log_text()):
+            if name not in seen:
+                seen.add(name)
+                self.say(f"  trainer: {name} loaded on {count} replica(s)")
+        if not seen:
+            raise self.failure(trainer, "exited 0 without a single adapter loaded on a replica")
+        self.say(f"  trainer: trained {self.steps} step(s) through the proxy and exited 0")
+
+    def check_alive(self, job: jobs.LocalJob) -> None:
+        if job.exit_code() is not None:
+            raise self.failure(job, f"exited with code {job.exit_code()}")
+
+    def failure(self, job: jobs.LocalJob, what: str) -> DeployError:
+        tail = "\n".join(f"  | {line}" for line in job.tail())
+        return DeployError(
+            f"rehearsal failed: {job.spec.name} {what}; the last lines of its log:\n{tail}\n"
+            f"all of it: {job.log_path}. A real launch would fail the same way: fix the cause "
+            "above, then rehearse again"
+        )
+
+    def stop(self, group: Group) -> None:
+        for job in self.started:
+            if job.exit_code() is None:
+                with contextlib.suppress(*QUIET):
+                    os.killpg(job.process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for job in self.started:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                job.process.wait(max(deadline - time.monotonic(), 0.1))
+        group.close()  # kills whatever is left in each job's namespace
+        for job in self.started:
+            with contextlib.suppress(*QUIET):
+                job.process.wait(5)
