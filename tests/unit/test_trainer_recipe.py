@@ -12,6 +12,7 @@ import pytest
 from trainer_entry.flags import build_parser, options_from_args
 from trainer_entry.options import TrainerOptions
 from trainer_entry.recipe import INFLIGHT_PER_REPLICA, Recipe
+from trainer_entry.sidecar import sidecar_command
 
 BASE = ["--model", "m", "--dataset", "d.jsonl", "--sidecar-replicas", "http://127.0.0.1:9"]
 
@@ -131,3 +132,19 @@ def test_cpu_ranks_compute_on_one_thread_unless_told(tmp_path: Path) -> None:
     assert told["OMP_NUM_THREADS"] == "4"
     assert "OMP_NUM_THREADS" not in ranks_environ(options, 2, "u", (None, None), {})
     assert TrainerOptions.from_json(env["ROLLOUT_TRAINER_OPTIONS"]) == options
+
+
+def test_the_sidecar_may_find_its_replicas_by_name(tmp_path: Path) -> None:
+    parser = build_parser()
+    base = ["--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path)]
+    args = parser.parse_args([*base, "--sidecar-discover", "dns:grp-replica:8000"])
+    topology = options_from_args(args, parser).topology
+    assert topology.sidecar and topology.sidecar_discover == "dns:grp-replica:8000"
+    argv = sidecar_command(topology.sidecar_replicas, 9, tmp_path,
+                           discover=topology.sidecar_discover)  # fmt: skip
+    assert argv[3:5] == ["--discover", "dns:grp-replica:8000"]
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--sidecar-discover", "d", "--sidecar-replicas", "http://a:1"])
+    bad = parser.parse_args([*base, "--sidecar-discover", "dns:no-port"])
+    with pytest.raises(SystemExit):
+        options_from_args(bad, parser)

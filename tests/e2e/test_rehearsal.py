@@ -1,0 +1,136 @@
+"""``python -m deploy rehearse``: the plan's exact jobs run here, until the trainer trained.
+
+The README's first ``deploy up`` (the default plan: sidecar topology, private network), with one
+replica instead of three (each vLLM CPU engine costs a minute and a core here), and the same plan
+in topology ``job``. Each rehearsal makes its images as fresh environments layered on this
+tier's (never writing to it), installs what each job installs (from the registry where the image
+lacks it), gives each job a network namespace and the bucket at ``/lora``, and must end with the
+trainer's adapters loaded on the replica. Needs root (namespaces, bind mounts), as CI has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy.install import VLLM_IMAGE, project_version, source_root
+from deploy.plan import RunPlan, trainer_spec
+from deploy.rehearsal import images, jobs
+from deploy.rehearsal.network import Group
+from deploy.rehearsal.tunnel import Tunnel
+from deploy.wheel import build_wheel
+from tests.support.readme import deploy_commands
+
+REHEARSAL_TIMEOUT_S = 900
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal needs root")
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """Outside /tmp (every rehearsed job gets its own /tmp), removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rehearsal-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _readme_plan(*changes: str) -> list[str]:
+    argv = deploy_commands("up")[0]
+    argv[argv.index("--replicas") + 1] = "1"
+    split = argv.index("--")
+    return [*argv[:split], *changes, *argv[split:]]
+
+
+def _rehearse(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    split = argv.index("--")
+    command = [
+        *(sys.executable, "-m", "deploy", "rehearse", *argv[:split]),
+        *("--image-base", sys.executable, "--workdir", str(workdir / "run")),
+        *argv[split:],
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=REHEARSAL_TIMEOUT_S, check=False
+    )
+
+
+def _namespaces_left() -> list[str]:
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return [line for line in netns.stdout.splitlines() if line.startswith("rp")]
+
+
+@pytest.mark.parametrize("topology", ["sidecar", "job"])
+def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
+    topology: str, workdir: Path
+) -> None:
+    result = _rehearse(_readme_plan("--topology", topology), workdir)
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    out = result.stdout
+    # Every job ran as planned, on the private network, at its alias.
+    assert "started math-r1-replica-0 (vllm/vllm-openai:v0.32.0)" in out
+    assert re.search(
+        r"started math-r1-trainer \(vllm/vllm-openai:v0\.32\.0\) .* aliases trainer", out
+    )
+    if topology == "job":
+        assert "started math-r1-proxy (python:3.11-slim)" in out
+        assert "math-r1-proxy: ready (/proxy/status)" in out
+    # The trainer's versions reached the replica through the proxy, then it exited 0.
+    assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
+    assert "trained 2 step(s) through the proxy and exited 0" in out
+    flavors = "1 x h200, " + ("1 x cpu-upgrade, " if topology == "job" else "") + "1 x h200x2"
+    expected_cost = "$15.03" if topology == "job" else "$15.00"
+    assert f"costs about {expected_cost} per hour ({flavors})" in out
+    # The bucket folder holds what the trainer wrote at /lora/math-r1 inside its job.
+    run_dir = workdir / "run" / "bucket" / "math-r1"
+    assert (run_dir / ".vllm_lora" / "trl-policy-v2").is_dir()
+    assert list(run_dir.glob("checkpoint-*"))
+    trainer_log = (workdir / "run" / "logs" / "math-r1-trainer.log").read_text()
+    assert "starting 2 FSDP2 rank(s)" in trainer_log  # h200x2: the published two ranks
+    # Nothing left behind: no namespace, no mount point the rehearsal made.
+    assert _namespaces_left() == []
+    assert not Path("/lora").exists()
+
+
+def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
+    """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
+    naming the flag to change, before TRL's rollout worker would refuse to start."""
+    from deploy.cli import build_parser, plan_from_args
+    from tests.support.clock import SteppingClock
+
+    argv = _readme_plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
+    split = argv.index("--")
+    args = build_parser().parse_args(["up", *argv[:split]])
+    plan: RunPlan = plan_from_args(args, argv[split + 1 :], SteppingClock())
+    spec = trainer_spec(plan)
+    group = Group("r", workdir / "hosts")
+    tunnel = Tunnel()
+    root = source_root()
+    assert root is not None
+    build_wheel(root, workdir / "bucket" / plan.code_dir, project_version("wheel"))
+    assert not Path("/lora").exists()
+    Path("/lora").mkdir()
+    try:
+        group.open()
+        registry = tunnel.start(group.gateway)
+        image_bin = images.make_environment(spec.image, Path(sys.executable), workdir / "env")
+        job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=workdir / "bucket",
+                         workdir=workdir, secrets=plan.secret_values("t", "k"),
+                         extra_env={"HTTPS_PROXY": registry})  # fmt: skip
+        assert job.process.wait(REHEARSAL_TIMEOUT_S) == 1, job.log_text()
+    finally:
+        group.close()
+        tunnel.close()
+        Path("/lora").rmdir()
+    assert job.tail(1) == [
+        "rollout-proxy: this image cannot import vllm (TRL's rollout worker refuses to start "
+        f"without it): use the vLLM image (--trainer-image {VLLM_IMAGE}) or one built on it"
+    ], job.log_text()
+    installed = {path.name for path in (workdir / "env").glob("lib/python3*/site-packages/*")}
+    assert {"trl", "peft", "kernels"} <= installed  # the install step ran first, and passed

@@ -1,0 +1,21 @@
+"""The commands the README shows, as a user would copy them."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def deploy_commands(subcommand: str) -> list[list[str]]:
+    """The arguments after ``python -m deploy SUBCOMMAND`` of every such command in a bash
+    block, in order (continuation lines joined, comments dropped)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith(f"python -m deploy {subcommand} "):
+                commands.append(shlex.split(line)[4:])
+    return commands
