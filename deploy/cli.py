@@ -187,6 +187,13 @@ def _add_up(up: argparse.ArgumentParser) -> None:
     add("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each wave")
     add("--poll-interval", type=float, default=5.0, help="seconds between status polls")
     add(
+        "--trainer-nodes",
+        type=int,
+        default=RunPlan.trainer_nodes,
+        help="trainer jobs, each with every GPU of --trainer-flavor; they meet at node 0's "
+        "network alias (private network only; default: %(default)s)",
+    )
+    add(
         "--attempts",
         type=int,
         default=RunPlan.attempts,
@@ -217,6 +224,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         adapter_push=args.adapter_push,
         attempts=args.attempts,
         network=args.network,
+        trainer_nodes=args.trainer_nodes,
     )
 
 
@@ -228,6 +236,13 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"argument --attempts: must be at least 1 (got {args.attempts})")
     if args.replicas < 1:
         parser.error(f"argument --replicas: must be at least 1 (got {args.replicas})")
+    if args.trainer_nodes < 1:
+        parser.error(f"argument --trainer-nodes: must be at least 1 (got {args.trainer_nodes})")
+    if args.trainer_nodes > 1 and args.network == "public":
+        parser.error(
+            "argument --trainer-nodes: several trainer nodes meet on the run's private network "
+            "only (HF's edge exposes one port, not torch's rendezvous): drop --network public"
+        )
     if args.run_name is not None and not RUN_NAME.match(args.run_name):
         parser.error(
             f"argument --run-name: 1-40 lowercase letters, digits or dashes, not starting or "

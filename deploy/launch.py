@@ -21,7 +21,7 @@ from deploy.clock import Clock
 from deploy.errors import DeployError
 from deploy.health import Prober
 from deploy.jobs import HUB_ERRORS, HubJobs, JobView
-from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
+from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
 from deploy.readiness import HEALTH, Check, JobFailed, NotReady, Target, routes_to, wait_ready
 from deploy.specs import JobSpec
 
@@ -77,17 +77,21 @@ class Launch:
         urls = self.serving_urls(replicas, HEALTH)
         routes = routes_to(plan.replicas)
         if plan.topology == "sidecar":
-            trainer = self.start(trainer_spec(plan, replica_urls=urls))
+            trainers = [self.start(spec) for spec in trainer_specs(plan, replica_urls=urls)]
             self.say("waiting for the trainer to start and its proxy to route to every replica")
-            self.wait([trainer], routes)
+            self.wait_trainers(trainers, routes)
         else:
             proxy = self.start(proxy_spec(plan, urls))
             self.say("waiting for the proxy to be RUNNING and to route to every replica")
             (proxy_url,) = self.serving_urls([proxy], routes)
-            trainer = self.start(trainer_spec(plan, proxy_url=proxy_url))
+            trainers = [self.start(spec) for spec in trainer_specs(plan, proxy_url=proxy_url)]
             self.say("waiting for the trainer to start")
-            self.wait([trainer], None)
+            self.wait_trainers(trainers, None)
         return [self.jobs.inspect(job.id) for job in self.launched]
+
+    def wait_trainers(self, trainers: Sequence[JobView], check: Check | None) -> None:
+        """Node 0 with ``check`` (its proxy side), the other nodes RUNNING."""
+        self.wait_targets([Target(trainers[0], check), *(Target(t, None) for t in trainers[1:])])
 
     def start(self, spec: JobSpec) -> JobView:
         job = self.jobs.launch(spec, self.plan.secret_values(self.token, self.replica_key))
@@ -97,9 +101,12 @@ class Launch:
         return job
 
     def wait(self, jobs: Sequence[JobView], check: Check | None) -> dict[str, JobView]:
+        return self.wait_targets([Target(job, check) for job in jobs])
+
+    def wait_targets(self, targets: Sequence[Target]) -> dict[str, JobView]:
         return wait_ready(
             self.jobs,
-            [Target(job, check) for job in jobs],
+            targets,
             token=self.token,
             probe=self.probe,
             clock=self.clock,

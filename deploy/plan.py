@@ -119,6 +119,7 @@ class RunPlan:
     adapter_push: bool = True
     attempts: int = 3  # every job's runs in all: HF Jobs retries a failed one (module docstring)
     network: Network = "private"
+    trainer_nodes: int = 1  # trainer jobs; node 0 runs the proxy side, all meet at its alias
 
     @property
     def replica_env(self) -> dict[str, str]:
@@ -222,11 +223,11 @@ def replica_argv(plan: RunPlan) -> list[str]:
     ]
 
 
-def network_of(plan: RunPlan, role: Role) -> GroupMember | None:
-    """The job's place in the run's network group, claiming its role as alias (none on the
-    public network)."""
+def network_of(plan: RunPlan, role: Role, claims: bool = True) -> GroupMember | None:
+    """The job's place in the run's network group, claiming its role as alias unless not
+    ``claims`` (none on the public network)."""
     group = plan.network_group
-    return None if group is None else GroupMember(group, (role,))
+    return None if group is None else GroupMember(group, (role,) if claims else ())
 
 
 def replica_spec(plan: RunPlan, index: int) -> JobSpec:
@@ -283,20 +284,32 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
 
 
 def trainer_argv(
-    plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
+    plan: RunPlan,
+    *,
+    replica_urls: Sequence[str] = (),
+    proxy_url: str | None = None,
+    node: int = 0,
 ) -> list[str]:
-    """The trainer's command: beside its own proxy (``replica_urls``) or pointed at
+    """Trainer node ``node``'s command: beside its own proxy (``replica_urls``) or pointed at
     ``proxy_url``; with neither, the planned one with exposed URLs as placeholders. On the
-    private network neither is needed: the aliases are known before any job exists."""
+    private network neither is needed: the aliases are known before any job exists. With
+    several nodes, every one meets node 0 at the ``trainer`` alias (torch's rendezvous)."""
     if plan.private:
         target = _private_target(plan)
     else:
         target = _public_target(plan, replica_urls, proxy_url)
     target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
+    world: list[str] = []
+    if plan.trainer_nodes > 1:
+        world = [
+            *("--nnodes", str(plan.trainer_nodes), "--node-rank", str(node)),
+            *("--master-addr", alias_address("trainer")),
+        ]
     return [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
         # One FSDP2 rank per GPU of the flavor (what trainer_entry detects; written out to show).
         *("--num-processes", str(gpu_count(plan.flavors.trainer))),
+        *world,
         *target,
         *("--output-dir", plan.run_dir),
         *plan.trainer_args,
@@ -332,36 +345,50 @@ def _public_target(plan: RunPlan, replica_urls: Sequence[str], proxy_url: str | 
 
 
 def trainer_spec(
-    plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
+    plan: RunPlan,
+    *,
+    replica_urls: Sequence[str] = (),
+    proxy_url: str | None = None,
+    node: int = 0,
 ) -> JobSpec:
-    """The trainer: beside its own proxy (``replica_urls``) or pointed at ``proxy_url``.
+    """Trainer node ``node``: beside its own proxy (``replica_urls``) or pointed at
+    ``proxy_url``; node 0 alone runs that proxy side and claims the ``trainer`` alias.
 
-    The sidecar proxy sends the job's ``HF_TOKEN`` secret to the replicas (their exposed ports
-    demand it) and listens on the exposed port, so ``deploy up`` and ``deploy status`` can see
-    whether it routes to them; TRL talks to it on 127.0.0.1.
+    The sidecar proxy listens on the exposed port, so ``deploy up`` and ``deploy status`` can
+    see whether it routes to the replicas; TRL talks to it on 127.0.0.1.
     """
-    argv = trainer_argv(plan, replica_urls=replica_urls, proxy_url=proxy_url)
+    argv = trainer_argv(plan, replica_urls=replica_urls, proxy_url=proxy_url, node=node)
     return JobSpec(
-        name=plan.job_name("trainer"),
+        name=plan.job_name("trainer", node or None),
         role="trainer",
         image=plan.images.trainer,
         command=plan.install.wrap_into_image(argv, "trainer"),
         flavor=plan.flavors.trainer,
         timeout=plan.timeout("trainer"),
         volumes=(plan.mount(writable=True),),
-        labels=plan.labels("trainer"),
+        labels=plan.labels("trainer", node or None),
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=plan.trainer_secrets,
-        expose=(PORT,) if plan.topology == "sidecar" else (),
+        expose=(PORT,) if plan.topology == "sidecar" and node == 0 else (),
         attempts=plan.attempts,
-        network=network_of(plan, "trainer"),
+        network=network_of(plan, "trainer", claims=node == 0),
     )
+
+
+def trainer_specs(
+    plan: RunPlan, *, replica_urls: Sequence[str] = (), proxy_url: str | None = None
+) -> list[JobSpec]:
+    """Every trainer node of the run, node 0 first."""
+    return [
+        trainer_spec(plan, replica_urls=replica_urls, proxy_url=proxy_url, node=node)
+        for node in range(plan.trainer_nodes)
+    ]
 
 
 def dry_run_specs(plan: RunPlan) -> list[JobSpec]:
     """Every job of the run in launch order, exposed URLs shown as placeholders."""
     replicas = [replica_spec(plan, index) for index in range(plan.replicas)]
     if plan.topology == "sidecar":
-        return [*replicas, trainer_spec(plan)]
+        return [*replicas, *trainer_specs(plan)]
     proxy = proxy_spec(plan, [exposed_url_placeholder(spec.name) for spec in replicas])
-    return [*replicas, proxy, trainer_spec(plan)]
+    return [*replicas, proxy, *trainer_specs(plan)]

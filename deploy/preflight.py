@@ -106,6 +106,12 @@ def checked(plan: RunPlan) -> RunPlan:
             f"bucket, whose .vllm_lora the proxies watch): drop --output-dir {trainer.output_dir} "
             "from the flags after --"
         )
+    world = trainer.world
+    if (world.nnodes, world.node_rank) != (plan.trainer_nodes, 0):
+        raise BadFlags(
+            "--nnodes, --node-rank and --master-addr are deploy's to write (each trainer job "
+            "gets its own): drop them from the flags after --, and use deploy's --trainer-nodes"
+        )
     linked = replace(plan, replica_args=(*lora_limits(trainer), *plan.replica_args))
     replica = replica_options(linked)
     rank, staleness = trainer.recipe.lora_rank, trainer.recipe.max_staleness

@@ -1,6 +1,7 @@
 """One job of the plan run on this machine, as HF Jobs would run it.
 
-The job's command (``JobSpec.command``, unchanged) runs in its network namespace, inside a
+The job's command (``JobSpec.command``, unchanged) runs in its network namespace, under its
+job's name as host name (a machine of its own: torch's gloo finds its address by it), inside a
 private mount namespace where the bucket folder is bind-mounted at the plan's mount path
 (read-only where the spec says so), the group's hosts file over ``/etc/hosts`` and a folder of
 its own over ``/tmp`` (a container's own ``/tmp``: the install step writes its constraints file
@@ -22,10 +23,10 @@ from deploy.plan import NETWORK_PREFIX
 from deploy.rehearsal.network import Group, Member
 from deploy.specs import JobSpec
 
-# Mounts, then the command: sh -c SCRIPT sh BUCKET MOUNT ro|rw HOSTS TMP COMMAND...
+# Its host name, mounts, then the command: sh -c SCRIPT sh NAME BUCKET MOUNT ro|rw HOSTS TMP CMD...
 MOUNTS = (
-    'mount --bind "$1" "$2" && { [ "$3" = rw ] || mount -o remount,bind,ro "$2"; } && '
-    'mount --bind "$4" /etc/hosts && mount --bind "$5" /tmp && shift 5 && exec "$@"'
+    'hostname "$1" && mount --bind "$2" "$3" && { [ "$4" = rw ] || mount -o remount,bind,ro "$3"; }'
+    ' && mount --bind "$5" /etc/hosts && mount --bind "$6" /tmp && shift 6 && exec "$@"'
 )
 PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
 LOG_TAIL_LINES = 25
@@ -79,8 +80,9 @@ def start(
         **extra_env,
     }
     argv = [
-        *("ip", "netns", "exec", member.netns, "unshare", "--mount", "--propagation", "private"),
-        *("sh", "-c", MOUNTS, "sh", str(bucket_dir), mount.mount_path),
+        *("ip", "netns", "exec", member.netns),
+        *("unshare", "--mount", "--uts", "--propagation", "private"),
+        *("sh", "-c", MOUNTS, "sh", spec.name, str(bucket_dir), mount.mount_path),
         *("ro" if mount.read_only else "rw", str(group.hosts_file), str(tmp)),
         *spec.command,
     ]

@@ -3,7 +3,8 @@
 Each job gets a namespace of its own (its own loopback and ports, as a job has its own machine)
 with one address on a bridge the rehearsal creates, and a hosts file bind-mounted over its
 ``/etc/hosts`` that answers as the group's DNS does: ``${HF_NETWORK_GROUP_PREFIX}<alias>`` to
-every member claiming the alias, ``$HF_NETWORK_GROUP_HOSTNAME`` to every member. The file is
+every member claiming the alias, ``$HF_NETWORK_GROUP_HOSTNAME`` to every member, and each job's
+name (its host name) to its own address. The file is
 rewritten in place as members join (a bind mount keeps following the same file). The jobs'
 only way out is ``Tunnel``: HTTPS to the package registries through a CONNECT relay on the
 bridge (``HTTPS_PROXY``, ``deploy.rehearsal.tunnel``), as pip in a job reaches PyPI.
@@ -96,7 +97,7 @@ class Group:
     def write_hosts(self) -> None:
         lines = ["127.0.0.1 localhost", "::1 localhost"]
         for member in self.members:
-            lines.append(f"{member.address} {self.hostname}")
+            lines.append(f"{member.address} {member.job_name} {self.hostname}")
             lines += [f"{member.address} {self.prefix}{alias}" for alias in member.aliases]
         with self.hosts_file.open("r+" if self.hosts_file.exists() else "w") as handle:
             handle.seek(0)

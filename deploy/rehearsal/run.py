@@ -29,7 +29,7 @@ from pathlib import Path
 from deploy.errors import DeployError
 from deploy.health import get
 from deploy.install import project_version, source_root
-from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_spec
+from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
 from deploy.preflight import trainer_options
 from deploy.prices import cost_per_hour
 from deploy.readiness import routes_everywhere
@@ -160,8 +160,9 @@ class Rehearsal:
             job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=bucket,
                              workdir=self.workdir, secrets=values, extra_env=extra)  # fmt: skip
             self.started.append(job)
+            aliases = ", ".join(job.member.aliases) or "none"
             self.say(f"started {spec.name} ({spec.image}) at {job.member.address}, "
-                     f"aliases {', '.join(job.member.aliases)}: log {job.log_path}")  # fmt: skip
+                     f"aliases {aliases}: log {job.log_path}")  # fmt: skip
             return job
 
         replicas = [start(replica_spec(plan, i)) for i in range(plan.replicas)]
@@ -170,11 +171,11 @@ class Rehearsal:
             proxy = start(proxy_spec(plan))
             self.wait([proxy], "/proxy/status", key,
                       lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
-        trainer = start(trainer_spec(plan))
+        trainer, *others = [start(spec) for spec in trainer_specs(plan)]
         if plan.topology == "sidecar":
             self.wait([trainer], "/proxy/status", key,
                       lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
-        self.train(trainer)
+        self.train(trainer, others)
         self.say(
             f"rehearsal passed: {len(self.started)} job(s) ran as planned. A real launch of this "
             f"plan costs about {cost_per_hour(self.started_specs)} while it runs"
@@ -206,12 +207,13 @@ class Rehearsal:
                 raise self.failure(pending[0], f"not ready after {self.ready_timeout_s:.0f} s")
             time.sleep(POLL_S if pending else 0)
 
-    def train(self, trainer: jobs.LocalJob) -> None:
+    def train(self, trainer: jobs.LocalJob, others: Sequence[jobs.LocalJob] = ()) -> None:
+        """Until trainer node 0 exits; the other nodes must exit 0 too (they end with it)."""
         deadline = time.monotonic() + self.train_timeout_s
         seen: set[str] = set()
         while trainer.exit_code() is None:
             for job in self.started:
-                if job is not trainer:
+                if job is not trainer and not (job in others and job.exit_code() == 0):
                     self.check_alive(job)
             for name, count in _LOADED.findall(trainer.log_text()):
                 if name not in seen:
@@ -228,6 +230,11 @@ class Rehearsal:
                 self.say(f"  trainer: {name} loaded on {count} replica(s)")
         if not seen:
             raise self.failure(trainer, "exited 0 without a single adapter loaded on a replica")
+        for node in others:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.process.wait(STOP_GRACE_S)
+            if node.exit_code() != 0:
+                raise self.failure(node, f"ended with {node.exit_code()} after node 0 exited 0")
         self.say(f"  trainer: trained {self.steps} step(s) through the proxy and exited 0")
 
     def check_alive(self, job: jobs.LocalJob) -> None:

@@ -358,3 +358,43 @@ def test_a_timeout_without_a_valid_unit_exits_2(
 def test_attempts_apply_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run("--topology", "job", "--attempts", "1", monkeypatch=monkeypatch)
     assert [spec["attempts"] for spec in specs] == [1, 1, 1, 1]
+
+
+def test_several_trainer_nodes_meet_at_node_0s_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = dry_run("--run-name", "mn", "--trainer-nodes", "3", monkeypatch=monkeypatch)
+
+    trainers = [spec for spec in specs if spec["role"] == "trainer"]
+    assert [spec["name"] for spec in trainers] == ["mn-trainer", "mn-trainer-1", "mn-trainer-2"]
+    assert [spec["network_aliases"] for spec in trainers] == [["trainer"], [], []]
+    assert [spec["expose"] for spec in trainers] == [[8000], [], []]  # node 0 runs the proxy side
+    for node, spec in enumerate(trainers):
+        assert (
+            f"--num-processes 2 --nnodes 3 --node-rank {node} "
+            '--master-addr "${HF_NETWORK_GROUP_PREFIX}trainer" '
+        ) in spec["command"][2]
+        assert spec["labels"].get("rollout-index", "0") == str(node)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--trainer-nodes", "2", "--network", "public"), "--trainer-nodes: several trainer"),
+        (("--trainer-nodes", "0"), "--trainer-nodes: must be at least 1 (got 0)"),
+    ],
+)
+def test_trainer_nodes_need_the_private_network(
+    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*ARGS, "--dry-run", *argv], Runtime(clock=FakeClock(), token=_no_token))
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_trainers_world_flags_are_deploys_to_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    runtime = Runtime(clock=FakeClock(), token=_no_token, out=out, err=err)
+    argv = [*ARGS, "--dry-run", "--", "--dataset", "d", "--nnodes", "2"]
+    assert main(argv, runtime) == 2
+    assert "--nnodes, --node-rank and --master-addr are deploy's to write" in err.getvalue()
+    assert out.getvalue() == ""

@@ -398,3 +398,17 @@ def test_a_trainer_job_run_again_resumes_from_the_runs_checkpoints(stand: Stand)
     status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
     assert "r1-trainer" in status.out
     assert "(retried on failure: 3 runs in all)" in status.out
+
+
+def test_up_waits_for_every_trainer_node(stand: Stand) -> None:
+    stand.fleet(1)
+    stand.hub.script("r1-trainer-1", Step("SCHEDULING", seconds=40), "RUNNING")
+
+    result = stand.cli(*UP, "--replicas", "1", "--trainer-nodes", "2")
+
+    assert result.code == 0, result.err
+    node = stand.hub.named("r1-trainer-1")
+    assert node.network == {"group": "r1"}
+    assert "r1-trainer-1 (000000000000000066500003): SCHEDULING" in result.out
+    assert "r1-trainer-1 (000000000000000066500003): RUNNING" in result.out
+    assert "r1-trainer-1" in result.out.split("is up", 1)[1]

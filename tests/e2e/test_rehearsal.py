@@ -30,6 +30,7 @@ from deploy.wheel import build_wheel
 from tests.support.readme import deploy_commands
 
 REHEARSAL_TIMEOUT_S = 900
+STARTED = r"^started math-r1-(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal needs root")
 
 
@@ -65,34 +66,46 @@ def _namespaces_left() -> list[str]:
     return [line for line in netns.stdout.splitlines() if line.startswith("rp")]
 
 
-@pytest.mark.parametrize("topology", ["sidecar", "job"])
+@pytest.mark.parametrize(
+    ("changes", "jobs_started", "cost"),
+    [
+        ((), ["replica-0", "trainer"], "$15.00 per hour (1 x h200, 1 x h200x2)"),
+        # Topology job, and the trainer as two one-GPU jobs meeting at node 0's alias.
+        (
+            ("--topology", "job", "--trainer-nodes", "2", "--trainer-flavor", "h200"),
+            ["replica-0", "proxy", "trainer", "trainer-1"],
+            "$15.03 per hour (3 x h200, 1 x cpu-upgrade)",
+        ),
+    ],
+    ids=["default-plan", "job-topology-two-trainer-nodes"],
+)
 def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
-    topology: str, workdir: Path
+    changes: tuple[str, ...], jobs_started: list[str], cost: str, workdir: Path
 ) -> None:
-    result = _rehearse(_readme_plan("--topology", topology), workdir)
+    result = _rehearse(_readme_plan(*changes), workdir)
     print(result.stdout[-3000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     out = result.stdout
-    # Every job ran as planned, on the private network, at its alias.
-    assert "started math-r1-replica-0 (vllm/vllm-openai:v0.32.0)" in out
-    assert re.search(
-        r"started math-r1-trainer \(vllm/vllm-openai:v0\.32\.0\) .* aliases trainer", out
-    )
-    if topology == "job":
-        assert "started math-r1-proxy (python:3.11-slim)" in out
-        assert "math-r1-proxy: ready (/proxy/status)" in out
+    # Every job ran as planned, in launch order, on the private network.
+    started = re.findall(STARTED, out, flags=re.M)
+    assert [name for name, _, _ in started] == jobs_started
+    images_of = {name: image for name, image, _ in started}
+    assert images_of["replica-0"] == images_of["trainer"] == "vllm/vllm-openai:v0.32.0"
+    assert images_of.get("proxy", "python:3.11-slim") == "python:3.11-slim"
+    assert {name: alias for name, _, alias in started}["trainer"] == "trainer"
     # The trainer's versions reached the replica through the proxy, then it exited 0.
     assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
     assert "trained 2 step(s) through the proxy and exited 0" in out
-    flavors = "1 x h200, " + ("1 x cpu-upgrade, " if topology == "job" else "") + "1 x h200x2"
-    expected_cost = "$15.03" if topology == "job" else "$15.00"
-    assert f"costs about {expected_cost} per hour ({flavors})" in out
+    assert f"costs about {cost} while it runs" in out
     # The bucket folder holds what the trainer wrote at /lora/math-r1 inside its job.
     run_dir = workdir / "run" / "bucket" / "math-r1"
     assert (run_dir / ".vllm_lora" / "trl-policy-v2").is_dir()
     assert list(run_dir.glob("checkpoint-*"))
-    trainer_log = (workdir / "run" / "logs" / "math-r1-trainer.log").read_text()
-    assert "starting 2 FSDP2 rank(s)" in trainer_log  # h200x2: the published two ranks
+    logs = workdir / "run" / "logs"
+    if "trainer-1" in jobs_started:  # two machines, one rank each, met at the alias
+        assert "rank 1 of 2: DistributedType.FSDP" in (logs / "math-r1-trainer-1.log").read_text()
+    else:  # h200x2: the published two ranks on one machine
+        assert "starting 2 FSDP2 rank(s)" in (logs / "math-r1-trainer.log").read_text()
     # Nothing left behind: no namespace, no mount point the rehearsal made.
     assert _namespaces_left() == []
     assert not Path("/lora").exists()
