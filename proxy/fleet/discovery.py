@@ -3,8 +3,8 @@
 Every ``interval_s`` the source is asked which replicas exist:
 
 - ``hf-jobs``: the Jobs API (huggingface_hub's ``list_jobs``, in ``--discover-namespace``,
-  default the token's user) lists the jobs carrying that label; each RUNNING job's exposed URL
-  for ``port`` is a replica.
+  default the token's user) lists the jobs carrying that label; each RUNNING job the token's own
+  user started (``started_by``) is a replica, at its exposed URL for ``port``.
 - ``dns``: NAME is resolved (every A and AAAA record, as ``getaddrinfo`` returns them); each
   address is a replica at ``http://ADDRESS:PORT`` (IPv6 in brackets). This is how an HF Jobs
   network group is seen from inside: every job claiming an alias answers for
@@ -78,6 +78,8 @@ class JobsLookup:
         self._endpoint = endpoint
         self._token = token
         self.namespace = namespace  # the jobs' owner; default: the token's user
+        self.user_id: str | None = None  # the token's user: only the jobs it started count
+        self._foreign: set[str] = set()  # job ids skipped as someone else's (logged once)
 
     def __str__(self) -> str:
         return f"HF jobs labelled {self.selector.label}={self.selector.value}"
@@ -89,18 +91,41 @@ class JobsLookup:
         from huggingface_hub import HfApi
 
         api = HfApi(endpoint=self._endpoint, token=self._token)
-        if self.namespace is None:
-            # huggingface_hub's own default asks the public Hub whoever the endpoint is.
-            self.namespace = str(api.whoami()["name"])
+        if self.user_id is None:
+            me = api.whoami()
+            self.user_id = str(me["id"])
+            # huggingface_hub's own default namespace asks the public Hub, whatever the endpoint.
+            self.namespace = self.namespace or str(me["name"])
         labels = {self.selector.label: self.selector.value}
         urls = set()
         for job in api.list_jobs(labels=labels, namespace=self.namespace):
             if getattr(job.status, "stage", None) != "RUNNING":
                 continue
+            if not started_by(job, self.user_id):
+                if job.id not in self._foreign:
+                    self._foreign.add(job.id)
+                    log.warning(
+                        "job %s carries %s=%s but was not started by this token's user: not a "
+                        "replica of this run (its token is never sent there)",
+                        job.id, self.selector.label, self.selector.value,
+                    )  # fmt: skip
+                continue
             url = exposed_url(job, self._port)
             if url is not None:
                 urls.add(url)
         return urls
+
+
+def started_by(job: Any, user_id: str) -> bool:
+    """Whether the user ``user_id`` started ``job``: its initiator (``JobInfo.initiator``), or,
+    where the service names none, its owner being that user. In an organisation's namespace
+    any member may start a job carrying the run's label; only the ones the token's own user
+    started (``deploy up`` with that token, or HF Jobs retrying one of them) are the run's."""
+    initiator = getattr(job, "initiator", None)
+    if initiator is not None:
+        return bool(initiator.type == "user" and initiator.id == user_id)
+    owner = getattr(job, "owner", None)
+    return owner is not None and owner.type == "user" and owner.id == user_id
 
 
 class DnsLookup:

@@ -4,6 +4,9 @@ It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 m
 (``hf_api.py``, ``_jobs_api.py``, ``utils/_pagination.py``), checked against the client's code:
 
 - ``GET /api/whoami-v2``: the token's user;
+- every job names its ``owner`` (the namespace: a ``user``, or an ``org`` whose members may all
+  start jobs there) and its ``initiator`` (the user who started it: ``JobsHub.create``'s, by
+  default the token's user), as ``JobInfo.owner`` and ``JobInfo.initiator`` read them;
 - ``POST /api/jobs/{ns}``: ``run_job``; the body is the camelCase job spec (``dockerImage``,
   ``command``, ``environment``, ``secrets``, ``flavor``, ``timeoutSeconds``, ``labels`` with the
   job's ``name``, ``volumes`` with ``mountPath``/``readOnly``, ``expose.ports``); the answer
@@ -84,6 +87,7 @@ class StandInJob:
     began: float
     script: tuple[Step, ...] = ()
     runs: int = 1
+    initiator: str = "alice"  # the user who started it (in an org namespace, any member)
 
     @property
     def attempts(self) -> int:
@@ -195,7 +199,9 @@ class JobsHub:
         (job,) = (job for job in self.jobs.values() if job.name == name)
         return job
 
-    def create(self, namespace: str, spec: dict[str, Any]) -> StandInJob:
+    def create(
+        self, namespace: str, spec: dict[str, Any], initiator: str | None = None
+    ) -> StandInJob:
         name = (spec.get("labels") or {}).get("name", "")
         steps, logs = self.scripts.get(name, (list(self.default_steps), [f"{name} starting"]))
         job_id = f"{0x6650_0000 + next(self._ids):024x}"
@@ -210,6 +216,7 @@ class JobsHub:
             self.clock,
             self.clock(),
             tuple(steps),
+            initiator=initiator or self.user,
         )
         self.jobs[job_id] = job
         return job
@@ -235,7 +242,12 @@ class JobsHub:
             "volumes": spec.get("volumes"),
             "expose": spec.get("expose"),
             "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls or None},
-            "owner": {"id": f"id-{job.namespace}", "name": job.namespace, "type": "user"},
+            "owner": {
+                "id": f"id-{job.namespace}",
+                "name": job.namespace,
+                "type": "user" if job.namespace == job.initiator else "org",
+            },
+            "initiator": {"type": "user", "id": f"id-{job.initiator}", "name": job.initiator},
             **({"retry": job.attempts - 1} if "attempts" in spec else {}),
             **({"network": job.network} if job.network else {}),
         }

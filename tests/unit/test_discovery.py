@@ -8,7 +8,7 @@ import pytest
 
 from proxy.fleet.discover_spec import DnsName, JobsLabel
 from proxy.fleet.discover_spec import parse_discover_spec as parse_spec
-from proxy.fleet.discovery import Discovery, address_url, exposed_url
+from proxy.fleet.discovery import Discovery, address_url, exposed_url, started_by
 from proxy.fleet.pool import ReplicaPool
 from tests.support.clock import FakeClock
 
@@ -120,3 +120,16 @@ async def test_a_name_s_addresses_come_and_go_as_it_resolves() -> None:
     await discovery.poll()
     assert {r.url for r in pool} == {"http://static:8000", "http://10.0.0.3:8000"}
     assert discovery.last_error == ""
+
+
+def test_a_job_is_the_runs_only_if_the_tokens_user_started_it() -> None:
+    def job(initiator: tuple[str, str] | None, owner: tuple[str, str]) -> SimpleNamespace:
+        started = None if initiator is None else SimpleNamespace(type=initiator[0], id=initiator[1])
+        return SimpleNamespace(initiator=started, owner=SimpleNamespace(type=owner[0], id=owner[1]))
+
+    assert started_by(job(("user", "me"), ("org", "team")), "me")
+    assert not started_by(job(("user", "someone"), ("org", "team")), "me")
+    assert not started_by(job(("scheduled-job", "me"), ("user", "me")), "me")
+    # A service that names no initiator: the owner must be the user itself, never an org.
+    assert started_by(job(None, ("user", "me")), "me")
+    assert not started_by(job(None, ("org", "me")), "me")
