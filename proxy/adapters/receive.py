@@ -203,7 +203,8 @@ class Receiver:
             raise UploadError(413, self._too_large(manifest.total))
         if manifest.body_length(line) != length:
             raise UploadError(400, f"Content-Length {length} is not what the manifest declares")
-        tmp = await self._run(self.store.reserve, name, manifest.total, undo=self.store.discard)
+        sizes = [spec.size for spec in manifest.files]
+        tmp = await self._run(self.store.reserve, name, sizes, undo=self.store.discard)
         try:
             files = await self._files(tmp, manifest, body)
             if not await body.at_end():

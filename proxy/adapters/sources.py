@@ -120,7 +120,7 @@ class BucketSource:
         ]  # fmt: skip
         if not wanted:
             raise FileNotFoundError(f"{self.bucket_id}/{folder} lists no file")
-        tmp = store.reserve(name, sum(int(item.size) for item in wanted))
+        tmp = store.reserve(name, [int(item.size) for item in wanted])
         try:
             pairs = [(item, tmp / item.path.rpartition("/")[2]) for item in wanted]
             self._download(api, pairs)

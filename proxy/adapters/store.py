@@ -3,8 +3,9 @@ calls (a receiver runs them in worker threads, off its event loop).
 
 Layout under ``root``::
 
-    .lock                             taken (flock) while space is reserved
-    .tmp/<name>.<bytes>.<random>/     uploads in progress; the name carries the bytes reserved
+    .lock                             taken (flock) while the usage or the entries change
+    .usage                            {"bytes": B, "entries": E}: what is charged, kept O(1)
+    .tmp/<name>.<charge>.<random>/    uploads in progress; the name carries the charge reserved
     <name>/<digest16>/                published entries: the adapter's files and META
 
 Invariants:
@@ -12,8 +13,15 @@ Invariants:
   (size, sha256) and fsynced: a reader (vLLM) never sees a partial adapter. Entries are named
   by content, so concurrent uploads of one name either land on one entry (same bytes: the
   second is discarded) or on two (different bytes), never on a mixed one.
-- Bytes published plus bytes reserved by uploads in progress never exceed ``max_store_bytes``:
-  a new upload that does not fit is refused (507); nothing is ever deleted to make room.
+- What is charged, for entries published and uploads in progress, never exceeds
+  ``max_store_bytes``, and their count never exceeds ``max_entries``: a new upload that does not
+  fit is refused (507); nothing is ever deleted to make room. An entry is charged what it takes
+  on disk, not only its content (``charge``): each file a filesystem block at least plus an
+  inode's worth, each entry its directory and META, so a thousand empty files are not free.
+  The charge is kept in ``.usage`` under the lock, so ``reserve`` reads one small file instead of
+  every entry; it changes only with ``reserve``, ``discard`` (an upload that failed, or whose
+  bytes were there already) and ``drop``, and a process killed mid-upload leaves its
+  reservation charged until ``reset`` (its replica starts again).
 - Entries of a name are deleted only by ``drop(name)``, which the receiver calls after that name
   was unloaded on its replica (vLLM may reload an adapter from its path at any time before).
 - The state is the directory itself (several server processes may share one store); ``reset``
@@ -35,7 +43,7 @@ import os
 import secrets
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +51,11 @@ from proxy.adapters.wire import UploadError, content_digest, safe_name
 
 META = ".rollout.json"
 TMP = ".tmp"
+USAGE = ".usage"
+BLOCK = 4096  # a file's content is charged in whole filesystem blocks
+FILE_OVERHEAD = BLOCK  # and an inode and directory entry on top (an empty file costs this)
+ENTRY_OVERHEAD = 2 * BLOCK  # an entry's directory and its META
+MAX_ENTRIES = 1024  # entries published plus uploads in progress (an inode bound)
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -55,12 +68,17 @@ class Entry:
     origin: str | None
     files: tuple[tuple[str, int, str], ...]  # (file name, size, sha256)
 
+    @property
+    def charge(self) -> int:
+        return charge(size for _, size, _ in self.files)
+
     def describe(self) -> dict[str, object]:
         return {
             "name": self.name,
             "digest": self.digest,
             "path": str(self.path),
             "bytes": self.bytes,
+            "charged": self.charge,  # what it counts against the store's cap (``charge``)
             "origin": self.origin,
             "files": [{"name": n, "size": s, "sha256": d} for n, s, d in self.files],
         }
@@ -122,13 +140,26 @@ def claimable(root: Path) -> str | None:
     return None
 
 
+def charge(sizes: Iterable[int]) -> int:
+    """What an entry of files of ``sizes`` is charged against the store's cap."""
+    blocks = sum(-(-size // BLOCK) * BLOCK + FILE_OVERHEAD for size in sizes)
+    return ENTRY_OVERHEAD + blocks
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    bytes: int = 0
+    entries: int = 0
+
+
 class Store:
-    def __init__(self, root: Path, max_store_bytes: int) -> None:
+    def __init__(self, root: Path, max_store_bytes: int, max_entries: int = MAX_ENTRIES) -> None:
         root = Path(root)
         # The parents resolved (the root's path as vLLM will see it), the root itself never:
         # a symlink there is refused at ``reset``, not followed.
         self.root = Path(os.path.realpath(root.parent)) / root.name
         self.max_store_bytes = max_store_bytes
+        self.max_entries = max_entries
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,21 +177,33 @@ class Store:
             else:
                 child.unlink(missing_ok=True)
         (self.root / TMP).mkdir()
+        with self._locked():
+            self._write_usage(Usage())
 
     # -- an upload -------------------------------------------------------------------------
 
-    def reserve(self, name: str, total: int) -> Path:
-        """A fresh directory for an upload of ``total`` bytes; 507 if the store cannot hold it."""
+    def reserve(self, name: str, sizes: Sequence[int]) -> Path:
+        """A fresh directory for an upload of files of ``sizes``; 507 if the store cannot hold
+        it (its charge, or one more entry)."""
+        cost = charge(sizes)
         with self._locked():
-            used = self.used()
-            if used + total > self.max_store_bytes:
+            usage = self._read_usage()
+            if usage.entries + 1 > self.max_entries:
                 raise UploadError(
                     507,
-                    f"the store holds {used} bytes; {total} more would exceed its "
-                    f"{self.max_store_bytes} (it frees space when adapters are unloaded)",
+                    f"the store holds {usage.entries} adapter entries, its most (it frees "
+                    "space when adapters are unloaded)",
                 )
-            tmp = self.root / TMP / f"{name}.{total}.{secrets.token_hex(6)}"
+            if usage.bytes + cost > self.max_store_bytes:
+                raise UploadError(
+                    507,
+                    f"the store holds {usage.bytes} bytes; {cost} more (the upload's files on "
+                    f"disk) would exceed its {self.max_store_bytes} (it frees space when "
+                    "adapters are unloaded)",
+                )
+            tmp = self.root / TMP / f"{name}.{cost}.{secrets.token_hex(6)}"
             tmp.mkdir(parents=True)
+            self._write_usage(Usage(usage.bytes + cost, usage.entries + 1))
             return tmp
 
     def open_file(self, tmp: Path, name: str) -> FileSink:
@@ -176,36 +219,50 @@ class Store:
         _fsync_dir(tmp)
         final = self.root / name / digest[:16]
         created = False
-        for _ in range(3):  # a drop(name) may remove the name's directory meanwhile: again
+        with self._locked():  # a drop(name) counts what it frees: never mid-rename
             (self.root / name).mkdir(exist_ok=True)
             try:
-                os.rename(tmp, final)
-            except FileNotFoundError:
-                continue
+                os.rename(tmp, final)  # the reservation's charge becomes the entry's
             except OSError:  # the same bytes were published meanwhile
                 if not final.is_dir():
                     raise
-                self.discard(tmp)
+                self._discard_locked(tmp)
             else:
                 created = True
                 _fsync_dir(self.root / name)
-            break
         entry = self._entry(final)
         if entry is None:
             raise UploadError(500, f"adapter {name} vanished while it was published")
         return entry, created
 
     def discard(self, tmp: Path) -> None:
+        """Remove an upload in progress and release its charge; a second call does nothing."""
+        with self._locked():
+            self._discard_locked(tmp)
+
+    def _discard_locked(self, tmp: Path) -> None:
+        if tmp.parent != self.root / TMP or not tmp.is_dir() or tmp.is_symlink():
+            return
         shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(ValueError, IndexError):
+            cost = int(tmp.name.rsplit(".", 2)[1])
+            usage = self._read_usage()
+            self._write_usage(Usage(max(usage.bytes - cost, 0), max(usage.entries - 1, 0)))
 
     # -- what is stored --------------------------------------------------------------------
 
     def drop(self, name: str) -> int:
-        """Delete every entry of ``name`` (it was unloaded); returns the bytes freed."""
+        """Delete every entry of ``name`` (it was unloaded); returns the charge freed."""
         if not safe_name(name):
             return 0
-        freed = sum(e.bytes for e in self.entries() if e.name == name)
-        shutil.rmtree(self.root / name, ignore_errors=True)
+        with self._locked():
+            dropped = [e for d in _dirs(self.root / name) if (e := self._entry(d)) is not None]
+            shutil.rmtree(self.root / name, ignore_errors=True)
+            freed = sum(e.charge for e in dropped)
+            usage = self._read_usage()
+            self._write_usage(
+                Usage(max(usage.bytes - freed, 0), max(usage.entries - len(dropped), 0))
+            )
         return freed
 
     def entries(self) -> list[Entry]:
@@ -216,12 +273,21 @@ class Store:
         return found
 
     def used(self) -> int:
-        """Bytes published plus bytes reserved by uploads in progress."""
-        reserved = 0
-        for tmp in _dirs(self.root / TMP):
-            with contextlib.suppress(ValueError, IndexError):
-                reserved += int(tmp.name.rsplit(".", 2)[1])
-        return reserved + sum(e.bytes for e in self.entries())
+        """What is charged: entries published and uploads in progress, as on disk."""
+        return self._read_usage().bytes
+
+    def _read_usage(self) -> Usage:
+        try:
+            data = json.loads((self.root / USAGE).read_bytes())
+            return Usage(int(data["bytes"]), int(data["entries"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return Usage()
+
+    def _write_usage(self, usage: Usage) -> None:
+        """Replace ``.usage`` (under the lock): a reader sees the old or the new, whole."""
+        tmp = self.root / f"{USAGE}.{os.getpid()}"
+        tmp.write_text(json.dumps({"bytes": usage.bytes, "entries": usage.entries}))
+        os.replace(tmp, self.root / USAGE)
 
     def lookup(self, path: str) -> Entry | None:
         """The entry at ``path`` (as ``describe`` shows it), or None if it is not one of ours."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import aiohttp
 
+from proxy.adapters.store import charge
 from proxy.adapters.wire import PREFIX
 from replica_entry.sim import Faults
 from tests.contract.conftest import SimServer
@@ -22,7 +23,8 @@ FILES = {"adapter_config.json": b'{"r": 1}', "adapter_model.safetensors": b"\0" 
 async def test_the_store_cap_refuses_uploads_and_frees_space_on_unload(
     http: aiohttp.ClientSession, sim_server: SimServer
 ) -> None:
-    async with sim_server(adapter_store_max_bytes=10_000) as (url, _):
+    room_for_two = 2 * charge(len(data) for data in FILES.values()) + 100  # as on disk
+    async with sim_server(adapter_store_max_bytes=room_for_two) as (url, _):
         assert (await put(http, url, "a", upload_body(FILES)))[0] == 201
         assert (await put(http, url, "b", upload_body(FILES)))[0] == 201
         status, answer = await put(http, url, "c", upload_body(FILES))
@@ -57,7 +59,8 @@ async def test_a_named_store_is_emptied_when_the_replica_starts(
     (store / "trl-policy-v1" / "0123").mkdir(parents=True)
     (store / "stale-file").write_text("left by an earlier run")
     async with sim_server(adapter_store=str(store)) as (url, _):
-        assert list(store.iterdir()) == [store / ".tmp"]
+        # Emptied: only the store's own bookkeeping (uploads in progress, usage, its lock).
+        assert sorted(p.name for p in store.iterdir()) == [".lock", ".tmp", ".usage"]
         status, entry = await put(http, url, "v2", upload_body(FILES))
         assert status == 201
         assert Path(entry["path"]).parent.parent == store.resolve()

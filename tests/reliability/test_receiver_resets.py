@@ -64,7 +64,9 @@ async def test_resets_give_back_every_reservation_and_leave_nothing_on_disk(
 
             async def settled() -> bool:
                 store_view = await listing(session, url)
-                return bool(store_view["bytes"] == sum(e["bytes"] for e in store_view["adapters"]))
+                return bool(
+                    store_view["bytes"] == sum(e["charged"] for e in store_view["adapters"])
+                )
 
             # The accounting is what is published, nothing reserved: no reset leaked space.
             await eventually(settled, what="every reset upload's reservation given back")

@@ -183,7 +183,7 @@ def test_the_store_is_emptied_when_the_receiver_is_built(tmp_path: Path) -> None
     store = tmp_path / "store"
     (store / "trl-policy-v3" / "abc").mkdir(parents=True)
     _receiver(tmp_path, Vllm())
-    assert [p.name for p in store.iterdir()] == [".tmp"]
+    assert sorted(p.name for p in store.iterdir()) == [".lock", ".tmp", ".usage"]
 
 
 @pytest.mark.parametrize(
