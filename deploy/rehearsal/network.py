@@ -16,10 +16,13 @@ import contextlib
 import ipaddress
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from deploy.errors import DeployError
 
 IP_TIMEOUT_S = 30.0  # one ``ip`` command
 SUBNET = ipaddress.ip_network("10.231.0.0/16")  # a /24 of it per rehearsal, chosen at random
@@ -28,7 +31,19 @@ MAX_MEMBERS = 200
 
 def _ip(*args: str, netns: str | None = None) -> None:
     prefix = ["ip", "netns", "exec", netns] if netns else []
-    subprocess.run([*prefix, "ip", *args], check=True, capture_output=True, timeout=IP_TIMEOUT_S)
+    _run([*prefix, "ip", *args])
+
+
+def _run(argv: list[str]) -> None:
+    """One ``ip`` command; a ``DeployError`` naming it and what it said if it fails."""
+    try:
+        subprocess.run(argv, check=True, capture_output=True, text=True, timeout=IP_TIMEOUT_S)
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or exc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise DeployError(
+            f"the rehearsal could not build its network: `{shlex.join(argv)}` failed "
+            f"({said[0]}): it needs root on a host that allows network namespaces and bridges"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -81,8 +96,7 @@ class Group:
         netns, host_end, job_end = (f"rp{self.tag}n{number}", f"rp{self.tag}h{number}",
                                     f"rp{self.tag}j{number}")  # fmt: skip
         address = str(self.subnet[number])
-        subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True,
-                       timeout=IP_TIMEOUT_S)  # fmt: skip
+        _run(["ip", "netns", "add", netns])
         member = Member(job_name, netns, address, aliases)
         self.members.append(member)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", job_end)

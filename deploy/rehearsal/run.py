@@ -42,6 +42,7 @@ from deploy.wheel import build_wheel
 CPU_REPLICA_ARGS = ("--max-model-len", "512", "--dtype", "float32", "--block-size", "32")
 CPU_REPLICA_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}
 POLL_S = 1.0
+PROGRESS_S = 30.0  # a progress line at least this often while a wait goes on
 STOP_GRACE_S = 15.0
 TINY_MODEL_TIMEOUT_S = 300.0
 DATASET_ROWS = 64
@@ -102,6 +103,11 @@ class Rehearsal:
             group.open()
             registry = tunnel.start(group.gateway)
             self.launch(rehearsed, group, registry)
+        except (subprocess.SubprocessError, OSError) as exc:
+            raise DeployError(
+                f"the rehearsal could not set its jobs up ({exc}): check --image-base (a Python "
+                f"with vLLM and torch) and that {self.workdir} and {mount} can be written"
+            ) from None
         finally:
             self.stop(group)
             tunnel.close()
@@ -114,10 +120,17 @@ class Rehearsal:
         plan, work = self.plan, self.workdir
         model = work / "model"
         self.say(f"model {plan.model} -> a local tiny model ({model})")
-        subprocess.run(
+        built = subprocess.run(
             [str(self.base_python), "-m", "trainer_entry.tiny_model", str(model)],
-            check=True, capture_output=True, timeout=TINY_MODEL_TIMEOUT_S,
+            capture_output=True, text=True, timeout=TINY_MODEL_TIMEOUT_S, check=False,
         )  # fmt: skip
+        if built.returncode != 0:
+            said = (built.stderr or built.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise DeployError(
+                f"building the tiny model with {self.base_python} failed ({said[0]}): "
+                "--image-base must be the Python of an environment with torch and transformers "
+                "(`make e2e-venv`)"
+            )
         options = trainer_options(plan)
         data = work / "data.jsonl"
         rows = [
@@ -195,23 +208,34 @@ class Rehearsal:
 
     def wait(self, waited: Sequence[jobs.LocalJob], path: str, key: str,
              ready: Callable[..., bool]) -> None:  # fmt: skip
-        deadline = time.monotonic() + self.ready_timeout_s
+        started = time.monotonic()
+        shown = started
         pending = list(waited)
         while pending:
             for job in list(pending):
                 self.check_alive(job)
                 if ready(get(f"http://{job.member.address}:{PORT}{path}", key, 5.0)):
-                    self.say(f"  {job.spec.name}: ready ({path})")
+                    self.say(f"  {job.spec.name}: ready ({path}) after {_since(started)}")
                     pending.remove(job)
-            if pending and time.monotonic() > deadline:
+            now = time.monotonic()
+            if pending and now - started > self.ready_timeout_s:
                 raise self.failure(pending[0], f"not ready after {self.ready_timeout_s:.0f} s")
+            if pending and now - shown >= PROGRESS_S:
+                shown = now
+                last = (pending[0].tail(1) or [""])[0][:120]
+                self.say(f"  {pending[0].spec.name}: not ready yet ({_since(started)}): {last}")
             time.sleep(POLL_S if pending else 0)
 
     def train(self, trainer: jobs.LocalJob, others: Sequence[jobs.LocalJob] = ()) -> None:
         """Until trainer node 0 exits; the other nodes must exit 0 too (they end with it)."""
-        deadline = time.monotonic() + self.train_timeout_s
+        started = time.monotonic()
+        deadline = started + self.train_timeout_s
+        shown = started
         seen: set[str] = set()
         while trainer.exit_code() is None:
+            if time.monotonic() - shown >= PROGRESS_S:
+                shown = time.monotonic()
+                self.say(f"  trainer: training ({_since(started)}, {len(seen)} version(s) so far)")
             for job in self.started:
                 if job is not trainer and not (job in others and job.exit_code() == 0):
                     self.check_alive(job)
@@ -262,3 +286,7 @@ class Rehearsal:
         for job in self.started:
             with contextlib.suppress(*QUIET):
                 job.process.wait(5)
+
+
+def _since(started: float) -> str:
+    return f"{time.monotonic() - started:.0f} s"
