@@ -240,7 +240,8 @@ def build_app(
         )
     receiver = Receiver(store, Limits(max_adapter_bytes=adapter_cfg.store_max_adapter_bytes))
     app[RECEIVER] = receiver
-    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"), HostAllowlist.of(settings))
+    admin = Admin(pool, KeyCheck(settings.admin_key, "admin"), HostAllowlist.of(settings),
+                  settings.client.body_timeout_s)  # fmt: skip
     add_routes(app, handlers, admin, ReceiverRoutes(receiver))
     app.cleanup_ctx.append(_store_ctx)
     app.cleanup_ctx.append(_client_ctx)

@@ -105,7 +105,8 @@ def base_site_packages(base_python: Path) -> Path:
 
 
 def make_environment(image: str, base_python: Path, dest: Path) -> Path:
-    """A fresh environment standing in for ``image`` at ``dest``; its ``bin`` folder."""
+    """A fresh environment standing in for ``image`` at ``dest``; its ``bin`` folder. A layered
+    one links into the base environment's site-packages (a job must see that folder)."""
     known = stand_in(image)
     flags = ["--without-pip"] if known.layered else []
     subprocess.run(

@@ -5,29 +5,26 @@ job's name as host name (a machine of its own: torch's gloo finds its address by
 private mount namespace where the bucket folder is bind-mounted at the plan's mount path
 (read-only where the spec says so), the group's hosts file over ``/etc/hosts`` and a folder of
 its own over ``/tmp`` (a container's own ``/tmp``: the install step writes its constraints file
-there). Its environment is the spec's ``env`` and secrets and what HF Jobs adds
-(``HF_NETWORK_GROUP_PREFIX``, ``HF_NETWORK_GROUP_HOSTNAME``), on the image's ``PATH``; nothing
-of this machine's environment leaks in but its pip settings (where its registries are) and the
-rehearsal's own (``extra_env``: offline Hub, the registry tunnel). Output goes to one log file.
+there; a base environment that lives under /tmp is carried into it). Its environment is the
+spec's ``env`` and secrets and what HF Jobs adds (``HF_NETWORK_GROUP_PREFIX``,
+``HF_NETWORK_GROUP_HOSTNAME``), on the image's ``PATH``; nothing of this machine's environment
+leaks in but its pip settings (where its registries are) and the rehearsal's own
+(``extra_env``: offline Hub, the registry tunnel). Output goes to one log file.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.plan import NETWORK_PREFIX
 from deploy.rehearsal.network import Group, Member
-from deploy.specs import JobSpec
+from deploy.specs import BucketMount, JobSpec
 
-# Its host name, mounts, then the command: sh -c SCRIPT sh NAME BUCKET MOUNT ro|rw HOSTS TMP CMD...
-MOUNTS = (
-    'hostname "$1" && mount --bind "$2" "$3" && { [ "$4" = rw ] || mount -o remount,bind,ro "$3"; }'
-    ' && mount --bind "$5" /etc/hosts && mount --bind "$6" /tmp && shift 6 && exec "$@"'
-)
 PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
 LOG_TAIL_LINES = 25
 
@@ -50,6 +47,31 @@ class LocalJob:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+def setup_script(
+    name: str,
+    mount: BucketMount,
+    bucket_dir: Path,
+    hosts_file: Path,
+    tmp: Path,
+    keep: Sequence[Path] = (),
+) -> str:
+    """The shell lines that make the job's machine inside its fresh namespaces, then ``exec``
+    its command (``"$@"``). ``keep``: folders under ``/tmp`` the job must still see (the base
+    environment an image layer links into, when it lives there), carried into its own /tmp."""
+    q = shlex.quote
+    steps = [f"hostname {q(name)}", f"mount --bind {q(str(bucket_dir))} {q(mount.mount_path)}"]
+    if mount.read_only:
+        steps.append(f"mount -o remount,bind,ro {q(mount.mount_path)}")
+    steps.append(f"mount --bind {q(str(hosts_file))} /etc/hosts")
+    for folder in keep:
+        if folder.is_relative_to("/tmp"):
+            inside = tmp / folder.relative_to("/tmp")
+            inside.mkdir(parents=True, exist_ok=True)
+            steps.append(f"mount --bind {q(str(folder))} {q(str(inside))}")
+    steps += [f"mount --rbind {q(str(tmp))} /tmp", 'exec "$@"']
+    return " && ".join(steps)
+
+
 def start(
     spec: JobSpec,
     *,
@@ -59,6 +81,7 @@ def start(
     workdir: Path,
     secrets: Mapping[str, str],
     extra_env: Mapping[str, str],
+    keep: Sequence[Path] = (),
 ) -> LocalJob:
     """Join ``spec`` to the group and start its command; returns at once."""
     aliases = spec.network.aliases if spec.network else ()
@@ -79,12 +102,11 @@ def start(
         "HF_NETWORK_GROUP_HOSTNAME": group.hostname,
         **extra_env,
     }
+    script = setup_script(spec.name, mount, bucket_dir, group.hosts_file, tmp, keep)
     argv = [
         *("ip", "netns", "exec", member.netns),
         *("unshare", "--mount", "--uts", "--propagation", "private"),
-        *("sh", "-c", MOUNTS, "sh", spec.name, str(bucket_dir), mount.mount_path),
-        *("ro" if mount.read_only else "rw", str(group.hosts_file), str(tmp)),
-        *spec.command,
+        *("sh", "-c", script, "sh", *spec.command),
     ]
     log_path = workdir / "logs" / f"{spec.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -164,6 +164,7 @@ class Rehearsal:
         key = secrets.token_urlsafe(32)
         values = plan.secret_values("hf_rehearsal_token_not_a_real_one", key)
         env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
+        base_site = images.base_site_packages(self.base_python)  # image layers link into it
 
         def start(spec: JobSpec) -> jobs.LocalJob:
             image_bin = images.make_environment(
@@ -171,7 +172,8 @@ class Rehearsal:
             )
             extra = {**env, **(CPU_REPLICA_ENV if spec.role == "replica" else {})}
             job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=bucket,
-                             workdir=self.workdir, secrets=values, extra_env=extra)  # fmt: skip
+                             workdir=self.workdir, secrets=values, extra_env=extra,
+                             keep=[base_site])  # fmt: skip
             self.started.append(job)
             aliases = ", ".join(job.member.aliases) or "none"
             self.say(f"started {spec.name} ({spec.image}) at {job.member.address}, "

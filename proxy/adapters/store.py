@@ -171,6 +171,11 @@ class Store:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             os.mkdir(self.root, 0o700)
+        # Again: something planted between the check and the mkdir (which then found it there)
+        # is refused too. Once the directory is ours, a sticky temp dir keeps it ours.
+        why = claimable(self.root)
+        if why is not None:
+            raise StoreError(f"adapter store refused: {why}; name a private directory instead")
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)

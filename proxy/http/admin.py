@@ -8,6 +8,7 @@ replicas start PENDING and take traffic once the health loop has probed and sync
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import orjson
@@ -20,16 +21,19 @@ from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.http.auth import KeyCheck
-from proxy.http.responses import error_response, json_response
+from proxy.http.responses import body_timeout, error_response, json_response
 
 log = logging.getLogger("proxy.admin")
 
 
 class Admin:
-    def __init__(self, pool: ReplicaPool, key: KeyCheck, hosts: HostAllowlist) -> None:
+    def __init__(
+        self, pool: ReplicaPool, key: KeyCheck, hosts: HostAllowlist, body_timeout_s: float
+    ) -> None:
         self._pool = pool
         self._key = key
         self._hosts = hosts
+        self._body_timeout_s = body_timeout_s  # --client-body-timeout, as for every body
 
     def guard(self, handler: Handler) -> Handler:
         async def run(request: web.Request) -> web.StreamResponse:
@@ -57,7 +61,12 @@ class Admin:
 
     async def add(self, request: web.Request) -> web.StreamResponse:
         try:
-            data = orjson.loads(await request.read())
+            async with asyncio.timeout(self._body_timeout_s):
+                raw = await request.read()
+        except TimeoutError:
+            return body_timeout(self._body_timeout_s)
+        try:
+            data = orjson.loads(raw)
             url = data["url"] if isinstance(data, dict) else None
             if not isinstance(url, str):
                 raise ValueError('body must be {"url": "http://host:port"}')

@@ -141,7 +141,7 @@ def test_private_up_puts_every_job_in_the_runs_group_with_a_key_of_its_own(
         "r1-trainer": {"group": "r1", "aliases": ["trainer"]},
     }
     key = specs["r1-replica-0"]["secrets"]["VLLM_API_KEY"]
-    assert len(key) >= 40 and key != TOKEN  # made for the run, not the user's HF token
+    assert len(key) == 43 and key != TOKEN  # 256 random bits, URL-safe; not the HF token
     assert specs["r1-replica-1"]["secrets"] == {"HF_TOKEN": TOKEN, "VLLM_API_KEY": key}
     assert specs["r1-proxy"]["secrets"] == {"PROXY_UPSTREAM_TOKEN": key}  # sent upstream
     assert key not in result.out + result.err

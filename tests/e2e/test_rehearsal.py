@@ -135,7 +135,8 @@ def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -
         image_bin = images.make_environment(spec.image, Path(sys.executable), workdir / "env")
         job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=workdir / "bucket",
                          workdir=workdir, secrets=plan.secret_values("t", "k"),
-                         extra_env={"HTTPS_PROXY": registry})  # fmt: skip
+                         extra_env={"HTTPS_PROXY": registry},
+                         keep=[images.base_site_packages(Path(sys.executable))])  # fmt: skip
         assert job.process.wait(REHEARSAL_TIMEOUT_S) == 1, job.log_text()
     finally:
         group.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aiohttp import ClientSession
 
 from proxy.app import DISCOVERY, POOL, build_app
@@ -9,7 +10,7 @@ from proxy.app import serve as serve_proxy
 from proxy.clock import RealClock
 from proxy.config import Settings
 from proxy.fleet.discover_spec import parse_discover_spec
-from proxy.fleet.discovery import Discovery
+from proxy.fleet.discovery import Discovery, JobsLookup
 from replica_entry.sim import SIM_STATE
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
@@ -115,7 +116,9 @@ async def test_an_address_that_does_not_answer_never_routes_while_the_others_ser
             assert silent is not None and not silent.routable
 
 
-async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs() -> None:
+async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Any member of an organisation may start a job carrying the run's label there; the proxy
     sends its token only to the jobs its own user started (``JobInfo.initiator``)."""
     hub = JobsHub(token=TOKEN, default_steps=(Step("RUNNING"),))
@@ -144,8 +147,20 @@ async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs()
         async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [ours.id], what="ours found")
             lookup = app[DISCOVERY].lookup
-            await wait_for(lambda: other.id in getattr(lookup, "_foreign", set()),
-                           what="the intruder seen and skipped")  # fmt: skip
+            assert isinstance(lookup, JobsLookup)
+            await wait_for(lambda: other.id in lookup._foreign, what="the intruder skipped")
             assert [r.id for r in pool] == [ours.id]
+            polls = 0
+            poll = lookup._running_urls
+
+            def counted() -> set[str]:
+                nonlocal polls
+                polls += 1
+                return poll()
+
+            setattr(lookup, "_running_urls", counted)  # noqa: B010 (a method, counted)
+            await wait_for(lambda: polls >= 3, what="three more polls that see the intruder")
+        skipped = [r for r in caplog.records if "not started by this token's user" in r.message]
+        assert len(skipped) == 1  # logged once, however many polls saw it
         # The intruder never got a request, so never the token either.
         assert len(theirs.app[SIM_STATE].records) == 0

@@ -79,6 +79,11 @@ async def test_admin_adds_and_removes_replicas() -> None:
         async with stack.session.post(admin, json={"url": "gopher://x"}, headers=ADMIN) as resp:
             assert resp.status == 400
             assert "http://HOST:PORT" in (await resp.json())["error"]["message"]
+        with_password = {"url": "http://u:s3cr3t@127.0.0.1:1"}
+        async with stack.session.post(admin, json=with_password, headers=ADMIN) as resp:
+            assert resp.status == 400  # tokens go in --upstream-token, never in a URL
+            text = await resp.text()
+            assert "***@" in text and "s3cr3t" not in text
         async with stack.session.delete(f"{admin}/{extra.id}", headers=ADMIN) as resp:
             assert resp.status == 200
         assert [r.id for r in stack.pool] == [stack.sims[0].id]

@@ -246,3 +246,18 @@ async def test_a_client_that_stops_reading_is_disconnected_and_frees_its_slot() 
                 free_since = time.monotonic()  # ... until it gives up on that client for good
             await asyncio.sleep(0.05)
         writer.close()
+
+
+async def test_an_admin_body_that_never_arrives_is_answered_408() -> None:
+    """The admin API reads its body under ``--client-body-timeout`` too (it had no bound)."""
+    async with (
+        run_stack(1, client_body_timeout=0.3, admin_key="admin-k") as stack,
+        raw(stack) as (reader, writer),
+    ):
+        writer.write(
+            b"POST /admin/replicas HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-k\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"url":'
+        )
+        answer = await closed_within(reader, QUICK_S)
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert b"--client-body-timeout" in answer

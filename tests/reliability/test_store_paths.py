@@ -101,3 +101,24 @@ def test_the_vllm_backend_leaves_a_planted_default_to_the_receivers_private_stor
         assert "ROLLOUT_ADAPTER_STORE" not in build_launch(options, Install.GPU, {}).env
     finally:
         planted.unlink()
+
+
+def test_a_link_planted_between_the_check_and_the_mkdir_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the audit found: the path is free when checked, a link appears before the
+    store's ``mkdir`` (which then finds something there): never followed, its target kept."""
+    victim = _victim(tmp_path)
+    root = tmp_path / "shared" / "rollout-proxy-9-adapters"
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path: object, mode: int = 0o777, **kwargs: object) -> None:
+        if Path(str(path)) == root:
+            root.symlink_to(victim)  # the attacker wins the race
+        real_mkdir(path, mode, **kwargs)  # type: ignore[arg-type]
+
+    root.parent.mkdir()
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    with pytest.raises(StoreError, match="symlink"):
+        Store(root, 1 << 20).reset()
+    assert (victim / "thesis.tex").read_text() == "years of work"

@@ -20,6 +20,23 @@ def test_defaults_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.health.interval_s == 1 and settings.health.eject_after == 3
 
 
+def test_the_bounds_security_md_names_are_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SECURITY.md's table "What is bounded" quotes these defaults: a change must change it."""
+    monkeypatch.delenv("PROXY_PORT", raising=False)
+    settings = load_settings([])
+    client, limits, upstream = settings.client, settings.limits, settings.upstream
+    assert client.max_connections == 4096
+    assert (client.keepalive_timeout_s, client.head_timeout_s) == (75, 10)
+    assert (client.body_timeout_s, client.send_timeout_s) == (60, 60)
+    assert (client.max_body_bytes, client.max_body_bytes_in_flight) == (32 << 20, 1 << 30)
+    assert client.max_prompt_elements == 8192
+    assert (limits.queue_size, limits.queue_timeout_s) == (4096, 60)
+    assert upstream.max_answer_bytes == 256 << 20
+    adapters = settings.adapters
+    assert (adapters.push_buffer_bytes, adapters.push_stall_s) == (64 << 20, 30)
+    assert (adapters.store_max_adapter_bytes, adapters.store_max_bytes) == (1 << 30, 8 << 30)
+
+
 def test_env_then_flag_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROXY_PORT", "9000")
     monkeypatch.setenv("PROXY_MAX_INFLIGHT_PER_REPLICA", "7")

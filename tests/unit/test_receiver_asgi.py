@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from proxy.adapters.receive import Limits
+from proxy.adapters.store import MAX_ENTRIES
 from proxy.adapters.wire import PREFIX
 from replica_entry.receiver import (
     ENV_API_KEY,
@@ -200,6 +202,11 @@ def test_defaults() -> None:
     assert config.api_key is None
     assert config.store.is_dir() and config.store.name.startswith("rollout-adapters-")
     config.store.rmdir()
+    # SECURITY.md's receiver bounds: 8 uploads, 30 s idle, 1 MiB buffered, 60 s + 1 s a MiB.
+    limits = Limits()
+    assert (limits.max_uploads, limits.idle_timeout_s, limits.chunk_bytes) == (8, 30, 1 << 20)
+    assert limits.deadline_s(10 << 20) == 70
+    assert MAX_ENTRIES == 1024
 
 
 def test_vllm_can_import_it_with_the_standard_library_alone() -> None:
