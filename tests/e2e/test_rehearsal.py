@@ -53,7 +53,7 @@ def _rehearse(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str
     split = argv.index("--")
     command = [
         *(sys.executable, "-m", "deploy", "rehearse", *argv[:split]),
-        *("--image-base", sys.executable, "--workdir", str(workdir / "run")),
+        *("--image-base", sys.executable, "--workdir", str(workdir / "run"), "--steps", "1"),
         *argv[split:],
     ]
     return subprocess.run(
@@ -95,7 +95,7 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
     assert {name: alias for name, _, alias in started}["trainer"] == "trainer"
     # The trainer's versions reached the replica through the proxy, then it exited 0.
     assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
-    assert "trained 2 step(s) through the proxy and exited 0" in out
+    assert "trained 1 step(s) through the proxy and exited 0" in out
     assert f"costs about {cost} while it runs" in out
     # The bucket folder holds what the trainer wrote at /lora/math-r1 inside its job.
     run_dir = workdir / "run" / "bucket" / "math-r1"
