@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -351,6 +352,9 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
         plan, base, workdir, runtime.say, steps=args.steps,
         ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout,
     ).run()  # fmt: skip
+    if args.workdir is None:  # a folder of our own: gone once it passed (kept when it failed)
+        shutil.rmtree(workdir, ignore_errors=True)
+        runtime.say(f"removed {workdir} (--workdir keeps the jobs' logs and the bucket)")
     return 0
 
 
