@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.adapters.wire import PREFIX
+from proxy.adapters.wire import MANIFEST_LIMIT, MAX_FILES, PREFIX
 from tests.contract.conftest import SimServer
 from tests.contract.support import EXTERNAL_URL, Replica
 from tests.support.uploads import adapter_files, listing, manifest_line, put, raw_put, upload_body
@@ -134,6 +134,25 @@ async def test_a_manifest_nested_past_the_stack_is_refused_not_a_crash(
     assert answer is not None and answer[0] == 400, answer
     status, _ = await replica.get("/health")
     assert status == 200  # and the replica serves on
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        manifest_line({}),  # no file
+        manifest_line({f"f{i}.bin": 1 for i in range(MAX_FILES + 1)}),  # one file too many
+        b'{"format": "' + b"x" * MANIFEST_LIMIT + b'"}',  # a line over the limit
+    ],
+    ids=["no-file", "too-many-files", "line-too-long"],
+)
+async def test_a_manifest_outside_its_limits_is_refused(replica: Replica, line: bytes) -> None:
+    body = line + b"\n"
+    answer = await raw_put(
+        replica.url, f"{PREFIX}/{replica.unique('limits')}", [body], length=len(body), headers=AUTH
+    )
+    assert answer is not None and answer[0] == 400, answer
+    store = await listing(replica.session, replica.url, **AUTH)
+    assert not any(entry["name"].startswith("limits") for entry in store["adapters"])
 
 
 async def test_an_adapter_over_the_cap_is_refused_from_its_manifest(replica: Replica) -> None:

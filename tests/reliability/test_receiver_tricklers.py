@@ -12,6 +12,7 @@ from pathlib import Path
 from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.store import Store
 from tests.support.uploads import manifest_line
+from tests.support.waiting import wait_for
 
 TRICKLERS = 8
 
@@ -55,3 +56,57 @@ async def test_eight_tricklers_are_ended_by_the_deadline_and_give_everything_bac
     assert store.used() == 0
     assert list((store.root / ".tmp").iterdir()) == []
     assert receiver._uploads == 0  # every slot back
+
+
+async def test_a_ninth_upload_waits_for_no_slot_it_is_refused_at_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store", 64 << 20)
+    store.reset()
+    receiver = Receiver(store, Limits(max_uploads=TRICKLERS, min_rate=1 << 20, floor_s=30))
+    stop = asyncio.Event()
+    head = manifest_line({"adapter_model.safetensors": 1 << 20})
+    length = len(head) + (1 << 20) + 64
+    held = [
+        asyncio.create_task(receiver.upload(f"slow-{i}", length, _trickle(head, stop)))
+        for i in range(TRICKLERS)
+    ]
+    try:
+        await wait_for(lambda: receiver._uploads == TRICKLERS, what="every slot taken")
+        ninth = await asyncio.wait_for(
+            receiver.upload("ninth", length, _trickle(head, stop)), timeout=10
+        )
+        assert ninth.status == 503
+        assert "uploads in progress" in ninth.body["error"]["message"]
+    finally:
+        stop.set()
+        for task in held:
+            task.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+        receiver.close()
+    assert store.used() == 0
+
+
+async def test_an_upload_that_stops_sending_is_abandoned_after_the_idle_limit(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "store", 64 << 20)
+    store.reset()
+    receiver = Receiver(store, Limits(idle_timeout_s=0.2))
+    head = manifest_line({"adapter_model.safetensors": 1 << 20})
+    forever = asyncio.Event()
+
+    async def stops() -> AsyncIterator[bytes]:
+        yield head
+        yield b"\0" * 1000
+        await forever.wait()  # the sender goes quiet, the connection stays open
+        yield b""
+
+    try:
+        answer = await asyncio.wait_for(
+            receiver.upload("quiet", len(head) + (1 << 20) + 64, stops()), timeout=30
+        )
+    finally:
+        forever.set()
+        receiver.close()
+    assert answer.status == 408, answer.body
+    assert store.used() == 0
+    assert list((store.root / ".tmp").iterdir()) == []

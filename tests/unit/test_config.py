@@ -91,6 +91,18 @@ def test_secret_values_are_masked_in_errors(
     assert "sekrit-value" not in capsys.readouterr().err
 
 
+def test_a_bad_secret_value_is_named_but_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "proxy.toml"
+    config.write_text("api_key = 12345678\n")  # a secret of the wrong type: the error is its
+    with pytest.raises(SystemExit):
+        load_settings(["--config", str(config)])
+    err = capsys.readouterr().err
+    assert "invalid setting --api-key (PROXY_API_KEY): got ***" in err
+    assert "12345678" not in err
+
+
 def test_unknown_config_file_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "proxy.toml"
     config.write_text("prot = 1\n")
