@@ -122,3 +122,16 @@ def test_a_link_planted_between_the_check_and_the_mkdir_is_refused(
     with pytest.raises(StoreError, match="symlink"):
         Store(root, 1 << 20).reset()
     assert (victim / "thesis.tex").read_text() == "years of work"
+
+
+def test_a_directory_of_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    named = tmp_path / "store"
+    named.mkdir(mode=0o700)
+    (named / "theirs").write_text("not ours to empty")
+    someone_else = os.getuid() + 1
+    monkeypatch.setattr(os, "getuid", lambda: someone_else)  # the directory is now not ours
+    with pytest.raises(StoreError, match="belongs to another user"):
+        Store(named, 1 << 20).reset()
+    assert (named / "theirs").read_text() == "not ours to empty"

@@ -10,7 +10,7 @@ import tracemalloc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.routing.keys import KeyBuilder, KeySettings, _common_prefix
+from proxy.routing.keys import KEY_WINDOW, KEYED_PROMPTS, KeyBuilder, KeySettings, _common_prefix
 from proxy.routing.peek import Peek, peek_generation
 
 RNG = random.Random(7)
@@ -112,6 +112,16 @@ def test_batched_prompts_get_one_key_each() -> None:
     keys = key_of(builder, batch)
     assert len(keys) == 3
     assert keys == tuple(key_of(builder, p)[0] for p in batch)
+
+
+def test_a_batch_is_keyed_by_its_first_prompts_and_a_key_reads_a_bounded_window() -> None:
+    """SECURITY.md's bounds: the first 32 prompts of a batch, at most 64 KiB of a prompt."""
+    builder = KeyBuilder()
+    rng = random.Random(5)
+    batch = [problem(rng) for _ in range(KEYED_PROMPTS + 8)]
+    assert len(key_of(builder, batch)) == KEYED_PROMPTS
+    shared = "x" * (KEY_WINDOW + 10)
+    assert key_of(builder, shared + "one ending") == key_of(builder, shared + "another ending")
 
 
 def test_memory_is_bounded_after_a_million_distinct_prompts() -> None:
