@@ -60,7 +60,8 @@ hub-floor:
 	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip && \
 	"$$tmp/venv/bin/python" -m pip install --quiet -e . "huggingface_hub==$(HUB_FLOOR)" \
 		"hf_xet==$(XET_FLOOR)" pytest pytest-asyncio pytest-timeout && \
-	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py
+	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py \
+		tests/integration/test_network_group.py tests/reliability/test_discovery_owner.py
 
 # Debian packages two test tiers run for real: prometheus + promtool (tests/monitoring, against a
 # live proxy) and tmux (tests/console: top's live view in a terminal). Installed once (about 10 s),

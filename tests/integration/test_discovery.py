@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from aiohttp import ClientSession
 
 from proxy.app import DISCOVERY, POOL, build_app
@@ -10,8 +9,7 @@ from proxy.app import serve as serve_proxy
 from proxy.clock import RealClock
 from proxy.config import Settings
 from proxy.fleet.discover_spec import parse_discover_spec
-from proxy.fleet.discovery import Discovery, JobsLookup
-from replica_entry.sim import SIM_STATE
+from proxy.fleet.discovery import Discovery
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
 from tests.support.servers import serve
@@ -114,53 +112,3 @@ async def test_an_address_that_does_not_answer_never_routes_while_the_others_ser
                 assert response.status == 200, await response.text()
             silent = pool.get(f"127.0.0.2:{port}")
             assert silent is not None and not silent.routable
-
-
-async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Any member of an organisation may start a job carrying the run's label there; the proxy
-    sends its token only to the jobs its own user started (``JobInfo.initiator``)."""
-    hub = JobsHub(token=TOKEN, default_steps=(Step("RUNNING"),))
-    async with (
-        serve(build_jobs_hub_app(hub)) as hub_url,
-        run_sim() as ours,
-        run_sim() as theirs,
-    ):
-        mine = hub.create("team-org", replica_spec("exp1"))  # started by alice, the token's user
-        hub.exposed[mine.name] = ours.url
-        other = hub.create("team-org", {**replica_spec("exp1"), "labels": {
-            "rollout-replicas": "exp1", "name": "intruder"}}, initiator="mallory")  # fmt: skip
-        hub.exposed[other.name] = theirs.url
-        settings = Settings.model_validate(
-            {
-                "discover": "hf-jobs:rollout-replicas=exp1",
-                "discover_namespace": "team-org",
-                "discover_interval": 0.05,
-                "hub_endpoint": hub_url,
-                "upstream_token": TOKEN,
-                **FAST_HEALTH,
-            }
-        )
-        app = build_app(settings)
-        pool = app[POOL]
-        async with serve_proxy(app):
-            await wait_for(lambda: [r.id for r in pool.routable()] == [ours.id], what="ours found")
-            lookup = app[DISCOVERY].lookup
-            assert isinstance(lookup, JobsLookup)
-            await wait_for(lambda: other.id in lookup._foreign, what="the intruder skipped")
-            assert [r.id for r in pool] == [ours.id]
-            polls = 0
-            poll = lookup._running_urls
-
-            def counted() -> set[str]:
-                nonlocal polls
-                polls += 1
-                return poll()
-
-            setattr(lookup, "_running_urls", counted)  # noqa: B010 (a method, counted)
-            await wait_for(lambda: polls >= 3, what="three more polls that see the intruder")
-        skipped = [r for r in caplog.records if "not started by this token's user" in r.message]
-        assert len(skipped) == 1  # logged once, however many polls saw it
-        # The intruder never got a request, so never the token either.
-        assert len(theirs.app[SIM_STATE].records) == 0
