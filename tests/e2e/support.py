@@ -242,3 +242,11 @@ def report_perf(log_text: str, title: str) -> dict[str, float]:
     for name, value in medians.items():
         print(f"  {name:<34} {value:10.3f}  ({len(found[name])} steps)")
     return medians
+
+
+def all_routable(proxy_url: str, count: int, timeout_s: float = 120.0) -> None:
+    """Until the proxy routes to ``count`` replicas (it admits each after bringing it in step)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(r["routable"] for r in get_json(proxy_url + "/proxy/status")["replicas"]) < count:
+        assert time.monotonic() < deadline, f"not all replicas routable in {timeout_s} s"
+        time.sleep(0.2)

@@ -21,7 +21,7 @@ from replica_entry.sim.prefix_cache import PrefixCache
 from tests.e2e.support import (
     REPLICA_TOKEN,
     VllmServer,
-    get_json,
+    all_routable,
     get_text,
     metric_sum,
     post_json,
@@ -57,14 +57,6 @@ def _idle(fleet: list[VllmServer], timeout_s: float = 120.0) -> None:
         time.sleep(0.2)
 
 
-def _all_routable(url: str, count: int, timeout_s: float = 120.0) -> None:
-    """Until the proxy routes to ``count`` replicas (it admits each after bringing it in step)."""
-    deadline = time.monotonic() + timeout_s
-    while sum(r["routable"] for r in get_json(url + "/proxy/status")["replicas"]) < count:
-        assert time.monotonic() < deadline, f"not all replicas routable in {timeout_s} s"
-        time.sleep(0.2)
-
-
 def _complete(url: str, model: str, prompt: list[int]) -> str:
     body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0}
     request = urllib.request.Request(
@@ -97,7 +89,7 @@ def test_shared_prefix_groups_reach_the_one_cache_optimum(
     )
     homes = []
     with sidecar.running(argv, env={"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}) as url:
-        _all_routable(url, len(clean_fleet))
+        all_routable(url, len(clean_fleet))
         for group in groups:
             homes.append({_complete(url, model, prompt) for prompt in group})
     hits, queries = _counters(clean_fleet)
