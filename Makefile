@@ -38,9 +38,9 @@ lint: venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
 
-# The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about a
-# minute), the deploy and discovery tests on the oldest huggingface_hub we allow, then the real
-# tier (vLLM CPU servers + TRL; about 9 minutes).
+# The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about
+# three minutes), the deploy and discovery tests on the oldest huggingface_hub we allow, then the
+# real tier (vLLM CPU servers + TRL, and two rehearsals of deploy's jobs; about 17 minutes).
 test: venv lint test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor

@@ -29,6 +29,7 @@ from pathlib import Path
 from deploy.errors import DeployError
 from deploy.health import get
 from deploy.install import project_version, source_root
+from deploy.launch import REPLICA_KEY_BYTES
 from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
 from deploy.preflight import trainer_options
 from deploy.prices import cost_per_hour
@@ -161,7 +162,7 @@ class Rehearsal:
     def launch(self, plan: RunPlan, group: Group, registry: str) -> None:
         bucket = self.workdir / "bucket"
         self.publish(plan, bucket)
-        key = secrets.token_urlsafe(32)
+        key = secrets.token_urlsafe(REPLICA_KEY_BYTES)  # as `up` makes one
         values = plan.secret_values("hf_rehearsal_token_not_a_real_one", key)
         env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
         base_site = images.base_site_packages(self.base_python)  # image layers link into it
