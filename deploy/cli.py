@@ -36,7 +36,7 @@ from deploy.launch import Launch, summary
 from deploy.logs import print_logs
 from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
 from deploy.preflight import BadFlags
-from deploy.rehearsal.run import Rehearsal
+from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
@@ -332,12 +332,20 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
     if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
         return run_up(args, trainer_args, runtime)
+    refused = host_refusal(plan)
+    if refused is not None:
+        raise DeployError(refused)
     root = source_root()
     base = args.image_base or (root / ".venv-e2e" / "bin" / "python" if root else None)
-    if base is None or not base.exists():
+    if base is None or not base.is_file() or not os.access(base, os.X_OK):
         raise DeployError(
-            f"no environment to make the vLLM image from ({base or 'no checkout'}): run "
+            f"no Python to make the vLLM image from ({base or 'no checkout'}): run "
             "`make e2e-venv` in the checkout, or pass --image-base PYTHON"
+        )
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        raise DeployError(
+            f"--workdir {args.workdir} is not empty (an earlier rehearsal's?): name a new "
+            "folder, or remove that one"
         )
     # Not under /tmp: every job gets a /tmp of its own, which would hide it from the jobs.
     workdir = (args.workdir or Path(tempfile.mkdtemp(prefix=f"rehearse-{plan.run_name}-",

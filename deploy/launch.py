@@ -33,7 +33,7 @@ REPLICA_KEY_BYTES = 32  # the run's replica key: 256 random bits, URL-safe text
 class Launch:
     jobs: HubJobs
     plan: RunPlan
-    token: str
+    token: str = field(repr=False)
     probe: Prober
     clock: Clock
     say: Callable[[str], None]
@@ -46,7 +46,9 @@ class Launch:
     launched: list[JobView] = field(default_factory=list)
     # Made for this run, handed to its jobs as a secret; on the private network the replicas
     # demand it and the proxy sends it (plan.secret_values).
-    replica_key: str = field(default_factory=lambda: secrets.token_urlsafe(REPLICA_KEY_BYTES))
+    replica_key: str = field(
+        default_factory=lambda: secrets.token_urlsafe(REPLICA_KEY_BYTES), repr=False
+    )
 
     def hint(self, subcommand: str, *extra: str) -> str:
         return hints.command(

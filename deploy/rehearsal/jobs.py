@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 from deploy.plan import NETWORK_PREFIX
 from deploy.rehearsal.network import Group, Member
 from deploy.specs import BucketMount, JobSpec
+from proxy.lifeline import preexec
 
 PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
 LOG_TAIL_LINES = 25
@@ -112,6 +114,7 @@ def start(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=preexec(signal.SIGKILL),  # a killed rehearsal leaves no job running
+        )  # fmt: skip
     return LocalJob(spec, member, log_path, process)

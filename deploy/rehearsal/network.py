@@ -6,8 +6,8 @@ with one address on a bridge the rehearsal creates, and a hosts file bind-mounte
 every member claiming the alias, ``$HF_NETWORK_GROUP_HOSTNAME`` to every member, and each job's
 name (its host name) to its own address. The file is
 rewritten in place as members join (a bind mount keeps following the same file). The jobs'
-only way out is ``Tunnel``: HTTPS to the package registries through a CONNECT relay on the
-bridge (``HTTPS_PROXY``, ``deploy.rehearsal.tunnel``), as pip in a job reaches PyPI.
+only way out is ``Tunnel``: a CONNECT relay on the bridge that takes any ``host:443`` (HTTPS,
+``HTTPS_PROXY``, ``deploy.rehearsal.tunnel``), as pip in a job reaches PyPI.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from deploy.errors import DeployError
 IP_TIMEOUT_S = 30.0  # one ``ip`` command
 SUBNET = ipaddress.ip_network("10.231.0.0/16")  # a /24 of it per rehearsal, chosen at random
 MAX_MEMBERS = 200
+TAG_TRIES = 16  # random tags tried for a bridge name and /24 no one on this machine uses
 
 
 def _ip(*args: str, netns: str | None = None) -> None:
@@ -64,6 +65,7 @@ class Group:
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
     members: list[Member] = field(default_factory=list)
     subnet: ipaddress.IPv4Network | None = None
+    links: list[str] = field(default_factory=list)  # what this group created, deleted by close
 
     @property
     def bridge(self) -> str:
@@ -80,11 +82,22 @@ class Group:
         return f"{self.prefix}members"
 
     def open(self) -> None:
-        index = int(self.tag, 16) % 256
-        self.subnet = ipaddress.IPv4Network(f"{SUBNET[index * 256]}/24")
+        """Create the bridge, on a tag and a /24 no other group on this machine uses."""
+        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True,
+                              timeout=IP_TIMEOUT_S).stdout  # fmt: skip
+        for _ in range(TAG_TRIES):
+            index = int(self.tag, 16) % 256
+            self.subnet = ipaddress.IPv4Network(f"{SUBNET[index * 256]}/24")
+            taken = f" {self.gateway}/" in used or Path(f"/sys/class/net/{self.bridge}").exists()
+            if not taken:
+                break
+            self.tag = secrets.token_hex(2)
+        else:
+            raise DeployError(f"no free tag for the rehearsal's bridge in {TAG_TRIES} tries")
         if not self.prefix:
             self.prefix = f"{self.name}-{self.tag}-"
         _ip("link", "add", self.bridge, "type", "bridge")
+        self.links.append(self.bridge)
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         self.write_hosts()
@@ -100,6 +113,7 @@ class Group:
         member = Member(job_name, netns, address, aliases)
         self.members.append(member)
         _ip("link", "add", host_end, "type", "veth", "peer", "name", job_end)
+        self.links.append(host_end)  # deleting one end deletes the pair
         _ip("link", "set", job_end, "netns", netns)
         _ip("link", "set", host_end, "master", self.bridge, "up")
         _ip("addr", "add", f"{address}/24", "dev", job_end, netns=netns)
@@ -128,6 +142,6 @@ class Group:
                     os.kill(int(pid), signal.SIGKILL)
             subprocess.run(["ip", "netns", "del", member.netns], capture_output=True,
                            timeout=IP_TIMEOUT_S)  # fmt: skip
-        subprocess.run(
-            ["ip", "link", "del", self.bridge], capture_output=True, timeout=IP_TIMEOUT_S
-        )
+        for link in reversed(self.links):  # only what this group made; gone already is fine
+            subprocess.run(["ip", "link", "del", link], capture_output=True, timeout=IP_TIMEOUT_S)
+        self.links.clear()

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,28 @@ TINY_MODEL_TIMEOUT_S = 300.0
 DATASET_ROWS = 64
 QUIET = (OSError, subprocess.TimeoutExpired)  # what stopping a job that is gone may raise
 _LOADED = re.compile(r"adapter (trl-policy-v\d+) loaded on (\d+) replica")
+
+
+def host_refusal(plan: RunPlan) -> str | None:
+    """Why this machine cannot rehearse ``plan``, in one line (None: it can)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return (
+            "the rehearsal needs root on Linux (a network namespace per job, bind mounts): run "
+            "it as root, or in a throwaway VM or container that allows both"
+        )
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"the rehearsal needs `{tool}` (Debian: iproute2, util-linux)"
+    if plan.network != "private":
+        return (
+            "the rehearsal runs the private network (HF's edge cannot be stood in here): drop "
+            "--network public, or rehearse the same plan on the private network"
+        )
+    return None
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cpu_trainer_args(steps: int) -> tuple[str, ...]:
@@ -81,25 +104,17 @@ class Rehearsal:
     started: list[jobs.LocalJob] = field(default_factory=list)
 
     def run(self) -> None:
-        if sys.platform != "linux" or os.geteuid() != 0:
-            raise DeployError(
-                "the rehearsal needs root on Linux (a network namespace per job, bind mounts): "
-                "run it as root, or in a throwaway VM or container that allows both"
-            )
-        for tool in ("ip", "unshare"):
-            if shutil.which(tool) is None:
-                raise DeployError(f"the rehearsal needs `{tool}` (Debian: iproute2, util-linux)")
-        if self.plan.network != "private":
-            raise DeployError(
-                "the rehearsal runs the private network (HF's edge cannot be stood in here): "
-                "drop --network public, or rehearse the same plan on the private network"
-            )
-        rehearsed = self.stand_ins()
+        refused = host_refusal(self.plan)
+        if refused is not None:
+            raise DeployError(refused)
         group = Group(self.plan.network_group or self.plan.run_name, self.workdir / "hosts")
         tunnel = Tunnel()
         mount = Path(self.plan.mount_path)
         made_mount = not mount.exists()
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # as a Ctrl-C
         try:
+            rehearsed = self.stand_ins()
             mount.mkdir(parents=True, exist_ok=True)
             group.open()
             registry = tunnel.start(group.gateway)
@@ -115,6 +130,8 @@ class Rehearsal:
             if made_mount:
                 with contextlib.suppress(*QUIET):
                     mount.rmdir()
+            if main:
+                signal.signal(signal.SIGTERM, previous)
 
     def stand_ins(self) -> RunPlan:
         """The plan with the substitutions the module docstring lists, each said."""

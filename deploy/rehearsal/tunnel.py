@@ -1,8 +1,9 @@
 """The jobs' way to the package registries: an HTTPS CONNECT relay on the group's bridge.
 
 A job's namespace has no route out; pip reaches PyPI through ``HTTPS_PROXY=http://<bridge>:<port>``
-as it would through a corporate proxy. Only ``CONNECT host:443`` is relayed (TLS end to end:
-nothing is read); anything else gets 405. Written by hand (about 60 lines of asyncio) rather than
+as it would through a corporate proxy. ``CONNECT host:443`` is relayed for any host (TLS end to
+end: nothing is read; the jobs are the plan's own commands, so no further filter is kept);
+anything else gets 405. Written by hand (about 60 lines of asyncio) rather than
 pulled in as a dependency: it serves one rehearsal's pip runs and nothing else. Bounds: the
 request head (``MAX_HEAD``), the connect timeout, tunnels at once (``MAX_TUNNELS``).
 """

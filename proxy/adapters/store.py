@@ -6,6 +6,8 @@ Layout under ``root``::
     .lock                             taken (flock) while the usage or the entries change
     .usage                            {"bytes": B, "entries": E}: what is charged, kept O(1)
     .tmp/<name>.<charge>.<random>/    uploads in progress; the name carries the charge reserved
+    .tmp/.gone.<random>/              what is being deleted: renamed aside under the lock (so a
+                                      release happens once), removed once the lock is free
     <name>/<digest16>/                published entries: the adapter's files and META
 
 Invariants:
@@ -52,6 +54,7 @@ from proxy.adapters.wire import UploadError, content_digest, safe_name
 META = ".rollout.json"
 TMP = ".tmp"
 USAGE = ".usage"
+GONE = ".gone."  # in .tmp: what is being deleted, renamed aside first
 BLOCK = 4096  # a file's content is charged in whole filesystem blocks
 FILE_OVERHEAD = BLOCK  # and an inode and directory entry on top (an empty file costs this)
 ENTRY_OVERHEAD = 2 * BLOCK  # an entry's directory and its META
@@ -207,8 +210,12 @@ class Store:
                     "adapters are unloaded)",
                 )
             tmp = self.root / TMP / f"{name}.{cost}.{secrets.token_hex(6)}"
-            tmp.mkdir(parents=True)
-            self._write_usage(Usage(usage.bytes + cost, usage.entries + 1))
+            self._write_usage(Usage(usage.bytes + cost, usage.entries + 1))  # charged first:
+            try:
+                tmp.mkdir(parents=True)  # a folder on disk is never left uncharged
+            except OSError:
+                self._write_usage(usage)
+                raise
             return tmp
 
     def open_file(self, tmp: Path, name: str) -> FileSink:
@@ -224,6 +231,7 @@ class Store:
         _fsync_dir(tmp)
         final = self.root / name / digest[:16]
         created = False
+        gone = None
         with self._locked():  # a drop(name) counts what it frees: never mid-rename
             (self.root / name).mkdir(exist_ok=True)
             try:
@@ -231,28 +239,42 @@ class Store:
             except OSError:  # the same bytes were published meanwhile
                 if not final.is_dir():
                     raise
-                self._discard_locked(tmp)
+                gone = self._release_locked(tmp)
             else:
                 created = True
                 _fsync_dir(self.root / name)
+        _remove(gone)
         entry = self._entry(final)
         if entry is None:
             raise UploadError(500, f"adapter {name} vanished while it was published")
         return entry, created
 
     def discard(self, tmp: Path) -> None:
-        """Remove an upload in progress and release its charge; a second call does nothing."""
+        """Remove an upload in progress and release its charge; a second call does nothing.
+        The lock is held for one rename only (the files go after it is released)."""
         with self._locked():
-            self._discard_locked(tmp)
+            gone = self._release_locked(tmp)
+        _remove(gone)
 
-    def _discard_locked(self, tmp: Path) -> None:
+    def _release_locked(self, tmp: Path) -> Path | None:
+        """Move ``tmp`` aside (one rename: it happens once) and release its charge; where it
+        went, for removal once the lock is released, or None if it was not there."""
         if tmp.parent != self.root / TMP or not tmp.is_dir() or tmp.is_symlink():
-            return
-        shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        gone = self._tombstone()
+        try:
+            os.rename(tmp, gone)
+        except OSError:
+            return None
         with contextlib.suppress(ValueError, IndexError):
             cost = int(tmp.name.rsplit(".", 2)[1])
             usage = self._read_usage()
             self._write_usage(Usage(max(usage.bytes - cost, 0), max(usage.entries - 1, 0)))
+        return gone
+
+    def _tombstone(self) -> Path:
+        """A fresh name in ``.tmp`` for what is being deleted (never a reservation's name)."""
+        return self.root / TMP / f"{GONE}{secrets.token_hex(6)}"
 
     # -- what is stored --------------------------------------------------------------------
 
@@ -260,14 +282,18 @@ class Store:
         """Delete every entry of ``name`` (it was unloaded); returns the charge freed."""
         if not safe_name(name):
             return 0
-        with self._locked():
+        gone = None
+        with self._locked():  # held for a rename; the files go after it is released
             dropped = [e for d in _dirs(self.root / name) if (e := self._entry(d)) is not None]
-            shutil.rmtree(self.root / name, ignore_errors=True)
+            if (self.root / name).is_dir():
+                gone = self._tombstone()
+                os.rename(self.root / name, gone)
             freed = sum(e.charge for e in dropped)
             usage = self._read_usage()
             self._write_usage(
                 Usage(max(usage.bytes - freed, 0), max(usage.entries - len(dropped), 0))
             )
+        _remove(gone)
         return freed
 
     def entries(self) -> list[Entry]:
@@ -282,11 +308,22 @@ class Store:
         return self._read_usage().bytes
 
     def _read_usage(self) -> Usage:
+        """The usage file; if it is gone or damaged (a temp cleaner, a crash), what is on disk
+        recounted, so the caps never fail open."""
         try:
             data = json.loads((self.root / USAGE).read_bytes())
             return Usage(int(data["bytes"]), int(data["entries"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return Usage()
+            return self._recount()
+
+    def _recount(self) -> Usage:
+        entries = self.entries()
+        charged, count = sum(e.charge for e in entries), len(entries)
+        for tmp in _dirs(self.root / TMP):
+            with contextlib.suppress(ValueError, IndexError):
+                charged += int(tmp.name.rsplit(".", 2)[1])  # an upload in progress
+                count += 1
+        return Usage(charged, count)
 
     def _write_usage(self, usage: Usage) -> None:
         """Replace ``.usage`` (under the lock): a reader sees the old or the new, whole."""
@@ -329,6 +366,11 @@ class Store:
             yield
         finally:
             os.close(fd)
+
+
+def _remove(path: Path | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _dirs(path: Path) -> list[Path]:

@@ -391,10 +391,15 @@ def test_trainer_nodes_need_the_private_network(
     assert message in capsys.readouterr().err
 
 
-def test_the_trainers_world_flags_are_deploys_to_write(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("nodes", "flags"),
+    [("1", ("--nnodes", "2")), ("2", ("--master-addr", "10.0.0.9")), ("1", ("--node-rank", "0",
+     "--master-addr", "elsewhere"))],
+)  # fmt: skip
+def test_the_trainers_world_flags_are_deploys_to_write(nodes: str, flags: tuple[str, ...]) -> None:
     out, err = io.StringIO(), io.StringIO()
     runtime = Runtime(clock=FakeClock(), token=_no_token, out=out, err=err)
-    argv = [*ARGS, "--dry-run", "--", "--dataset", "d", "--nnodes", "2"]
+    argv = [*ARGS, "--dry-run", "--trainer-nodes", nodes, "--", "--dataset", "d", *flags]
     assert main(argv, runtime) == 2
     assert "--nnodes, --node-rank and --master-addr are deploy's to write" in err.getvalue()
     assert out.getvalue() == ""

@@ -44,11 +44,14 @@ def test_an_image_layer_links_every_package_but_the_hidden_ones(tmp_path: Path) 
 
 
 def test_only_known_images_have_a_stand_in() -> None:
-    assert stand_in(VLLM_IMAGE).layered
-    assert "vllm" in stand_in("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime").hidden
-    assert not stand_in("python:3.11-slim").layered
+    assert stand_in(VLLM_IMAGE, "3.11").layered
+    assert "vllm" in stand_in("pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime", "3.11").hidden
+    assert not stand_in("python:3.11-slim", "3.11").layered
     with pytest.raises(DeployError, match="no stand-in for the image me/mine:1"):
-        stand_in("me/mine:1")
+        stand_in("me/mine:1", "3.11")
+    # The proxy image's Python must be the base environment's (python:3.11 is not 3.12's).
+    with pytest.raises(DeployError, match=r"the --image-base's 3\.12"):
+        stand_in("python:3.11-slim", "3.12")
 
 
 def test_the_hosts_file_answers_as_the_groups_dns(tmp_path: Path) -> None:
@@ -85,11 +88,12 @@ def test_the_tunnel_relays_https_connects_and_nothing_else() -> None:
     try:
         plain = asyncio.run(_ask(url, b"GET http://example.org/ HTTP/1.1\r\nHost: x\r\n\r\n"))
         port_80 = asyncio.run(_ask(url, b"CONNECT example.org:80 HTTP/1.1\r\n\r\n"))
-        nowhere = asyncio.run(_ask(url, b"CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n"))
+        # .invalid never resolves (RFC 6761): the relay cannot connect, and says so.
+        nowhere = asyncio.run(_ask(url, b"CONNECT registry.invalid:443 HTTP/1.1\r\n\r\n"))
     finally:
         tunnel.close()
     assert plain.startswith(b"HTTP/1.1 405") and port_80.startswith(b"HTTP/1.1 405")
-    assert nowhere.startswith(b"HTTP/1.1 502")  # nothing listens on this machine's 443
+    assert nowhere.startswith(b"HTTP/1.1 502")
 
 
 def test_substitutions_replace_the_value_and_the_recipe_comes_last() -> None:

@@ -56,9 +56,15 @@ def _rehearse(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str
         *("--image-base", sys.executable, "--workdir", str(workdir / "run"), "--steps", "1"),
         *argv[split:],
     ]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=REHEARSAL_TIMEOUT_S, check=False
-    )
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as run:
+        try:
+            out, err = run.communicate(timeout=REHEARSAL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            run.terminate()  # SIGTERM: the rehearsal takes its jobs and namespaces down first
+            out, err = run.communicate(timeout=120)
+        return subprocess.CompletedProcess(command, run.returncode, out, err)
 
 
 def _namespaces_left() -> list[str]:

@@ -17,7 +17,7 @@ from aiohttp import ClientSession, web
 from huggingface_hub import HfApi
 
 from deploy.install import Install
-from deploy.plan import NETWORK_PREFIX, RunPlan, proxy_spec, replica_spec
+from deploy.plan import NETWORK_PREFIX, UPSTREAM_TOKEN_SECRET, RunPlan, proxy_spec, replica_spec
 from deploy.specs import JobSpec
 from proxy.app import DISCOVERY, POOL, build_app
 from proxy.app import serve as serve_proxy
@@ -39,6 +39,9 @@ PLAN = RunPlan(run_name="r1", bucket="alice/rl", model="m", replicas=2,
                install=Install("image", None), namespace="alice")  # fmt: skip
 
 
+UPSTREAM = PLAN.secret_values(TOKEN, KEY)[UPSTREAM_TOKEN_SECRET]  # what the proxy job sends
+
+
 async def _launch(hub_url: str, spec: JobSpec) -> None:
     api = HfApi(endpoint=hub_url, token=TOKEN)
     kwargs = spec.run_job_kwargs(PLAN.secret_values(TOKEN, KEY), PLAN.namespace)
@@ -51,7 +54,7 @@ def _proxy(hub: JobsHub, port: int, adapters: Path) -> web.Application:
     spec = spec.replace(":8000", f":{port}")
     settings = Settings.model_validate(
         {"discover": spec, "discover_interval": 0.05, "adapters_dir": str(adapters),
-         "watch_interval": 0.05, "upstream_token": KEY, **FAST_HEALTH}
+         "watch_interval": 0.05, "upstream_token": UPSTREAM, **FAST_HEALTH}
     )  # fmt: skip
     app = build_app(settings)
 
@@ -84,14 +87,14 @@ async def test_a_replica_job_run_again_is_found_and_warmed_before_it_serves(tmp_
         app = _proxy(hub, port, adapters)
         pool = app[POOL]
         async with serve_proxy(app) as url, ClientSession() as session:
-            async with run_sim(port=port, host="127.0.0.1"):
+            async with run_sim(port=port, host="127.0.0.1", api_key=KEY):
                 await wait_for(lambda: [r.url for r in pool.routable()] == [f"http://127.0.0.1:{port}"],
                                what="the first run routes")  # fmt: skip
             # The machine dies: HF Jobs runs the job again (attempts 3), elsewhere, empty.
             job.fail("exit code 137")
             assert (job.runs, job.stage) == (2, "RUNNING")
             hub.place(job.name, "127.0.0.2")
-            async with run_sim(port=port, host="127.0.0.2") as again:
+            async with run_sim(port=port, host="127.0.0.2", api_key=KEY) as again:
                 await wait_for(lambda: [r.url for r in pool.routable()] == [f"http://127.0.0.2:{port}"],
                                what="the second run routes, the first is gone")  # fmt: skip
                 body = {"model": "trl-policy-v2", "prompt": "hello", "max_tokens": 2}
@@ -111,8 +114,8 @@ async def test_a_proxy_job_run_again_rebuilds_its_fleet_and_window(tmp_path: Pat
         write_adapter(adapters, f"trl-policy-v{version}")
     async with (
         serve(build_jobs_hub_app(hub)) as hub_url,
-        run_sim(port=port, host="127.0.0.1"),
-        run_sim(port=port, host="127.0.0.2"),
+        run_sim(port=port, host="127.0.0.1", api_key=KEY),
+        run_sim(port=port, host="127.0.0.2", api_key=KEY),
     ):
         for index in range(2):
             await _launch(hub_url, replica_spec(PLAN, index))

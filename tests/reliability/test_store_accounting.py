@@ -17,6 +17,7 @@ import pytest
 
 from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.store import ENTRY_OVERHEAD, FILE_OVERHEAD, Store, charge
+from proxy.adapters.wire import UploadError
 from proxy.app import RECEIVER, build_app, serve
 from proxy.config import Settings
 from tests.reliability.test_receiver_resets import _reset_after
@@ -159,3 +160,30 @@ async def _trickle(url: str, name: str) -> int:
             return response.status
     except aiohttp.ClientError:
         return 0
+
+
+def test_a_lost_usage_file_is_recounted_never_read_as_empty(tmp_path: Path) -> None:
+    """A temp cleaner or a crash may take ``.usage``: the caps must not fail open."""
+    store = Store(tmp_path / "store", 3 * charge([10]))
+    store.reset()
+    for i in range(2):
+        tmp = store.reserve(f"n{i}", [10])
+        (tmp / "adapter_config.json").write_bytes(b"0123456789")
+        store.publish(tmp, f"n{i}", [("adapter_config.json", 10, "0" * 64)], None)
+    assert store.reserve("n2", [10]).is_dir()  # an upload in progress is charged too
+    (store.root / ".usage").unlink()
+    assert store.used() == 3 * charge([10])
+    with pytest.raises(UploadError) as refused:
+        store.reserve("n3", [10])
+    assert refused.value.status == 507
+
+
+def test_discarding_twice_releases_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store", 64 * MIB)
+    store.reset()
+    kept = store.reserve("kept", [10])
+    tmp = store.reserve("twice", [10])
+    store.discard(tmp)
+    store.discard(tmp)  # the receiver's undo and its clean-up may both run
+    assert store.used() == charge([10])
+    assert [p.name for p in (store.root / ".tmp").iterdir()] == [kept.name]
