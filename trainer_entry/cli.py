@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -43,6 +44,9 @@ from trainer_entry.options import TrainerOptions
 from trainer_entry.proxy_figures import replicas_reported
 
 log = logging.getLogger("trainer_entry")
+# A sidecar that finds its replicas by name: how long the recipe waits for it to list one
+# (its in-flight default is sized by their number).
+DISCOVERY_WAIT_S = 15.0
 
 
 @contextmanager
@@ -113,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with proxy_for(options) as url:
         figures = figures_source(options)
         replicas = replicas_reported(figures[0] or url, figures[1])
+        deadline = time.monotonic() + DISCOVERY_WAIT_S
+        while (
+            replicas is None and options.topology.sidecar_discover and time.monotonic() < deadline
+        ):
+            time.sleep(0.2)  # its first lookup may land just after it said ready
+            replicas = replicas_reported(url)
         recipe = options.recipe.resolved(options.world.world_size, replicas)
         options = replace(options, recipe=recipe, resume_from=resume)
         log.info("TRL talks to %s; %s replica(s) behind it", url, replicas or "unknown")
