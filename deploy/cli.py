@@ -13,12 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shlex
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,22 +25,19 @@ from huggingface_hub import HfApi, get_token
 
 from deploy import health, hints, preflight
 from deploy.clock import Clock, SystemClock
-from deploy.durations import parse_duration
 from deploy.errors import DeployError
-from deploy.install import default_source, install_for, project_version, source_root
+from deploy.install import project_version, source_root
 from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
-from deploy.plan import Flavors, Images, RunPlan, dry_run_specs
+from deploy.plan import RunPlan, dry_run_specs
 from deploy.preflight import BadFlags
 from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
+from deploy.up_flags import add_up_flags, check_up_args, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
-
-RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
-BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
 def publish_code(
@@ -93,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--namespace", help="where the jobs run (up: the bucket's namespace)")
     commands = parser.add_subparsers(dest="command", required=True)
-    _add_up(
+    add_up_flags(
         commands.add_parser("up", parents=[common], help="launch a run (trainer flags after --)")
     )
     rehearse = commands.add_parser(
@@ -102,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the jobs `up` would launch on this machine first (root, Linux): images, "
         "install steps, flags, network and mounts as planned, a tiny model, a few steps",
     )
-    _add_up(rehearse)
+    add_up_flags(rehearse)
     add = rehearse.add_argument
     add("--steps", type=int, default=2, help="training steps the trainer must finish")
     add(
@@ -133,131 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--follow", action="store_true", help="stream until the jobs end")
             sub.add_argument("--tail", type=int, help="only the last N lines of each job")
     return parser
-
-
-def _add_up(up: argparse.ArgumentParser) -> None:
-    add = up.add_argument
-    add("--bucket", required=True, help="NS/BUCKET holding the code and the adapters")
-    add("--model", required=True, help="the base model every replica serves")
-    add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
-    add("--topology", choices=["sidecar", "job"], default="sidecar")
-    add(
-        "--network",
-        choices=["private", "public"],
-        default=RunPlan.network,
-        help="private: the run's jobs share a network group and talk plain HTTP inside it, with "
-        "a key made for the run; public: every hop crosses HF's edge with your HF token "
-        "(default: %(default)s)",
-    )
-    add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
-    add("--replica-flavor", default=Flavors.replica)
-    add(
-        "--trainer-flavor",
-        default=Flavors.trainer,
-        help="trainer_entry starts one FSDP2 rank per GPU (default: %(default)s)",
-    )
-    add("--proxy-flavor", default=Flavors.proxy, help="topology job only")
-    add("--replica-image", default=Images.replica)
-    add("--trainer-image", default=Images.trainer)
-    add("--proxy-image", default=Images.proxy)
-    add(
-        "--code",
-        choices=["wheel", "pypi", "image"],
-        help="how jobs get the project (default: wheel from a source checkout, else pypi)",
-    )
-    add("--replica-args", default="", help="extra replica_entry flags, one quoted string")
-    add("--mount-path", default="/lora", help="where every job mounts the bucket")
-    add(
-        "--no-adapter-push",
-        dest="adapter_push",
-        action="store_false",
-        help="replicas without the adapter receiver, proxies that do not push: every sync waits "
-        "for the replicas' bucket mounts",
-    )
-    add(
-        "--allow-public-bucket",
-        action="store_true",
-        help="use an existing public bucket (the wheel and the adapters become public)",
-    )
-    add(
-        "--timeout",
-        default="6h",
-        help="the trainer's lifetime, with a unit s, m, h or d (e.g. 90m, 6h); jobs launched "
-        "before it get the start-up waits (--ready-timeout per wave) on top",
-    )
-    add("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each wave")
-    add("--poll-interval", type=float, default=5.0, help="seconds between status polls")
-    add(
-        "--trainer-nodes",
-        type=int,
-        default=RunPlan.trainer_nodes,
-        help="trainer jobs, each with every GPU of --trainer-flavor; they meet at node 0's "
-        "network alias (private network only; default: %(default)s)",
-    )
-    add(
-        "--attempts",
-        type=int,
-        default=RunPlan.attempts,
-        help="runs in all HF Jobs gives each job that fails (1: no retry; default: %(default)s)",
-    )
-    add("--keep", action="store_true", help="on failure, leave launched jobs running")
-    add("--dry-run", action="store_true", help="print the job specs as JSON, launch nothing")
-
-
-def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock: Clock) -> RunPlan:
-    run_name = args.run_name or time.strftime("rollout-%Y%m%d-%H%M%S", time.gmtime(clock.wall()))
-    source = args.code or default_source()
-    return RunPlan(
-        run_name=run_name,
-        bucket=args.bucket,
-        model=args.model,
-        replicas=args.replicas,
-        install=install_for(source, f"{args.mount_path}/{run_name}/code"),
-        namespace=args.namespace or args.bucket.split("/")[0],
-        topology=args.topology,
-        images=Images(args.replica_image, args.trainer_image, args.proxy_image),
-        flavors=Flavors(args.replica_flavor, args.trainer_flavor, args.proxy_flavor),
-        timeout_s=parse_duration(args.timeout),
-        ready_timeout_s=args.ready_timeout,
-        mount_path=args.mount_path.rstrip("/"),
-        replica_args=tuple(shlex.split(args.replica_args)),
-        trainer_args=tuple(trainer_args),
-        adapter_push=args.adapter_push,
-        attempts=args.attempts,
-        network=args.network,
-        trainer_nodes=args.trainer_nodes,
-    )
-
-
-def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad values with argparse's exit 2, naming the flag, the value and the rule."""
-    if not BUCKET.match(args.bucket):
-        parser.error(f"argument --bucket: must look like NAMESPACE/BUCKET (got {args.bucket!r})")
-    if args.attempts < 1:
-        parser.error(f"argument --attempts: must be at least 1 (got {args.attempts})")
-    if args.replicas < 1:
-        parser.error(f"argument --replicas: must be at least 1 (got {args.replicas})")
-    if args.trainer_nodes < 1:
-        parser.error(f"argument --trainer-nodes: must be at least 1 (got {args.trainer_nodes})")
-    if args.trainer_nodes > 1 and args.network == "public":
-        parser.error(
-            "argument --trainer-nodes: several trainer nodes meet on the run's private network "
-            "only (HF's edge exposes one port, not torch's rendezvous): drop --network public"
-        )
-    if args.run_name is not None and not RUN_NAME.match(args.run_name):
-        parser.error(
-            f"argument --run-name: 1-40 lowercase letters, digits or dashes, not starting or "
-            f"ending with a dash (got {args.run_name!r})"
-        )
-    if not args.mount_path.startswith("/"):
-        parser.error(f"argument --mount-path: must be absolute (got {args.mount_path!r})")
-    for flag in ("ready_timeout", "poll_interval"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"argument --{flag.replace('_', '-')}: must be positive")
-    try:
-        parse_duration(args.timeout)
-    except ValueError as exc:
-        parser.error(str(exc))
 
 
 def _token(runtime: Runtime) -> str:

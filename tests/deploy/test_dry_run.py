@@ -132,46 +132,6 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     ) in script
 
 
-def test_public_network_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    specs = dry_run("--network", "public", "--run-name", "pub", monkeypatch=monkeypatch)
-
-    assert [spec["network_group"] for spec in specs] == [None, None, None]
-    assert [spec["network_aliases"] for spec in specs] == [[], [], []]
-    replica, _, trainer = specs
-    assert replica["secrets"] == {"HF_TOKEN": "***"}
-    # Behind HF's edge, which checks the HF token: the receiver's explicit opt-in.
-    assert "--adapter-receiver --receiver-without-key " in replica["command"][2]
-    assert trainer["secrets"] == {"HF_TOKEN": "***"}
-    assert (
-        "--sidecar-replicas 'https://<pub-replica-0 job id>--8000.hf.jobs,"
-        "https://<pub-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
-        "--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
-        "--output-dir /lora/pub"
-    ) in trainer["command"][2]
-
-
-def test_job_topology_on_the_private_network(monkeypatch: pytest.MonkeyPatch) -> None:
-    specs = dry_run("--topology", "job", "--run-name", "exp2", monkeypatch=monkeypatch)
-
-    assert [spec["network_aliases"] for spec in specs] == [
-        ["replica"], ["replica"], ["proxy"], ["trainer"]
-    ]  # fmt: skip
-    proxy, trainer = specs[2], specs[3]
-    # The proxy job holds the run's key alone (sent upstream), not the user's HF token.
-    assert proxy["secrets"] == {"PROXY_UPSTREAM_TOKEN": "***"}
-    assert proxy["expose"] == [8000]  # kept for watching the run through the edge
-    assert proxy["command"][2].endswith(
-        '--discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
-        "--adapters-dir /lora/exp2/.vllm_lora --supervise --adapter-push"
-    )
-    assert trainer["secrets"] == {"HF_TOKEN": "***"}
-    assert trainer["expose"] == []
-    assert (
-        '--proxy-url "http://${HF_NETWORK_GROUP_PREFIX}proxy:8000" --proxy-arg=--adapter-push'
-        in trainer["command"][2]
-    )
-
-
 def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run(
         "--topology", "job", "--run-name", "exp1", "--code", "wheel", "--mount-path", "/mnt/b",
@@ -358,48 +318,3 @@ def test_a_timeout_without_a_valid_unit_exits_2(
 def test_attempts_apply_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run("--topology", "job", "--attempts", "1", monkeypatch=monkeypatch)
     assert [spec["attempts"] for spec in specs] == [1, 1, 1, 1]
-
-
-def test_several_trainer_nodes_meet_at_node_0s_alias(monkeypatch: pytest.MonkeyPatch) -> None:
-    specs = dry_run("--run-name", "mn", "--trainer-nodes", "3", monkeypatch=monkeypatch)
-
-    trainers = [spec for spec in specs if spec["role"] == "trainer"]
-    assert [spec["name"] for spec in trainers] == ["mn-trainer", "mn-trainer-1", "mn-trainer-2"]
-    assert [spec["network_aliases"] for spec in trainers] == [["trainer"], [], []]
-    assert [spec["expose"] for spec in trainers] == [[8000], [], []]  # node 0 runs the proxy side
-    for node, spec in enumerate(trainers):
-        assert (
-            f"--num-processes 2 --nnodes 3 --node-rank {node} "
-            '--master-addr "${HF_NETWORK_GROUP_PREFIX}trainer" '
-        ) in spec["command"][2]
-        assert spec["labels"].get("rollout-index", "0") == str(node)
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (("--trainer-nodes", "2", "--network", "public"), "--trainer-nodes: several trainer"),
-        (("--trainer-nodes", "0"), "--trainer-nodes: must be at least 1 (got 0)"),
-    ],
-)
-def test_trainer_nodes_need_the_private_network(
-    argv: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([*ARGS, "--dry-run", *argv], Runtime(clock=FakeClock(), token=_no_token))
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("nodes", "flags"),
-    [("1", ("--nnodes", "2")), ("2", ("--master-addr", "10.0.0.9")), ("1", ("--node-rank", "0",
-     "--master-addr", "elsewhere"))],
-)  # fmt: skip
-def test_the_trainers_world_flags_are_deploys_to_write(nodes: str, flags: tuple[str, ...]) -> None:
-    out, err = io.StringIO(), io.StringIO()
-    runtime = Runtime(clock=FakeClock(), token=_no_token, out=out, err=err)
-    argv = [*ARGS, "--dry-run", "--trainer-nodes", nodes, "--", "--dataset", "d", *flags]
-    assert main(argv, runtime) == 2
-    assert "--nnodes, --node-rank and --master-addr are deploy's to write" in err.getvalue()
-    assert out.getvalue() == ""

@@ -19,8 +19,9 @@ from huggingface_hub import HfApi
 from huggingface_hub.errors import HfHubHTTPError
 
 from tests.deploy.conftest import TOKEN
+from tests.support.background import BackgroundServers
 from tests.support.clock import SteppingClock as FakeClock
-from tests.support.hub_jobs import BackgroundServers, JobsHub, Step, build_jobs_hub_app
+from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
 
 SPEC = {"dockerImage": "python:3.12", "command": ["true"], "labels": {"run": "x"}}
 

@@ -124,42 +124,6 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
     assert "replicas: 2/2 routable" in status.out
 
 
-def test_private_up_puts_every_job_in_the_runs_group_with_a_key_of_its_own(
-    stand: Stand,
-) -> None:
-    urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
-    proxy_url = stand.proxy("r1-proxy", urls)
-
-    result = stand.cli(*UP, "--replicas", "2", "--topology", "job")
-
-    assert result.code == 0, result.err
-    specs = {job.name: job.spec for job in stand.hub.jobs.values()}
-    assert {name: spec["network"] for name, spec in specs.items()} == {
-        "r1-replica-0": {"group": "r1", "aliases": ["replica"]},
-        "r1-replica-1": {"group": "r1", "aliases": ["replica"]},
-        "r1-proxy": {"group": "r1", "aliases": ["proxy"]},
-        "r1-trainer": {"group": "r1", "aliases": ["trainer"]},
-    }
-    key = specs["r1-replica-0"]["secrets"]["VLLM_API_KEY"]
-    assert len(key) == 43 and key != TOKEN  # 256 random bits, URL-safe; not the HF token
-    assert specs["r1-replica-1"]["secrets"] == {"HF_TOKEN": TOKEN, "VLLM_API_KEY": key}
-    assert specs["r1-proxy"]["secrets"] == {"PROXY_UPSTREAM_TOKEN": key}  # sent upstream
-    assert key not in result.out + result.err
-    assert all(key not in " ".join(spec["command"]) for spec in specs.values())
-    assert "launched r1-proxy: job 000000000000000066500003 (cpu-upgrade, python:3.11-slim, " \
-        "network group r1)" in result.out  # fmt: skip
-    # The exposed port stays for watching the run: up waited on it, status reads it.
-    assert f"{proxy_url} its proxy routes to 2/2 replicas" in result.out
-    status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
-    assert status.code == 0, status.err
-    assert "[network r1 as replica]" in status.out
-    assert "[network r1 as proxy]" in status.out
-    # A second run gets a key of its own.
-    second = stand.cli(*UP, "--replicas", "1", "--run-name", "r2", "--ready-timeout", "10")
-    assert second.code == 1  # its replica has no exposed app here; only its spec matters
-    assert stand.hub.named("r2-replica-0").spec["secrets"]["VLLM_API_KEY"] != key
-
-
 def test_a_replica_in_error_cancels_the_others_with_its_logs(stand: Stand) -> None:
     stand.replica("r1-replica-0")
     stand.replica("r1-replica-2")
@@ -398,17 +362,3 @@ def test_a_trainer_job_run_again_resumes_from_the_runs_checkpoints(stand: Stand)
     status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")
     assert "r1-trainer" in status.out
     assert "(retried on failure: 3 runs in all)" in status.out
-
-
-def test_up_waits_for_every_trainer_node(stand: Stand) -> None:
-    stand.fleet(1)
-    stand.hub.script("r1-trainer-1", Step("SCHEDULING", seconds=40), "RUNNING")
-
-    result = stand.cli(*UP, "--replicas", "1", "--trainer-nodes", "2")
-
-    assert result.code == 0, result.err
-    node = stand.hub.named("r1-trainer-1")
-    assert node.network == {"group": "r1"}
-    assert "r1-trainer-1 (000000000000000066500003): SCHEDULING" in result.out
-    assert "r1-trainer-1 (000000000000000066500003): RUNNING" in result.out
-    assert "r1-trainer-1" in result.out.split("is up", 1)[1]

@@ -120,7 +120,8 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
 def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
     """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
     naming the flag to change, before TRL's rollout worker would refuse to start."""
-    from deploy.cli import build_parser, plan_from_args
+    from deploy.cli import build_parser
+    from deploy.up_flags import plan_from_args
     from tests.support.clock import SteppingClock
 
     argv = _readme_plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")

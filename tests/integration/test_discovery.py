@@ -27,6 +27,20 @@ def replica_spec(run: str) -> dict[str, object]:
     }
 
 
+def jobs_discovery(hub_url: str, namespace: str) -> Settings:
+    """A proxy finding run exp1's replica jobs in ``namespace`` through the stand-in."""
+    return Settings.model_validate(
+        {
+            "discover": "hf-jobs:rollout-replicas=exp1",
+            "discover_namespace": namespace,
+            "discover_interval": 0.05,
+            "hub_endpoint": hub_url,
+            "upstream_token": TOKEN,
+            **FAST_HEALTH,
+        }
+    )
+
+
 async def test_replicas_join_and_leave_with_their_jobs() -> None:
     hub = JobsHub(token=TOKEN, default_steps=(Step("RUNNING"),))
     async with (
@@ -38,17 +52,7 @@ async def test_replicas_join_and_leave_with_their_jobs() -> None:
         hub.exposed[first.name] = a.url
         other_run = hub.create("team", {**replica_spec("exp2")})
         hub.exposed[other_run.name] = b.url
-        settings = Settings.model_validate(
-            {
-                "discover": "hf-jobs:rollout-replicas=exp1",
-                "discover_namespace": "team",
-                "discover_interval": 0.05,
-                "hub_endpoint": hub_url,
-                "upstream_token": TOKEN,
-                **FAST_HEALTH,
-            }
-        )
-        app = build_app(settings)
+        app = build_app(jobs_discovery(hub_url, "team"))
         pool = app[POOL]
         async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [a.id], what="a discovered")

@@ -9,11 +9,10 @@ import pytest
 
 from proxy.app import DISCOVERY, POOL, build_app
 from proxy.app import serve as serve_proxy
-from proxy.config import Settings
 from proxy.fleet.discovery import JobsLookup
 from replica_entry.sim import SIM_STATE
-from tests.integration.test_discovery import TOKEN, replica_spec
-from tests.support.fleet import FAST_HEALTH, run_sim
+from tests.integration.test_discovery import TOKEN, jobs_discovery, replica_spec
+from tests.support.fleet import run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
 from tests.support.servers import serve
 from tests.support.waiting import wait_for
@@ -35,17 +34,7 @@ async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs(
         other = hub.create("team-org", {**replica_spec("exp1"), "labels": {
             "rollout-replicas": "exp1", "name": "intruder"}}, initiator="mallory")  # fmt: skip
         hub.exposed[other.name] = theirs.url
-        settings = Settings.model_validate(
-            {
-                "discover": "hf-jobs:rollout-replicas=exp1",
-                "discover_namespace": "team-org",
-                "discover_interval": 0.05,
-                "hub_endpoint": hub_url,
-                "upstream_token": TOKEN,
-                **FAST_HEALTH,
-            }
-        )
-        app = build_app(settings)
+        app = build_app(jobs_discovery(hub_url, "team-org"))
         pool = app[POOL]
         async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [ours.id], what="ours found")

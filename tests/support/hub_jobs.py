@@ -33,8 +33,7 @@ It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 m
 
 Every route needs ``Authorization: Bearer <token>``. A job with exposed ports lists the URL a
 test registered with ``JobsHub.expose`` (an app on loopback, guarded by ``require_bearer`` as the
-HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else the Hub's form. ``BackgroundServers``
-runs apps on a loop in a thread, for synchronous tests of a blocking client.
+HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else the Hub's form.
 """
 
 from __future__ import annotations
@@ -45,10 +44,8 @@ import itertools
 import json
 import re
 import secrets
-import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -56,7 +53,6 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from tests.support.hub_buckets import Buckets, add_bucket_routes
-from tests.support.servers import serve
 
 TERMINAL = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 STREAM_TICK_S = 0.02  # how often an open log stream looks for new lines or the job's end
@@ -414,34 +410,3 @@ async def _job_logs(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(STREAM_TICK_S)
     await response.write_eof()
     return response
-
-
-class BackgroundServers:
-    """Serve aiohttp apps on loopback from an event loop in a daemon thread.
-
-    ``start(app)`` returns the app's base URL; ``close()`` cleans every app up and stops the loop.
-    ``call(coro)`` runs a coroutine on that loop (to touch app state from a test thread).
-    """
-
-    def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="servers", daemon=True)
-        self._thread.start()
-        self._exits = AsyncExitStack()
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout_s: float = 10.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
-
-    def start(self, app: web.Application) -> str:
-        async def enter() -> str:
-            return await self._exits.enter_async_context(serve(app))
-
-        return self.call(enter())
-
-    def close(self) -> None:
-        try:
-            self.call(self._exits.aclose())
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            self._loop.close()
