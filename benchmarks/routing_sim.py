@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from benchmarks.trace import TraceShape, build_groups, next_prompt, rollout_order
-from proxy.routing.peek import peek_generation
-from proxy.routing.policy import Decision, Policy, RouteRequest, Snapshot
+from proxy.routing.facts import Facts
+from proxy.routing.policy import Decision, Policy, Snapshot
 from replica_entry.sim.prefix_cache import PrefixCache
 
 MODEL = "trl-policy-v1"
@@ -88,6 +88,7 @@ class RoutingResult:
 class _Run:
     def __init__(self, policy: Policy, shape: TraceShape, config: SimConfig) -> None:
         self.policy, self.shape, self.config = policy, shape, config
+        self.facts = Facts(policy)  # every request weighs the same: this measures affinity
         self.replicas = [self._new_replica(i) for i in range(config.replicas)]
         # The best possible: one cache as large as the whole fleet's, seeing every request.
         self.best = PrefixCache(config.block_size, config.cache_blocks * config.replicas)
@@ -116,9 +117,7 @@ class _Run:
                 "logprobs": 0,
             }
         )
-        peek = peek_generation(body, b"prompt")
-        keys, hint = self.policy.route_keys(peek, MODEL)
-        request = RouteRequest(MODEL, None, keys, hint=hint)
+        request = self.facts.build(body, b"prompt")  # the proxy's own path (routing.facts)
         cap = self.config.per_replica_cap
         candidates = [r for r in self.replicas if r.inflight < cap] or self.replicas
         decision: Decision = self.policy.select(Snapshot(candidates, self.members()), request)

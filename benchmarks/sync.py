@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.loopback import serve, write_adapter
-from proxy.app import POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import Faults, SimSettings, build_sim_app
@@ -41,7 +41,7 @@ async def run_point(lag_s: float, replicas: int, repeats: int, seed: int) -> dic
         app = build_app(settings)
         proxy_url = await stack.enter_async_context(serve_proxy(app))
         session = await stack.enter_async_context(aiohttp.ClientSession())
-        while len(app[POOL].routable()) < replicas:
+        while len(app[PROXY].fleet.pool.routable()) < replicas:
             await _sleep(0.02)
         root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         for n in range(repeats):

@@ -39,7 +39,7 @@ import aiohttp
 
 from benchmarks.loopback import serve
 from proxy.adapters.store import FileSink
-from proxy.app import POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
@@ -129,7 +129,7 @@ async def run_point(
 
 async def _routable(app: Any, replicas: int) -> None:
     for _ in range(3000):
-        if len(app[POOL].routable()) == replicas:
+        if len(app[PROXY].fleet.pool.routable()) == replicas:
             return
         await asyncio.sleep(0.01)
     raise RuntimeError("the replicas never became routable")

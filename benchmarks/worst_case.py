@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from proxy.routing.peek import DEFAULT_MAX_ELEMENTS, BadBody, peek_generation
+from proxy.routing.cost import CostModel
+from proxy.routing.facts import Facts
+from proxy.routing.peek import DEFAULT_MAX_ELEMENTS, BadBody
 from proxy.routing.prefix import PrefixPolicy
 
 MIB = 1024 * 1024
@@ -66,14 +68,14 @@ def shapes() -> dict[str, Callable[[], bytes]]:
 
 def measure(build: Callable[[], bytes], policy: PrefixPolicy) -> dict[str, Any]:
     body = build()
+    facts = Facts(policy, CostModel(), DEFAULT_MAX_ELEMENTS)
     best, outcome = float("inf"), ""
     for _ in range(RUNS):
         started = time.perf_counter()
         try:
             key = b"messages" if body.startswith(b'{"model": "m", "messages"') else b"prompt"
-            peek = peek_generation(body, key, DEFAULT_MAX_ELEMENTS)
-            keys, _ = policy.route_keys(peek, "m")
-            outcome = f"routed ({len(keys)} keys)"
+            route = facts.build(body, key)  # the proxy's own path (routing.facts)
+            outcome = f"routed ({len(route.keys)} keys)"
         except BadBody as exc:
             outcome = f"400: {str(exc)[:48]}..."
         best = min(best, time.perf_counter() - started)

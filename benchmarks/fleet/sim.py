@@ -32,8 +32,8 @@ from benchmarks.fleet.workloads import Workload
 from proxy.fleet.load import judge
 from proxy.fleet.load_settings import LoadSettings
 from proxy.fleet.replica import ReportedLoad
-from proxy.routing.cost import CostModel, estimate_prompt_tokens
-from proxy.routing.peek import peek_generation
+from proxy.routing.cost import CostModel
+from proxy.routing.facts import Facts
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 
 
@@ -77,6 +77,8 @@ class Router:
         self.members = tuple(r.id for r in replicas)
         self.index = {r.id: i for i, r in enumerate(replicas)}
         self.costs = CostModel()
+        # An uninformed proxy weighs every request the same (cost 1), as the proxy before costs.
+        self.facts = Facts(policy, self.costs if informed else None)
         self.queue: deque[tuple[Request, RouteRequest]] = deque()
         self.load = LoadSettings()
         self._sent: dict[int, _Sent] = {}
@@ -95,14 +97,7 @@ class Router:
                 "logprobs": 0,
             }
         )
-        peek = peek_generation(body, b"prompt")
-        keys, hint = self.policy.route_keys(peek, request.lora)
-        cost = (
-            self.costs.estimate(estimate_prompt_tokens(peek), self.max_tokens)
-            if self.informed
-            else 1.0
-        )
-        route = RouteRequest(request.lora, None, keys, cost, self.max_tokens, hint)
+        route = self.facts.build(body, b"prompt")  # the proxy's own path (routing.facts)
         if self.queue or not self._place(request, route):
             self.queue.append((request, route))
 

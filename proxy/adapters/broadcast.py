@@ -150,18 +150,27 @@ class Broadcaster:
                 self._eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
             return False
         if reply.status in (200, 404):
-            self.registry.mark_unloaded(replica.id, name)
-            self.pool.adapter_gone(replica, name)
+            self.dropped(replica, name)
             return True
         log.warning(
             "replica %s: unload of %s answered HTTP %d", replica.id, shown(name), reply.status
         )
         return False
 
+    # What a replica holds is kept twice, by two owners: the registry keeps which version
+    # record it holds and where it loaded it from (to plan and roll back), the pool keeps the
+    # name and path routing and ``/v1/models`` read (``Replica.adapters``). These two methods
+    # are the only writers of both (``admit`` aligns the registry with the replica's listing).
+
     def confirm(self, replica: Replica, version: Version, at: str | None = None) -> None:
         """``replica`` holds ``version``, loaded from ``at`` (default: the mount path)."""
         self.registry.mark_loaded(replica.id, version, at)
         self.pool.adapter_loaded(replica, version.name, at or version.where)
+
+    def dropped(self, replica: Replica, name: str) -> None:
+        """``replica`` no longer holds ``name`` (unloaded, or lost in a restart)."""
+        self.registry.mark_unloaded(replica.id, name)
+        self.pool.adapter_gone(replica, name)
 
     # -- pushing ---------------------------------------------------------------------------
 

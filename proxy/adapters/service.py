@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,11 +33,14 @@ from typing import Any
 import orjson
 
 from proxy.adapters.broadcast import Broadcaster, Outcome
+from proxy.adapters.push import Pusher
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
 from proxy.adapters.store import Entry, Store
 from proxy.adapters.wire import shown
 from proxy.clock import Failed
+from proxy.fleet.info import FleetInfo
+from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
 from proxy.upstream.errors import CONTROL_ERRORS
@@ -73,22 +76,26 @@ class AdapterService:
     def __init__(
         self,
         broadcaster: Broadcaster,
+        info: FleetInfo,
         metrics: Metrics,
-        refresh: Callable[[Replica], Awaitable[None]],
         *,
         has_source: bool,
         failed: Failed,
         store: Store | None = None,
         fetch: Callable[[str, str], Entry | None] | None = None,
     ) -> None:
+        # The broadcaster's own collaborators, named once: the service does not reach through.
         self.broadcaster = broadcaster
+        self.registry: Registry = broadcaster.registry
+        self._pool: ReplicaPool = broadcaster.pool
+        self._pusher: Pusher | None = broadcaster.pusher
+        self._deadline_s = broadcaster.retry.deadline_s  # how long lagging mounts are waited for
         self.store = store  # the proxy's own receiver store
         # fetch(name, mount path): download a version this proxy cannot read into ``store``
         # (the Hub bucket source); None when that path is not one of the source's.
         self._fetch = fetch
-        self.registry: Registry = broadcaster.registry
         self.metrics = metrics
-        self._refresh = refresh  # re-read a replica's models (the fleet's info refresh)
+        self._info = info  # re-reads a replica's models (reconciling one that lost an adapter)
         self._failed = failed  # reports an exception a background task of ours survived
         self.has_source = has_source
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
@@ -109,6 +116,16 @@ class AdapterService:
     def epoch(self) -> int:
         return self.registry.epoch
 
+    @property
+    def versions(self) -> dict[str, Version]:
+        """The versions wanted on the fleet, by name."""
+        return self.registry.versions
+
+    @property
+    def pushing(self) -> bool:
+        """Adapters reach the replicas by push (else through their bucket mounts)."""
+        return self._pusher is not None
+
     def limit(self, max_loras: int | None) -> None:
         """The fleet's smallest ``max_loras`` (sets the default window)."""
         self.registry.max_loras = max_loras
@@ -117,7 +134,7 @@ class AdapterService:
 
     async def load(self, body: bytes) -> LoadResult:
         name, path = parse_adapter_request(body, need_path=True)
-        self.broadcaster.pool.require_routable()
+        self._pool.require_routable()
         version = await self._resolve(name, path)
         started = time.perf_counter()
         outcomes = await asyncio.shield(self._start_load(version))
@@ -125,7 +142,7 @@ class AdapterService:
         took = sum(1 for o in outcomes if o.status == "ok")
         if took and not any(o.status in ("failed", "lagging") for o in outcomes):
             log.info("adapter %s loaded on %d replica(s) in %.2f s", shown(name), took, seconds)
-        return LoadResult(version, outcomes, seconds, self.broadcaster.retry.deadline_s)
+        return LoadResult(version, outcomes, seconds, self._deadline_s)
 
     async def _resolve(self, name: str, path: str) -> Version:
         """The version a client's load names, with where its bytes can be read (if anywhere)."""
@@ -139,7 +156,7 @@ class AdapterService:
         """A version to push that this proxy cannot read: its copy, downloaded once."""
         if version.files is not None or self._fetch is None or self.store is None:
             return version
-        if self.broadcaster.pusher is None:
+        if self._pusher is None:
             return version
         entry = await asyncio.to_thread(self.store.by_origin, version.where)
         if entry is None:
@@ -220,7 +237,7 @@ class AdapterService:
         known = (
             name in self.registry.versions
             or name in self._retired
-            or any(name in r.adapters for r in self.broadcaster.pool)
+            or any(name in r.adapters for r in self._pool)
         )
         async with self._exclusive(name):
             self.registry.remove(name)
@@ -260,13 +277,13 @@ class AdapterService:
         if not self.source_seen:
             # Now the source is known, leftovers on the replicas can be told apart: clean them.
             self.source_seen = True
-            for replica in self.broadcaster.pool.routable():
+            for replica in self._pool.routable():
                 self._spawn(self.admit(replica))
 
     # -- replicas ------------------------------------------------------------------------
 
     async def admit(self, replica: Replica) -> bool:
-        pusher = self.broadcaster.pusher
+        pusher = self._pusher
         if pusher is not None:  # it may have joined anew, with or without a receiver
             pusher.forget(replica.id)
             await pusher.probe(replica)
@@ -281,8 +298,7 @@ class AdapterService:
         log.warning(
             "replica %s lost adapter %s (restarted?): reconciling it", replica.id, shown(name)
         )
-        self.registry.mark_unloaded(replica.id, name)
-        self.broadcaster.pool.adapter_gone(replica, name)
+        self.broadcaster.dropped(replica, name)
         if replica.id not in self._reconciling:
             task = asyncio.create_task(self._reconcile(replica))
             self._reconciling[replica.id] = task
@@ -291,7 +307,8 @@ class AdapterService:
 
     async def _reconcile(self, replica: Replica) -> None:
         try:
-            await self._refresh(replica)
+            await self._info.refresh(replica)
+            self.limit(self._info.smallest_max_loras())
         except CONTROL_ERRORS as exc:  # the health loop takes over if it is really gone
             log.warning("replica %s: reconcile failed: %s", replica.id, exc)
             return
@@ -310,7 +327,7 @@ class AdapterService:
         }
 
     def status(self) -> dict[str, Any]:
-        pusher = self.broadcaster.pusher
+        pusher = self._pusher
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container, Iterator
+from collections.abc import Container, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -142,37 +142,7 @@ class Forwarder:
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
-        # The steps of a request; with tracing on, each in its own span (else the plain calls,
-        # so tracing costs nothing when it is off).
-        self._acquire: Callable[[Callable[[], Placement | None]], Awaitable[Placement]]
-        self._acquire = limiter.acquire
-        self._choose: Callable[[RouteRequest, set[str]], Placement | None] = self._place
-        self._try: Callable[[_Exchange, Placement], Awaitable[web.StreamResponse]] = self._attempt
-        if tracing is not None:
-            self._trace(tracing)
-
-    def _trace(self, tracing: Tracing) -> None:
-        acquire, choose, attempt = self._acquire, self._choose, self._attempt
-
-        async def queued(pick: Callable[[], Placement | None]) -> Placement:
-            with tracing.span("proxy.queue"):
-                return await acquire(pick)
-
-        def routed(route: RouteRequest, tried: set[str]) -> Placement | None:
-            with tracing.span("proxy.route") as span:
-                placed = choose(route, tried)
-                if placed is not None:
-                    span.set_attribute("rollout.route", placed.reason)
-                return placed
-
-        async def upstream(ex: _Exchange, placed: Placement) -> web.StreamResponse:
-            attributes = {"rollout.replica": placed.replica.id, "rollout.route": placed.reason}
-            with tracing.span("proxy.upstream", **attributes) as span:
-                response = await attempt(ex, placed)
-                span.set_attribute("http.response.status_code", response.status)
-                return response
-
-        self._acquire, self._choose, self._try = queued, routed, upstream
+        self._tracing = tracing
 
     def inflight_by_version(self, versions: Container[str]) -> dict[str, int]:
         """Requests in flight by adapter version (``versions``: the ones the proxy manages), the
@@ -243,11 +213,17 @@ class Forwarder:
         for _ in range(self._attempts):
             if tried and next(self._eligible(route.model, tried), None) is None:
                 break
-            placed = await self._acquire(lambda: self._choose(route, tried))
+            tracing = self._tracing
+            if tracing is None:
+                placed = await self._limiter.acquire(lambda: self._place(route, tried))
+            else:
+                placed = await self._traced_acquire(tracing, route, tried)
             replica = placed.replica
             self._metrics.record_decision(placed.reason)
             try:
-                return await self._try(exchange, placed)
+                if tracing is None:
+                    return await self._attempt(exchange, placed)
+                return await self._traced_attempt(tracing, exchange, placed)
             except _Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
@@ -261,6 +237,30 @@ class Forwarder:
             return last_answer
         self._metrics.record_rejection("upstream_failed")
         raise NoAnswer(errors)
+
+    # -- with tracing on (``--otel-spans``): the same steps, each in its own span --------------
+
+    async def _traced_acquire(
+        self, tracing: Tracing, route: RouteRequest, tried: set[str]
+    ) -> Placement:
+        def routed() -> Placement | None:
+            with tracing.span("proxy.route") as span:
+                placed = self._place(route, tried)
+                if placed is not None:
+                    span.set_attribute("rollout.route", placed.reason)
+                return placed
+
+        with tracing.span("proxy.queue"):
+            return await self._limiter.acquire(routed)
+
+    async def _traced_attempt(
+        self, tracing: Tracing, ex: _Exchange, placed: Placement
+    ) -> web.StreamResponse:
+        attributes = {"rollout.replica": placed.replica.id, "rollout.route": placed.reason}
+        with tracing.span("proxy.upstream", **attributes) as span:
+            response = await self._attempt(ex, placed)
+            span.set_attribute("http.response.status_code", response.status)
+            return response
 
     async def _attempt(self, ex: _Exchange, placed: Placement) -> web.StreamResponse:
         replica = placed.replica

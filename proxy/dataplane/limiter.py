@@ -67,6 +67,7 @@ class Limiter:
         self._waiters: deque[_Waiter[Any]] = deque()
         self.inflight = 0
         self._cap = self.overall_cap()
+        pool.listen(on_change=self.wake)  # a fleet change may free slots or move the cap
 
     @property
     def per_replica(self) -> int:

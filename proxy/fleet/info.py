@@ -1,7 +1,10 @@
 """Reading a replica's own view: its models (base and adapters) and its server info.
 
 ``parse_models`` is pure (a vLLM ``/v1/models`` answer -> what the pool records);
-``refresh_info`` asks the replica and hands the result to the pool, the owner of replica state.
+``refresh_info`` asks the replica and hands the result to the pool, the writer of what replicas
+report. ``FleetInfo`` does that for the proxy and keeps what the listings add up to: the base
+models seen and the fleet's smallest ``max_loras`` (the adapter window's default). The fleet's
+sync and the adapter service (reconciling a replica that lost an adapter) both read through it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,24 @@ async def refresh_info(client: UpstreamClient, pool: ReplicaPool, replica: Repli
     )
     info = await client.call(replica, "GET", "/server_info?config_format=json")
     pool.set_server_info(replica, info.json() if info.status == 200 else None)
+
+
+class FleetInfo:
+    def __init__(self, client: UpstreamClient, pool: ReplicaPool) -> None:
+        self._client = client
+        self._pool = pool
+        self.bases: set[str] = set()  # base models replicas have listed
+
+    async def refresh(self, replica: Replica) -> None:
+        """Re-read ``replica``'s models and server info. Raises ``CONTROL_ERRORS``."""
+        await refresh_info(self._client, self._pool, replica)
+        if replica.base_model is not None:
+            self.bases.add(replica.base_model)
+
+    def smallest_max_loras(self) -> int | None:
+        """The smallest ``max_loras`` any replica reported (None: none reported one)."""
+        limits = [m for m in map(max_loras, self._pool) if m is not None]
+        return min(limits) if limits else None
 
 
 def max_loras(replica: Replica) -> int | None:

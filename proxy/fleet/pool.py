@@ -1,14 +1,15 @@
-"""The replicas, and the one place their state changes: membership, health, draining, what
-they reported.
+"""The replicas, and the one place their membership, health, draining and reported models and
+server info change (the other fields' writers: ``fleet.replica``).
 
 A replica is *routable* when it is healthy and not draining; the routable set is cached and
-rebuilt on every change, and ``on_change`` is called (queued requests wake up).
+rebuilt on every change, and the ``on_change`` listeners are told (the limiter wakes queued
+requests).
 
 Ejection has exactly one path, ``eject``, whoever calls it (health probes, the forwarder, the
 circuit breaker, fan-out, adapter broadcasts): it records the cause and the error, resets the
 good-probe streak (so ``--readmit-after`` good probes are needed to come back), sets an optional
-cool-down, logs once, and counts ``rollout_proxy_ejections_total{cause}`` through ``on_eject``.
-"""
+cool-down, logs once, and counts ``rollout_proxy_ejections_total{cause}`` through its ``on_eject``
+listeners."""
 
 from __future__ import annotations
 
@@ -44,21 +45,28 @@ class NoReplica(Exception):
 class ReplicaPool:
     """The replicas, by id, in the order they were added."""
 
-    def __init__(
-        self,
-        urls: list[str] | None = None,
-        *,
-        clock: Clock,
-        on_eject: Callable[[EjectCause], None] | None = None,
-    ) -> None:
+    def __init__(self, urls: list[str] | None = None, *, clock: Clock) -> None:
         self._clock = clock
-        self._on_eject = on_eject
+        self._on_eject: list[Callable[[EjectCause], None]] = []
+        self._on_change: list[Callable[[], None]] = []
         self._replicas: dict[str, Replica] = {}
         self._routable: tuple[Replica, ...] = ()
         self.ids: tuple[str, ...] = ()  # members in pool order; changes only on add/remove
-        self.on_change: Callable[[], None] | None = None  # e.g. wake queued requests
         for url in urls or ():
             self.add(url)
+
+    def listen(
+        self,
+        *,
+        on_change: Callable[[], None] | None = None,
+        on_eject: Callable[[EjectCause], None] | None = None,
+    ) -> None:
+        """Be told of every change of the routable set (the limiter wakes queued requests) or
+        of every ejection, with its cause (the metrics count them)."""
+        if on_change is not None:
+            self._on_change.append(on_change)
+        if on_eject is not None:
+            self._on_eject.append(on_eject)
 
     def __iter__(self) -> Iterator[Replica]:
         return iter(tuple(self._replicas.values()))
@@ -83,11 +91,11 @@ class ReplicaPool:
         return sum(r.inflight for r in self._replicas.values())
 
     def refresh(self) -> None:
-        """Recompute the routable set and tell ``on_change``."""
+        """Recompute the routable set and tell the ``on_change`` listeners."""
         self._routable = tuple(r for r in self._replicas.values() if r.routable)
         self.ids = tuple(self._replicas)
-        if self.on_change is not None:
-            self.on_change()
+        for listener in self._on_change:
+            listener()
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -123,8 +131,8 @@ class ReplicaPool:
             return False
         log.warning("replica %s ejected (%s): %s", replica.id, cause, error)
         replica.health = Health.EJECTED
-        if self._on_eject is not None:
-            self._on_eject(cause)
+        for listener in self._on_eject:
+            listener(cause)
         self.refresh()
         return True
 

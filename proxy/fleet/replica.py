@@ -1,8 +1,10 @@
 """One upstream vLLM server as the proxy sees it, and its id.
 
-Every field has one writer: the pool (``fleet.pool.ReplicaPool``) for health, draining, streaks,
-cool-down, the last error and what the replica reported (models, server info, adapters); the
-limiter for ``inflight`` and ``cost``; the circuit breaker for ``error_streak``; the load scraper
+Every field has one writer (``tests/unit/test_replica_writers.py`` checks it): the pool
+(``fleet.pool.ReplicaPool``) for health, draining, streaks, cool-down, the last error and what
+the replica reported (models, server info, adapters: the adapters room's broadcaster tells the
+pool what it loaded or dropped); the limiter (``dataplane.limiter``) for ``inflight`` and
+``cost``; the circuit breaker (``fleet.breaker``) for ``error_streak``; the load scraper
 (``fleet.load``) for ``reported``. Everyone else reads. Ids are
 stable, human-readable and come from configuration (the URL's host:port), never from request data.
 """

@@ -12,7 +12,7 @@ import logging
 from typing import Protocol
 
 from proxy.clock import Clock
-from proxy.fleet.info import max_loras, refresh_info
+from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import UpstreamClient
@@ -48,15 +48,16 @@ class FleetSync:
         self,
         pool: ReplicaPool,
         client: UpstreamClient,
+        info: FleetInfo,
         adapters: AdapterWindow,
         clock: Clock,
     ) -> None:
         self.pool = pool
         self.client = client
+        self.info = info
         self.adapters = adapters
         self._clock = clock
         self._pause_query: str | None = None  # the query string of the last /pause, while paused
-        self._bases: set[str] = set()  # base models replicas have listed
         self.epoch = 0
         # Paused windows (a /pause to its /resume: TRL's weight syncs, as the fleet felt them).
         self._paused_since: float | None = None
@@ -102,18 +103,17 @@ class FleetSync:
 
         O(1) for the common cases (an adapter the registry knows, a base model seen before).
         """
-        if model in self._bases or self.adapters.knows(model):
+        bases = self.info.bases
+        if model in bases or self.adapters.knows(model):
             return False
-        if not self._bases:
+        if not bases:
             return False  # no replica has listed its models yet: let a replica answer
         return not any(replica.serves(model) for replica in self.pool)
 
     async def refresh_info(self, replica: Replica) -> None:
-        await refresh_info(self.client, self.pool, replica)
-        if replica.base_model is not None:
-            self._bases.add(replica.base_model)
-        limits = [m for m in map(max_loras, self.pool) if m is not None]
-        self.adapters.limit(min(limits) if limits else None)
+        """Re-read ``replica``'s own view; the adapter window follows the fleet's max_loras."""
+        await self.info.refresh(replica)
+        self.adapters.limit(self.info.smallest_max_loras())
 
     async def admit(self, replica: Replica) -> bool:
         """Bring ``replica`` in step (models, adapters, paused); True when it may take traffic."""

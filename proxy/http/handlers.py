@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
-import xxhash
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -30,42 +29,28 @@ from proxy.dataplane.forward import (
     NoAnswer,
     UpstreamTimeout,
 )
-from proxy.dataplane.limiter import Limiter, Rejected
+from proxy.dataplane.limiter import Rejected
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica, ReplicaPool
-from proxy.fleet.sync import FleetSync
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
+from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
 from proxy.metrics.recorder import Metrics
-from proxy.routing.cost import CostModel, decode_budget, estimate_prompt_tokens
-from proxy.routing.peek import BadBody, Peek, peek_generation, prompt_tokens
-from proxy.routing.policy import Policy, RouteRequest
-from proxy.routing.reuse import ReuseEstimator
-from proxy.supervise import restarts_so_far
+from proxy.routing.facts import Facts, UnknownModel
+from proxy.routing.peek import BadBody
+from proxy.routing.policy import RouteRequest
 from proxy.upstream.errors import LocalResourceError
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
-SINGLE_PROMPTS = ("tokens", "text", "messages")
-CONVERSATION_BYTES = 2048
-STARTED = time.monotonic()  # when this process began serving (the status page's uptime)
 
 log = logging.getLogger("proxy.http")
 access_log = logging.getLogger("proxy.access")
-
-
-def _conversation(peek: Peek, keys: tuple[int, ...]) -> int:
-    """What samples a prompt for the reuse estimate: its routing key (one per conversation),
-    or, under a policy that makes none, a hash of its first ``CONVERSATION_BYTES``."""
-    if keys:
-        return keys[0]
-    end = min(peek.end, peek.start + CONVERSATION_BYTES)
-    return xxhash.xxh64_intdigest(peek.buffer[peek.start : end])
 
 
 def _in_span(spans: Spans, handler: Handler) -> Handler:
@@ -105,22 +90,22 @@ def _unsafe_request(request: web.Request) -> web.Response | None:
 
 @dataclass(slots=True)
 class Handlers:
+    """The routes' handlers. ``facts`` builds a generation request's routing facts; the
+    forwarder, the fan-out and the adapter service do the work; ``status`` reads the page."""
+
     pool: ReplicaPool
-    fleet: FleetSync
-    limiter: Limiter
     forwarder: Forwarder
     fanout: FanOut
     adapters: AdapterService
     metrics: Metrics
+    facts: Facts
+    status_of: Status
     api_key: KeyCheck
     client: ClientSettings
-    policy: Policy
     redactor: Redactor
     guard: Guard
     bodies: BodyBudget
-    reuse: ReuseEstimator
     ids: Identities
-    costs: CostModel
     access_log: bool = False
     spans: Spans | None = None
     sampler: Sampler | None = None
@@ -200,75 +185,52 @@ class Handlers:
         self.bodies.release(reserved - len(body))
         return body
 
-    def generation(self, route: str, prompt_key: bytes) -> Handler:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            body = await self._checked_body(request)
-            if isinstance(body, web.Response):
-                return body
-            try:
-                return await self._generate(request, route, prompt_key, body)
-            finally:
-                self.bodies.release(len(body))
-
-        return handle
-
-    async def _checked_body(self, request: web.Request) -> bytes | web.Response:
-        """The body of a request that goes to a replica as it came (so it must be passable)."""
-        bad = _unsafe_request(request)
-        if bad is not None:
-            self.metrics.record_rejection("bad_request")
-            return bad
-        return await self._read(request)
-
     async def _with_body(
         self,
         request: web.Request,
-        use: Callable[[bytes], Awaitable[web.StreamResponse]],
-        *,
+        use: Callable[..., Awaitable[web.StreamResponse]],
+        *args: Any,
         forwarded: bool = True,
     ) -> web.StreamResponse:
-        """Read the body (``_read``'s bounds), hand it to ``use``, release it after.
-        ``forwarded``: the request goes to a replica as it came, so it must be passable."""
-        body = await (self._checked_body(request) if forwarded else self._read(request))
+        """Read the body (``_read``'s bounds), answer ``use(request, body, *args)``, release
+        the body after. ``forwarded``: the request goes to a replica as it came, so it must be
+        passable (``_unsafe_request``)."""
+        if forwarded:
+            bad = _unsafe_request(request)
+            if bad is not None:
+                self.metrics.record_rejection("bad_request")
+                return bad
+        body = await self._read(request)
         if isinstance(body, web.Response):
             return body
         try:
-            return await use(body)
+            return await use(request, body, *args)
         finally:
             self.bodies.release(len(body))
 
+    def generation(self, route: str, prompt_key: bytes) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._with_body(request, self._generate, route, prompt_key)
+
+        return handle
+
     async def _generate(
-        self, request: web.Request, route: str, prompt_key: bytes, body: bytes
+        self, request: web.Request, body: bytes, route: str, prompt_key: bytes
     ) -> web.StreamResponse:
+        headers = request.headers
+        key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
         try:
-            peek = peek_generation(body, prompt_key, self.client.max_prompt_elements)
+            facts = self.facts.build(body, prompt_key, key)
         except BadBody as exc:
             self.metrics.record_rejection("bad_request")
             return error_response(400, str(exc), param=exc.param)
-        model = peek.model
-        if model is not None and self.fleet.unknown(model):
+        except UnknownModel as exc:
             self.metrics.record_rejection("unknown_model")
-            return responses.model_not_found(model)
-        headers = request.headers
-        key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
-        keys, hint = ((), None) if key is not None else self.policy.route_keys(peek, model)
-        if peek.kind in SINGLE_PROMPTS and self.reuse.sampled(_conversation(peek, keys)):
-            self._observe_reuse(peek, model)
-        budget = decode_budget(peek)
-        cost = self.costs.estimate(estimate_prompt_tokens(peek), budget)
-        facts = RouteRequest(model, key, keys, cost, budget, hint)
-        return await self._forward(request, route, body, facts)
-
-    def _observe_reuse(self, peek: Peek, model: str | None) -> None:
-        """Available prefix reuse of a sampled prompt (see ``routing.reuse``), in tokens."""
-        seed = xxhash.xxh64_intdigest((model or "").encode())
-        size, available = self.reuse.observe(peek.buffer, peek.start, peek.end, seed)
-        if size:
-            tokens = prompt_tokens(peek)
-            self.metrics.record_reuse(tokens, tokens * available // size)
+            return responses.model_not_found(exc.model)
+        return await self._forward(request, body, route, facts)
 
     async def _forward(
-        self, request: web.Request, route: str, body: bytes, facts: RouteRequest
+        self, request: web.Request, body: bytes, route: str, facts: RouteRequest
     ) -> web.StreamResponse:
         try:
             return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
@@ -285,14 +247,12 @@ class Handlers:
             return responses.local_resources(f"{exc}; retry shortly")
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        return await self._with_body(
-            request, lambda body: self._forward(request, "passthrough", body, RouteRequest(None))
-        )
+        return await self._with_body(request, self._forward, "passthrough", RouteRequest(None))
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         return await self._with_body(request, self._load, forwarded=False)
 
-    async def _load(self, body: bytes) -> web.StreamResponse:
+    async def _load(self, request: web.Request, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.load(body)
         except BadAdapterRequest as exc:
@@ -304,7 +264,7 @@ class Handlers:
     async def unload(self, request: web.Request) -> web.StreamResponse:
         return await self._with_body(request, self._unload, forwarded=False)
 
-    async def _unload(self, body: bytes) -> web.StreamResponse:
+    async def _unload(self, request: web.Request, body: bytes) -> web.StreamResponse:
         try:
             result = await self.adapters.unload(body)
         except BadAdapterRequest as exc:
@@ -346,36 +306,8 @@ class Handlers:
         )
 
     async def status(self, request: web.Request) -> web.StreamResponse:
-        uptime = time.monotonic() - STARTED
-        paused = self.fleet.paused_seconds()
-        return json_response(
-            200,
-            {
-                "policy": self.policy.name,
-                "routing": self.policy.stats(),
-                "inflight": self.limiter.inflight,
-                "queued": self.limiter.queued,
-                "max_inflight": self.limiter.overall_cap(),
-                "max_inflight_per_replica": self.limiter.per_replica,
-                "paused": self.fleet.paused,
-                "adapters": self.adapters.status(),
-                "replicas": [views.replica_status(r) for r in self.pool],
-                "tasks": len(asyncio.all_tasks()),
-                "pid": os.getpid(),
-                "uptime_s": round(uptime, 3),
-                "quality": self.metrics.quality(),
-                "syncs": {
-                    "count": self.fleet.syncs,
-                    "last_s": self.fleet.last_paused_s,
-                    "paused_s": round(paused, 3),
-                    "paused_share": paused / uptime if uptime > 0 else None,
-                },
-                "advice": self.sampler.advice().as_dict() if self.sampler is not None else None,
-                "inflight_by_version": self.forwarder.inflight_by_version(
-                    self.adapters.registry.versions
-                ),
-                "restarts": restarts_so_far(),
-                "client_connections": self.guard.connections,
-                "body_bytes_held": self.bodies.held,
-            },
+        advice = self.sampler.advice() if self.sampler is not None else None
+        page = self.status_of.page(
+            advice, client_connections=self.guard.connections, body_bytes_held=self.bodies.held
         )
+        return json_response(200, page)

@@ -5,7 +5,8 @@ When on, every request is a ``proxy.request`` span (its parent taken from the cl
 policy's decision) and ``proxy.upstream`` (one attempt on a replica); the replica gets the
 request span's own ``traceparent``, so its spans nest under the proxy's. Spans carry the request
 id, the route's reason, the replica and the HTTP status. When off, none of this is on the
-request path: the data plane's hooks are the plain methods.
+request path: the forwarder takes its untraced steps (``Forwarder._forward`` branches on
+whether a tracer was given; the traced steps are ``_traced_acquire`` and ``_traced_attempt``).
 
 ``tracer_from_environment`` builds the SDK's tracer with an OTLP/HTTP exporter configured by the
 standard ``OTEL_*`` variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ...).

@@ -42,10 +42,10 @@ class StateCollector(Collector):
 
     def __init__(self, pool: ReplicaPool, sources: StateSources) -> None:
         self._pool = pool
-        self._sources = sources
+        self.sources = sources  # replaced once, by ``Metrics.read_state``
 
     def collect(self) -> Iterable[Metric]:
-        sources = self._sources
+        sources = self.sources
         yield GaugeMetricFamily(PREFIX + "inflight", "Requests holding a slot", sources.inflight())
         yield GaugeMetricFamily(
             PREFIX + "max_inflight", "The overall in-flight cap", sources.max_inflight()

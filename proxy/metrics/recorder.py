@@ -184,7 +184,8 @@ class Metrics:
             registry=reg,
         )
         self.push = PushMetrics(reg, (replica.id for replica in pool))
-        reg.register(StateCollector(pool, sources or StateSources()))
+        self._state = StateCollector(pool, sources or StateSources())
+        reg.register(self._state)
         reg.register(
             TallyCollector(
                 [
@@ -275,6 +276,10 @@ class Metrics:
 
     def record_ejection(self, cause: str) -> None:
         self._child(self._ejections, cause).inc()
+
+    def read_state(self, sources: StateSources) -> None:
+        """Where the scrape-time gauges read from now on (their owners exist after us)."""
+        self._state.sources = sources
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts the advisor samples: requests, and prompt/cached/reuse tokens."""

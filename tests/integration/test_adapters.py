@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from proxy.app import ADAPTERS, POOL, WATCHER, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from proxy.dataplane.forward import REPLICA_HEADER
@@ -90,7 +90,7 @@ async def test_watcher_preloads_so_the_clients_load_returns_at_once(tmp_path: Pa
         await eventually(lambda: _all_listed(stack, "trl-policy-v3"), what="v3 pre-loaded")
         shutil.rmtree(adapters / "trl-policy-v1")
         await eventually(lambda: _none_listed(stack, "trl-policy-v1"), what="v1 dropped")
-        assert "trl-policy-v1" not in stack.proxy_app[ADAPTERS].registry.versions
+        assert "trl-policy-v1" not in stack.proxy_app[PROXY].adapters.service.registry.versions
 
 
 async def _all_listed(stack: Stack, name: str) -> bool:
@@ -116,7 +116,7 @@ async def test_leftovers_from_an_earlier_run_are_unloaded_at_start(tmp_path: Pat
         )
         app = build_app(settings)
         async with serve_proxy(app):
-            await wait_for(lambda: len(app[POOL].routable()) == 1, what="admission")
+            await wait_for(lambda: len(app[PROXY].fleet.pool.routable()) == 1, what="admission")
         async with session.get(sim.url + "/v1/models") as resp:
             ids = [e["id"] for e in (await resp.json())["data"]]
         assert ids == ["sim-model"]
@@ -169,7 +169,9 @@ async def test_request_for_a_version_still_loading_waits(tmp_path: Path) -> None
     async with run_stack(sims=sims, adapter_push=False) as stack:  # a load that takes a while
         path = write_adapter(tmp_path, "trl-policy-v1")
         loading = asyncio.create_task(load(stack, load_body("trl-policy-v1", path)))
-        await wait_for(lambda: stack.proxy_app[ADAPTERS].knows("trl-policy-v1"), what="loading")
+        await wait_for(
+            lambda: stack.proxy_app[PROXY].adapters.service.knows("trl-policy-v1"), what="loading"
+        )
         status, _, _ = await post(stack, "/v1/completions", rollout("trl-policy-v1"))
         assert status == 200
         assert (await loading)[0] == 200
@@ -195,7 +197,8 @@ async def test_hub_bucket_source_with_the_real_client(tmp_path: Path) -> None:
             write_adapter(bucket / "run1" / ".vllm_lora", "trl-policy-v1")
             await eventually(lambda: _all_listed(stack, "trl-policy-v1"), what="bucket pre-load")
             assert hub[LISTINGS]
-            assert stack.proxy_app[WATCHER].scans > 0
+            watcher = stack.proxy_app[PROXY].adapters.watcher
+            assert watcher is not None and watcher.scans > 0
             status, _, _ = await post(stack, "/v1/completions", rollout("trl-policy-v1"))
             assert status == 200
 

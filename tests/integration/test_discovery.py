@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from aiohttp import ClientSession
 
-from proxy.app import DISCOVERY, POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
-from proxy.clock import RealClock
 from proxy.config import Settings
-from proxy.fleet.discover_spec import parse_discover_spec
-from proxy.fleet.discovery import Discovery
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app
 from tests.support.servers import serve
@@ -53,7 +50,7 @@ async def test_replicas_join_and_leave_with_their_jobs() -> None:
         other_run = hub.create("team", {**replica_spec("exp2")})
         hub.exposed[other_run.name] = b.url
         app = build_app(jobs_discovery(hub_url, "team"))
-        pool = app[POOL]
+        pool = app[PROXY].fleet.pool
         async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [a.id], what="a discovered")
             second = hub.create("team", replica_spec("exp1"))
@@ -73,7 +70,9 @@ async def test_a_name_resolved_for_real_gives_its_replicas() -> None:
         app = build_app(settings)
         async with serve_proxy(app):
             await wait_for(
-                lambda: f"http://127.0.0.1:{port}" in [r.url for r in app[POOL].routable()],
+                lambda: (
+                    f"http://127.0.0.1:{port}" in [r.url for r in app[PROXY].fleet.pool.routable()]
+                ),
                 what="localhost's replica routes",
             )
 
@@ -92,16 +91,8 @@ async def test_an_address_that_does_not_answer_never_routes_while_the_others_ser
         settings = Settings.model_validate(
             {"discover": spec, "discover_interval": 0.05, **FAST_HEALTH}
         )
-        app = build_app(settings)
-        pool = app[POOL]
-        app[DISCOVERY] = Discovery(
-            parse_discover_spec(spec),
-            pool,
-            RealClock(),
-            failed=lambda *_: None,
-            interval_s=0.05,
-            resolver=records,
-        )
+        app = build_app(settings, resolver=records)
+        pool = app[PROXY].fleet.pool
         async with serve_proxy(app) as url:
             await wait_for(
                 lambda: [r.url for r in pool.routable()] == [f"http://127.0.0.1:{port}"],

@@ -19,12 +19,9 @@ from huggingface_hub import HfApi
 from deploy.install import Install
 from deploy.plan import NETWORK_PREFIX, UPSTREAM_TOKEN_SECRET, RunPlan, proxy_spec, replica_spec
 from deploy.specs import JobSpec
-from proxy.app import DISCOVERY, POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
-from proxy.clock import RealClock
 from proxy.config import Settings
-from proxy.fleet.discover_spec import parse_discover_spec
-from proxy.fleet.discovery import Discovery
 from replica_entry.sim import SIM_STATE
 from tests.support.adapters import write_adapter
 from tests.support.fleet import FAST_HEALTH, run_sim
@@ -56,16 +53,12 @@ def _proxy(hub: JobsHub, port: int, adapters: Path) -> web.Application:
         {"discover": spec, "discover_interval": 0.05, "adapters_dir": str(adapters),
          "watch_interval": 0.05, "upstream_token": UPSTREAM, **FAST_HEALTH}
     )  # fmt: skip
-    app = build_app(settings)
 
     async def group_dns(name: str, asked: int) -> list[str]:
         assert name.startswith(PREFIX)
         return hub.resolve(PLAN.run_name, name.removeprefix(PREFIX))
 
-    app[DISCOVERY] = Discovery(
-        parse_discover_spec(spec), app[POOL], RealClock(),
-        failed=lambda *_: None, interval_s=0.05, resolver=group_dns,
-    )  # fmt: skip
+    app = build_app(settings, resolver=group_dns)
     return app
 
 
@@ -85,7 +78,7 @@ async def test_a_replica_job_run_again_is_found_and_warmed_before_it_serves(tmp_
         assert job.network == {"group": "r1", "aliases": ["replica"]}
         hub.place(job.name, "127.0.0.1")
         app = _proxy(hub, port, adapters)
-        pool = app[POOL]
+        pool = app[PROXY].fleet.pool
         async with serve_proxy(app) as url, ClientSession() as session:
             async with run_sim(port=port, host="127.0.0.1", api_key=KEY):
                 await wait_for(lambda: [r.url for r in pool.routable()] == [f"http://127.0.0.1:{port}"],
@@ -130,7 +123,7 @@ async def test_a_proxy_job_run_again_rebuilds_its_fleet_and_window(tmp_path: Pat
 
 
 async def _routes_and_serves(app: web.Application, adapter: str) -> None:
-    pool = app[POOL]
+    pool = app[PROXY].fleet.pool
     async with serve_proxy(app) as url, ClientSession() as session:
         await wait_for(lambda: len(pool.routable()) == 2, what="both replicas route")
         body = {"model": adapter, "prompt": "hello", "max_tokens": 2}

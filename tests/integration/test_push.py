@@ -15,7 +15,7 @@ import pytest
 
 from proxy.adapters import push as push_module
 from proxy.adapters.wire import PREFIX
-from proxy.app import ADAPTERS, RECEIVER
+from proxy.app import PROXY
 from tests.integration.test_adapters import rollout
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, load, load_body, metrics_text, post, records
@@ -278,8 +278,8 @@ async def test_window_moves_and_unloads_drop_the_copies(tmp_path: Path) -> None:
         assert status == 200
         for sim in stack.sims:
             await eventually(partial(_only_v3, stack, sim), what="v2's copies dropped on unload")
-        assert stack.proxy_app[ADAPTERS].registry.versions.keys() == {"trl-policy-v3"}
-        assert not await asyncio.to_thread(stack.proxy_app[RECEIVER].store.entries)
+        assert stack.proxy_app[PROXY].adapters.service.registry.versions.keys() == {"trl-policy-v3"}
+        assert not await asyncio.to_thread(stack.proxy_app[PROXY].adapters.receiver.store.entries)
 
 
 async def _only_v3(stack: Stack, sim: Sim) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.app import POOL, RECEIVER, build_app, serve
+from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from tests.integration.test_push import in_store
 from tests.support.adapters import write_adapter
@@ -50,8 +50,12 @@ async def topology(tmp_path: Path) -> AsyncIterator[Topology]:
         )
         relay = await exits.enter_async_context(serve(relay_app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
-        await wait_for(lambda: len(remote_app[POOL].routable()) == 2, what="remote routable")
-        await wait_for(lambda: len(relay_app[POOL].routable()) == 1, what="relay routable")
+        await wait_for(
+            lambda: len(remote_app[PROXY].fleet.pool.routable()) == 2, what="remote routable"
+        )
+        await wait_for(
+            lambda: len(relay_app[PROXY].fleet.pool.routable()) == 1, what="relay routable"
+        )
         yield Topology(sims, remote, remote_app, relay, session)
 
 
@@ -71,7 +75,7 @@ async def test_a_version_travels_trainer_relay_remote_proxy_replicas_by_push(
         ) as response:
             assert response.status == 200, await response.text()
         # The remote proxy holds the upload, with where the bucket mount shows it.
-        (entry,) = await asyncio.to_thread(t.remote_app[RECEIVER].store.entries)
+        (entry,) = await asyncio.to_thread(t.remote_app[PROXY].adapters.receiver.store.entries)
         assert (entry.name, entry.origin) == ("trl-policy-v1", str(path))
         # Every replica loaded its own pushed copy (their mount never showed it).
         for sim in t.sims:
@@ -90,7 +94,7 @@ async def test_a_version_travels_trainer_relay_remote_proxy_replicas_by_push(
             t.relay + "/v1/unload_lora_adapter", json={"lora_name": "trl-policy-v1"}
         ) as response:
             assert response.status == 200
-        assert not await asyncio.to_thread(t.remote_app[RECEIVER].store.entries)
+        assert not await asyncio.to_thread(t.remote_app[PROXY].adapters.receiver.store.entries)
         for sim in t.sims:
 
             async def dropped(sim: Sim = sim) -> bool:

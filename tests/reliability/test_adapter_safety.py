@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from proxy.app import ADAPTERS
+from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import listed, load, load_body, post
 from tests.support.fleet import Stack, run_sim, run_stack
@@ -22,7 +22,7 @@ def rollout(model: str) -> dict[str, Any]:
 
 async def consistent(stack: Stack) -> None:
     """Every routable replica holds exactly the registry's wanted versions."""
-    wanted = set(stack.proxy_app[ADAPTERS].registry.versions)
+    wanted = set(stack.proxy_app[PROXY].adapters.service.registry.versions)
     for index, sim in enumerate(stack.sims):
         if sim.id in {r.id for r in stack.pool.routable()}:
             assert set(await listed(stack, index)) - {"sim-model"} == wanted, sim.id
@@ -37,7 +37,7 @@ async def test_concurrent_loads_of_different_versions(tmp_path: Path) -> None:
         assert all(status == 200 for status, _, _ in results)
         await asyncio.sleep(0.2)  # window unloads run in the background
         await consistent(stack)
-        assert len(stack.proxy_app[ADAPTERS].registry.versions) == 5  # max_loras - 1
+        assert len(stack.proxy_app[PROXY].adapters.service.registry.versions) == 5  # max_loras - 1
 
 
 async def test_load_racing_unload(tmp_path: Path) -> None:

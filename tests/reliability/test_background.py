@@ -16,10 +16,11 @@ from proxy.adapters.registry import Fingerprint, Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import DirectorySource
 from proxy.adapters.watcher import Watcher
-from proxy.app import METRICS, POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import HealthSettings, Settings, UpstreamSettings
 from proxy.fleet.health import HealthMonitor
+from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
@@ -131,13 +132,15 @@ async def test_discovery_survives_a_job_with_an_unusable_url() -> None:
             # stops neither the good one joining nor the loop (no background error at all).
             good = hub.create("team", spec)
             hub.exposed[good.name] = sim.url
-            await wait_for(lambda: len(app[POOL].routable()) == 1, what="the good job found")
-            assert [r.url for r in app[POOL]] == [sim.url]
+            await wait_for(
+                lambda: len(app[PROXY].fleet.pool.routable()) == 1, what="the good job found"
+            )
+            assert [r.url for r in app[PROXY].fleet.pool] == [sim.url]
             assert discovery_errors(app) == 0
 
 
 def discovery_errors(app: web.Application) -> float:
-    text = app[METRICS].render().decode()
+    text = app[PROXY].metrics.render().decode()
     return metric_value(text, 'rollout_proxy_background_errors_total{task="discovery"}')
 
 
@@ -152,10 +155,12 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
         broadcaster = Broadcaster(pool, client, registry, clock, RetryPolicy(1.0, 0.01, 0.01))
         metrics = Metrics(pool)
 
-        async def refresh(replica: Replica) -> None:
-            raise RuntimeError("a bug in the refresh")
+        class BuggyInfo(FleetInfo):
+            async def refresh(self, replica: Replica) -> None:
+                raise RuntimeError("a bug in the refresh")
 
-        service = AdapterService(broadcaster, metrics, refresh, has_source=False, failed=failures)
+        info = BuggyInfo(client, pool)
+        service = AdapterService(broadcaster, info, metrics, has_source=False, failed=failures)
         try:
             service.out_of_step(replica, "trl-policy-v1")  # reconciles in the background
             await wait_for(lambda: failures.tasks, what="the reconcile task to fail")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.app import DISCOVERY, POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.fleet.discovery import JobsLookup
 from replica_entry.sim import SIM_STATE
@@ -35,10 +35,12 @@ async def test_in_an_org_namespace_only_the_tokens_own_users_jobs_are_the_runs(
             "rollout-replicas": "exp1", "name": "intruder"}}, initiator="mallory")  # fmt: skip
         hub.exposed[other.name] = theirs.url
         app = build_app(jobs_discovery(hub_url, "team-org"))
-        pool = app[POOL]
+        pool = app[PROXY].fleet.pool
         async with serve_proxy(app):
             await wait_for(lambda: [r.id for r in pool.routable()] == [ours.id], what="ours found")
-            lookup = app[DISCOVERY].lookup
+            discovery = app[PROXY].fleet.discovery
+            assert discovery is not None
+            lookup = discovery.lookup
             assert isinstance(lookup, JobsLookup)
             await wait_for(lambda: other.id in lookup._foreign, what="the intruder skipped")
             assert [r.id for r in pool] == [ours.id]

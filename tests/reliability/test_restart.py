@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from benchmarks.loopback import write_adapter
-from proxy.app import POOL, build_app
+from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from tests.support.calls import completion
@@ -30,14 +30,18 @@ async def test_restarted_proxy_rebuilds_replicas_and_versions(tmp_path: Path) ->
         )
         first = build_app(settings)
         async with serve_proxy(first) as url:
-            await wait_for(lambda: len(first[POOL].routable()) == 2, what="first proxy ready")
+            await wait_for(
+                lambda: len(first[PROXY].fleet.pool.routable()) == 2, what="first proxy ready"
+            )
             path = write_adapter(adapters, "trl-policy-v1")
             body = {"lora_name": "trl-policy-v1", "lora_path": str(path)}
             async with session.post(url + "/v1/load_lora_adapter", json=body) as resp:
                 assert resp.status == 200
         second = build_app(settings)  # a new process would start exactly like this
         async with serve_proxy(second) as url:
-            await wait_for(lambda: len(second[POOL].routable()) == 2, what="second proxy ready")
+            await wait_for(
+                lambda: len(second[PROXY].fleet.pool.routable()) == 2, what="second proxy ready"
+            )
             # Requests for v1 are served at once: the replicas list it, the bucket has it.
             request = completion(model="trl-policy-v1")
             results = await asyncio.gather(

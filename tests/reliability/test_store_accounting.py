@@ -18,7 +18,7 @@ import pytest
 from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.store import ENTRY_OVERHEAD, FILE_OVERHEAD, Store, charge
 from proxy.adapters.wire import UploadError
-from proxy.app import RECEIVER, build_app, serve
+from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from tests.reliability.test_receiver_resets import _reset_after
 from tests.support.fleet import FAST_HEALTH, run_sim
@@ -108,7 +108,7 @@ async def test_the_probes_load_shapes_leave_the_accounting_equal_to_the_disk(
              "adapter_store_max_bytes": 12 * MIB, **FAST_HEALTH}
         )  # fmt: skip
         app = build_app(settings)
-        receiver = app[RECEIVER]
+        receiver = app[PROXY].adapters.receiver
         # The deadline shortened for the test: 0.5 s plus 1 s a MiB (60 s plus 1 s a MiB).
         receiver.limits = dataclasses.replace(receiver.limits, floor_s=0.5)
         async with serve(app) as url, aiohttp.ClientSession() as session:

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from proxy.adapters.store import Store, StoreError
-from proxy.app import RECEIVER, build_app, serve
+from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from replica_entry.vllm_backend import Install, build_launch
 from tests.support.fleet import FAST_HEALTH, run_sim
@@ -36,7 +36,7 @@ async def _serve_on(port: int, sim_url: str, **extra: object) -> tuple[Path, int
     )
     app = build_app(settings)
     async with serve(app, port=port) as url, aiohttp.ClientSession() as session:
-        root = app[RECEIVER].store.root
+        root = app[PROXY].adapters.receiver.store.root
         assert root.is_dir() and not root.is_symlink()
         assert (root.stat().st_mode & 0o077) == 0 or extra  # private unless named by the user
         count = len((await listing(session, url))["adapters"])

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.app import POOL, build_app, serve
+from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from proxy.fleet.pool import ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
@@ -59,7 +59,7 @@ class Stack:
 
     @property
     def pool(self) -> ReplicaPool:
-        return self.proxy_app[POOL]
+        return self.proxy_app[PROXY].fleet.pool
 
 
 @asynccontextmanager

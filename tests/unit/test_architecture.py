@@ -25,10 +25,11 @@ ALLOWED = {
     "metrics": {"fleet"},
     "upstream": {"config"},
     "fleet": {"clock", "config", "upstream"},
-    "adapters": {"clock", "metrics", "fleet", "upstream"},
+    "adapters": {"clock", "config", "metrics", "fleet", "upstream"},
     "dataplane": {"clock", "config", "metrics", "routing", "fleet", "upstream"},
     "http": {
         "adapters",
+        "clock",
         "config",
         "dataplane",
         "fleet",

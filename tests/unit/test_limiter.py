@@ -21,7 +21,6 @@ def make(
         pool.admit(replica)
     settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)
     limiter = Limiter(settings, pool, clock)
-    pool.on_change = limiter.wake
     return limiter, pool, clock
 
 

@@ -1,0 +1,133 @@
+"""The adapters room assembled: the registry, the proxy's receiver store, the pusher, the
+broadcaster, the service and the source's watcher, made from the settings in one place.
+
+The store is the proxy's own receiver's (a relay pushes adapters into this proxy): emptied at
+start and, unless ``--adapter-store`` named it, removed at exit (``Adapters.open_store``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.push import Pushed, Pusher
+from proxy.adapters.receive import Limits, Receiver
+from proxy.adapters.registry import Registry
+from proxy.adapters.service import AdapterService
+from proxy.adapters.settings import AdapterSettings, split_bucket
+from proxy.adapters.sources import BucketSource, DirectorySource, Source
+from proxy.adapters.store import Entry, Store, claimable
+from proxy.adapters.watcher import Watcher
+from proxy.clock import Clock, Failed
+from proxy.config import Settings
+from proxy.fleet.replica import Replica
+from proxy.fleet.room import Members
+from proxy.metrics.recorder import Metrics
+
+log = logging.getLogger("proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class Adapters:
+    service: AdapterService
+    receiver: Receiver  # the proxy's own receiver (its store)
+    watcher: Watcher | None  # None without --adapter-dir / --adapter-bucket
+    named_store: bool  # --adapter-store named the store: kept at exit
+
+    @asynccontextmanager
+    async def open_store(self) -> AsyncIterator[None]:
+        """The receiver's store, emptied for the proxy's lifetime; removed after unless named."""
+        store = self.receiver.store
+        await asyncio.to_thread(store.reset)
+        try:
+            yield
+        finally:
+            self.receiver.close()
+            if not self.named_store:
+                await asyncio.to_thread(shutil.rmtree, store.root, True)
+
+
+def build_adapters(
+    settings: Settings, members: Members, clock: Clock, metrics: Metrics, failed: Failed
+) -> Adapters:
+    config = settings.adapters
+    retry = RetryPolicy(config.load_deadline_s, config.retry_min_s, config.retry_max_s)
+    store = Store(store_path(settings), config.store_max_bytes)
+    pusher = None
+    if config.push:
+        pusher = Pusher(
+            members.client,
+            clock,
+            buffer_bytes=config.push_buffer_bytes,
+            stall_s=config.push_stall_s,
+            rate=config.push_rate,
+            probe_timeout_s=settings.health.timeout_s,
+            failed=failed,
+        )
+
+    def pushed(replica: Replica, outcome: Pushed) -> None:
+        if outcome.path is not None:
+            metrics.push.record_push(replica.id, outcome.bytes, outcome.seconds)
+        elif outcome.cause is not None:
+            metrics.push.record_fallback(outcome.cause)
+
+    registry = Registry(window_override=config.window)
+    broadcaster = Broadcaster(
+        members.pool, members.client, registry, clock, retry, pusher, on_pushed=pushed
+    )
+    source = build_source(config, settings.hub_endpoint)
+    service = AdapterService(
+        broadcaster,
+        members.info,
+        metrics,
+        has_source=source is not None,
+        failed=failed,
+        store=store,
+        fetch=_fetcher(source, store),
+    )
+    watcher = None if source is None else Watcher(source, clock, service.source_changed, failed)
+    receiver = Receiver(store, Limits(max_adapter_bytes=config.store_max_adapter_bytes))
+    return Adapters(service, receiver, watcher, config.store is not None)
+
+
+def store_path(settings: Settings) -> Path:
+    """``--adapter-store``, else one per port (a supervised restart empties its own), else a
+    fresh private one: for port 0, or when the per-port path is not ours (never followed)."""
+    if settings.adapters.store is not None:
+        return settings.adapters.store
+    if settings.port:
+        path = Path(tempfile.gettempdir()) / f"rollout-proxy-{settings.port}-adapters"
+        why = claimable(path)
+        if why is None:
+            return path
+        log.warning("adapter store: %s, so a fresh private directory is used", why)
+    return Path(tempfile.mkdtemp(prefix="rollout-proxy-adapters-"))
+
+
+def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source | None:
+    if settings.dir is not None:
+        return DirectorySource(settings.dir, settings.watch_interval_s or 0.5)
+    if settings.bucket is not None:
+        bucket_id, prefix = split_bucket(settings.bucket)
+        interval = settings.watch_interval_s or 2.0
+        return BucketSource(bucket_id, prefix, settings.mount_path, interval, hub_endpoint)
+    return None
+
+
+def _fetcher(source: Source | None, store: Store) -> Callable[[str, str], Entry | None] | None:
+    """Downloads through the Hub for a bucket source (the proxy has no mount to read)."""
+    if not isinstance(source, BucketSource):
+        return None
+    bucket = source
+
+    def fetch(name: str, path: str) -> Entry | None:
+        return bucket.fetch(name, store, path) if bucket.covers(path) == name else None
+
+    return fetch

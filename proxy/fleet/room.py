@@ -1,0 +1,89 @@
+"""The fleet room assembled: its parts, made from the settings in one place.
+
+The members (``pool``) and the replicas' own views (``info``) are made first, because the
+adapters room needs them; the rest (the sync, health probing, the circuit breaker, the load
+scraper, discovery) once the adapter window exists (``FleetParts.complete``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from proxy.clock import Clock, Failed
+from proxy.config import Settings
+from proxy.fleet.breaker import Breaker
+from proxy.fleet.discovery import Discovery, Resolver, resolve
+from proxy.fleet.health import HealthMonitor
+from proxy.fleet.info import FleetInfo
+from proxy.fleet.load import LoadScraper
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.sync import AdapterWindow, FleetSync
+from proxy.upstream.client import UpstreamClient
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """The replicas, the connections to them and what they report of themselves."""
+
+    pool: ReplicaPool
+    client: UpstreamClient
+    info: FleetInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    pool: ReplicaPool
+    client: UpstreamClient
+    info: FleetInfo
+    sync: FleetSync
+    health: HealthMonitor
+    breaker: Breaker
+    load: LoadScraper | None  # None with --load-interval 0
+    discovery: Discovery | None  # None without --discover
+
+
+def members(settings: Settings, clock: Clock) -> Members:
+    pool = ReplicaPool(settings.replicas, clock=clock)
+    client = UpstreamClient(settings.upstream)
+    return Members(pool, client, FleetInfo(client, pool))
+
+
+def build_fleet(
+    settings: Settings,
+    members: Members,
+    adapters: AdapterWindow,
+    clock: Clock,
+    failed: Failed,
+    record_load_scrape: Callable[[str], None],
+    resolver: Resolver = resolve,
+) -> Fleet:
+    pool, client, upstream = members.pool, members.client, settings.upstream
+    sync = FleetSync(pool, client, members.info, adapters, clock)
+    load = None
+    if settings.load.interval_s > 0:
+        load = LoadScraper(pool, client, settings.load, clock, failed, record_load_scrape)
+    discovery = None
+    if settings.discover_source is not None:
+        token = upstream.token
+        discovery = Discovery(
+            settings.discover_source,
+            pool,
+            clock,
+            failed=failed,
+            interval_s=settings.discover_interval,
+            endpoint=settings.hub_endpoint,
+            token=token.get_secret_value() if token is not None else None,
+            namespace=settings.discover_namespace,
+            resolver=resolver,
+        )
+    return Fleet(
+        pool,
+        client,
+        members.info,
+        sync,
+        HealthMonitor(pool, client, settings.health, clock, sync, failed),
+        Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s),
+        load,
+        discovery,
+    )

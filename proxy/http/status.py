@@ -1,0 +1,112 @@
+"""What the proxy says of itself, read across its rooms in one place: the ``/proxy/status``
+page, the advisor's samples (``insight.sampler``) and the scrape-time gauges' sources
+(``metrics.collector.StateSources``). Reads only; every figure has its owner elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.adapters.service import AdapterService
+from proxy.clock import Clock
+from proxy.dataplane.forward import Forwarder
+from proxy.dataplane.limiter import Limiter
+from proxy.fleet import views
+from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.sync import FleetSync
+from proxy.insight.advisor import VERDICTS, Advice, Sample
+from proxy.metrics.collector import StateSources
+from proxy.metrics.recorder import Metrics
+from proxy.routing.policy import Policy
+from proxy.supervise import restarts_so_far
+
+
+@dataclass(slots=True)
+class Status:
+    pool: ReplicaPool
+    fleet: FleetSync
+    limiter: Limiter
+    forwarder: Forwarder
+    adapters: AdapterService
+    metrics: Metrics
+    policy: Policy
+    clock: Clock
+    queue_limit: int  # --queue-size
+    started: float = 0.0  # when the proxy was assembled, by ``clock`` (the page's uptime)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock.monotonic()
+
+    def sample(self) -> Sample:
+        """The run now, for the advisor's window."""
+        totals = self.metrics.totals()
+        routable = self.pool.routable()
+        return Sample(
+            at=self.clock.monotonic(),
+            inflight=self.limiter.inflight,
+            queued=self.limiter.queued,
+            replica_inflight={r.id: r.inflight for r in routable},
+            replica_waiting={r.id: r.reported.waiting for r in routable if r.reported is not None},
+            replica_kv={r.id: r.reported.kv_usage for r in routable if r.reported is not None},
+            pushing=self.adapters.pushing,
+            requests=totals["requests"],
+            paused_s=self.fleet.paused_seconds(),
+            prompt_tokens=totals["prompt"],
+            cached_tokens=totals["cached"],
+            offered_tokens=totals["offered"],
+            available_tokens=totals["available"],
+        )
+
+    def inflight_by_version(self) -> dict[str, int]:
+        return self.forwarder.inflight_by_version(self.adapters.versions)
+
+    def sources(self, advice: Callable[[], Advice] | None) -> StateSources:
+        """Where the scrape-time gauges read; ``advice``: the sampler's, if one runs."""
+        limiter = self.limiter
+        return StateSources(
+            inflight=lambda: limiter.inflight,
+            max_inflight=limiter.overall_cap,
+            queued=lambda: limiter.queued,
+            queue_limit=lambda: self.queue_limit,
+            routing=self.policy.stats,
+            adapters=self.adapters.stats,
+            paused_seconds=self.fleet.paused_seconds,
+            inflight_by_version=self.inflight_by_version,
+            advice=(lambda: advice().verdict) if advice is not None else str,
+            verdicts=VERDICTS,
+        )
+
+    def page(self, advice: Advice | None, **edge: int) -> dict[str, Any]:
+        """The ``/proxy/status`` document; ``edge``: the HTTP edge's own figures."""
+        uptime = self.clock.monotonic() - self.started
+        fleet, limiter = self.fleet, self.limiter
+        paused = fleet.paused_seconds()
+        return {
+            "policy": self.policy.name,
+            "routing": self.policy.stats(),
+            "inflight": limiter.inflight,
+            "queued": limiter.queued,
+            "max_inflight": limiter.overall_cap(),
+            "max_inflight_per_replica": limiter.per_replica,
+            "paused": fleet.paused,
+            "adapters": self.adapters.status(),
+            "replicas": [views.replica_status(r) for r in self.pool],
+            "tasks": len(asyncio.all_tasks()),
+            "pid": os.getpid(),
+            "uptime_s": round(uptime, 3),
+            "quality": self.metrics.quality(),
+            "syncs": {
+                "count": fleet.syncs,
+                "last_s": fleet.last_paused_s,
+                "paused_s": round(paused, 3),
+                "paused_share": paused / uptime if uptime > 0 else None,
+            },
+            "advice": advice.as_dict() if advice is not None else None,
+            "inflight_by_version": self.inflight_by_version(),
+            "restarts": restarts_so_far(),
+            **edge,
+        }
