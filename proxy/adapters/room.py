@@ -85,8 +85,12 @@ def build_adapters(
     source = build_source(config, settings.hub_endpoint)
     service = AdapterService(
         broadcaster,
+        registry,
+        members.pool,
         members.info,
         metrics,
+        pusher=pusher,
+        deadline_s=retry.deadline_s,
         has_source=source is not None,
         failed=failed,
         store=store,

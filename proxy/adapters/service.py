@@ -76,20 +76,23 @@ class AdapterService:
     def __init__(
         self,
         broadcaster: Broadcaster,
+        registry: Registry,
+        pool: ReplicaPool,
         info: FleetInfo,
         metrics: Metrics,
         *,
+        pusher: Pusher | None,
+        deadline_s: float,
         has_source: bool,
         failed: Failed,
         store: Store | None = None,
         fetch: Callable[[str, str], Entry | None] | None = None,
     ) -> None:
-        # The broadcaster's own collaborators, named once: the service does not reach through.
         self.broadcaster = broadcaster
-        self.registry: Registry = broadcaster.registry
-        self._pool: ReplicaPool = broadcaster.pool
-        self._pusher: Pusher | None = broadcaster.pusher
-        self._deadline_s = broadcaster.retry.deadline_s  # how long lagging mounts are waited for
+        self.registry = registry  # the broadcaster's too: it carries out the registry's plans
+        self._pool = pool
+        self._pusher = pusher  # None: pushing is off
+        self._deadline_s = deadline_s  # how long a load waits for lagging mounts
         self.store = store  # the proxy's own receiver store
         # fetch(name, mount path): download a version this proxy cannot read into ``store``
         # (the Hub bucket source); None when that path is not one of the source's.

@@ -160,7 +160,10 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
                 raise RuntimeError("a bug in the refresh")
 
         info = BuggyInfo(client, pool)
-        service = AdapterService(broadcaster, info, metrics, has_source=False, failed=failures)
+        service = AdapterService(
+            broadcaster, registry, pool, info, metrics,
+            pusher=None, deadline_s=1.0, has_source=False, failed=failures,
+        )  # fmt: skip
         try:
             service.out_of_step(replica, "trl-policy-v1")  # reconciles in the background
             await wait_for(lambda: failures.tasks, what="the reconcile task to fail")
