@@ -92,7 +92,7 @@ async def run_stack(
     """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
 
     ``relays``: the proxy reaches each replica through a freezable relay (``stack.relays``).
-    ``extra``: more replica URLs (other servers: e.g. ``tests.support.crafted``), after the sims.
+    ``extra``: more replica URLs (other servers: e.g. ``tests.support.scripted``), after the sims.
     """
     async with AsyncExitStack() as exits:
         specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]
