@@ -97,7 +97,9 @@ async def test_a_keep_alive_the_replica_closed_while_idle_is_not_used() -> None:
         p = pool()
         assert await post(p, server.url) == (200, b"n1")
         await wait_for(lambda: p.idle == 1)
-        await asyncio.sleep(0.05)  # the server's close reaches the idle connection
+        # The server's close has happened (the next poll round delivers it to the pool's idle
+        # connection; were it late, the request would meet the close and be sent again).
+        await wait_for(lambda: server.closed_by_server == 1, what="the server's close")
         assert await post(p, server.url) == (200, b"n2")
         p.close()
     assert server.connections == 2 and p.opened == 2

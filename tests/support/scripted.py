@@ -58,6 +58,7 @@ class Scripted:
     requests: list[bytes] = field(default_factory=list)
     connections: int = 0
     closed_by_client: int = 0
+    closed_by_server: int = 0
 
 
 @asynccontextmanager
@@ -100,6 +101,9 @@ async def scripted(
                 answered += 1
                 if close_after is not None and answered >= close_after:
                     break
+            writer.close()
+            await writer.wait_closed()
+            state.closed_by_server += 1
         except (asyncio.IncompleteReadError, ConnectionError):
             state.closed_by_client += 1
         except asyncio.CancelledError:
