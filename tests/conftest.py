@@ -1,4 +1,6 @@
-"""Fixtures of every tier: each test starts without the proxy's settings in its environment.
+"""Fixtures of every tier: each test starts without the proxy's settings in its environment;
+``http`` (a client session) and ``sim_server`` (start an in-process simulated replica with
+given settings: ``async with sim_server(max_loras=2) as (url, app)``).
 
 ``PROXY_*`` variables configure the proxy (``proxy.config``: flags, then ``PROXY_*``, then the
 file, then the defaults), so a developer's exported ``PROXY_API_KEY`` or ``PROXY_POLICY`` would
@@ -10,9 +12,12 @@ set its own through ``monkeypatch``, and the developer's values come back when t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import aiohttp
 import pytest
+
+from tests.support.fleet import SimServer, serve_sim_app
 
 PREFIX = "PROXY_"
 
@@ -36,3 +41,14 @@ def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     changes no later test."""
     for name in _proxy_variables():
         monkeypatch.delenv(name)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+@pytest.fixture
+def sim_server() -> SimServer:
+    return serve_sim_app

@@ -6,10 +6,7 @@ import aiohttp
 import pytest
 
 from replica_entry.sim import SIM_STATE
-from tests.contract.conftest import SimServer
-from tests.contract.support import sim_only
-
-pytestmark = sim_only
+from tests.support.fleet import SimServer
 
 KEY = "sekret-key"
 

@@ -9,11 +9,9 @@ from pathlib import Path
 import aiohttp
 
 from replica_entry.sim import Faults
-from tests.contract.conftest import SimServer
-from tests.contract.support import sim_only, write_adapter
+from tests.support.adapters import write_adapter
 from tests.support.clock import FakeClock
-
-pytestmark = sim_only
+from tests.support.fleet import SimServer
 
 
 async def _load(http: aiohttp.ClientSession, url: str, name: str, path: Path) -> tuple[int, str]:
@@ -26,7 +24,7 @@ async def test_a_fresh_adapter_is_not_found_until_the_mount_catches_up(
     http: aiohttp.ClientSession, sim_server: SimServer, tmp_path: Path
 ) -> None:
     clock = FakeClock(start=time.time())
-    path = write_adapter(tmp_path / "trl-policy-v1")
+    path = write_adapter(tmp_path, "trl-policy-v1")
     async with sim_server(clock=clock, faults=Faults(mount_lag_s=10.0)) as (url, _):
         status, text = await _load(http, url, "trl-policy-v1", path)
         assert status == 404
@@ -42,7 +40,7 @@ async def test_weights_that_lag_behind_the_config_fail_without_no_adapter_found(
     http: aiohttp.ClientSession, sim_server: SimServer, tmp_path: Path
 ) -> None:
     clock = FakeClock(start=time.time())
-    path = write_adapter(tmp_path / "trl-policy-v2")
+    path = write_adapter(tmp_path, "trl-policy-v2")
     weights = path / "adapter_model.safetensors"
     os.utime(weights, (clock.now + 100.0, clock.now + 100.0))
     async with sim_server(clock=clock, faults=Faults(mount_lag_s=10.0)) as (url, _):
@@ -59,7 +57,7 @@ async def test_mount_lag_can_be_set_at_run_time(
     http: aiohttp.ClientSession, sim_server: SimServer, tmp_path: Path
 ) -> None:
     clock = FakeClock(start=time.time())
-    path = write_adapter(tmp_path / "trl-policy-v3")
+    path = write_adapter(tmp_path, "trl-policy-v3")
     async with sim_server(clock=clock) as (url, _):
         async with http.post(url + "/sim/faults", json={"mount_lag_s": 30.0}):
             pass

@@ -10,12 +10,10 @@ import aiohttp
 from proxy.adapters.store import charge
 from proxy.adapters.wire import PREFIX
 from replica_entry.sim import Faults
-from tests.contract.conftest import SimServer
-from tests.contract.support import sim_only, write_adapter
+from tests.support.adapters import write_adapter
 from tests.support.clock import FakeClock
+from tests.support.fleet import SimServer
 from tests.support.uploads import adapter_files, listing, put, upload_body
-
-pytestmark = sim_only
 
 FILES = {"adapter_config.json": b'{"r": 1}', "adapter_model.safetensors": b"\0" * 4000}
 
@@ -71,7 +69,7 @@ async def test_stored_adapters_load_at_once_whatever_the_mount_lag(
     http: aiohttp.ClientSession, sim_server: SimServer, tmp_path: Path
 ) -> None:
     clock = FakeClock(start=time.time())
-    files = adapter_files(write_adapter(tmp_path / "trl-policy-v1"))
+    files = adapter_files(write_adapter(tmp_path, "trl-policy-v1"))
     async with sim_server(clock=clock, faults=Faults(mount_lag_s=3600.0)) as (url, _):
         status, entry = await put(http, url, "trl-policy-v1", upload_body(files))
         assert status == 201

@@ -9,11 +9,9 @@ from typing import Any
 import aiohttp
 
 from replica_entry.sim import SIM_STATE
-from tests.contract.conftest import SimServer
-from tests.contract.support import parse_metrics, sim_only
+from tests.contract.support import parse_metrics
+from tests.support.fleet import SimServer
 from tests.support.waiting import wait_for
-
-pytestmark = sim_only
 
 
 async def _complete(http: aiohttp.ClientSession, url: str, prompt: list[int], **body: Any) -> int:

@@ -10,11 +10,9 @@ import aiohttp
 import pytest
 
 from replica_entry.sim import SIM_STATE, Faults
-from tests.contract.conftest import SimServer
-from tests.contract.support import assert_error, sim_only
+from tests.contract.support import assert_error
+from tests.support.fleet import SimServer
 from tests.support.waiting import wait_for
-
-pytestmark = sim_only
 
 COMPLETION = {"prompt": [1, 2, 3, 4], "max_tokens": 4}
 

@@ -9,11 +9,9 @@ from typing import Any
 import aiohttp
 
 from replica_entry.sim import SIM_STATE
-from tests.contract.conftest import SimServer
-from tests.contract.support import sim_only, sse_events
+from tests.contract.support import sse_events
+from tests.support.fleet import SimServer
 from tests.support.waiting import wait_for
-
-pytestmark = sim_only
 
 PROMPT = list(range(100, 140))
 
