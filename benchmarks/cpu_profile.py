@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loopback import free_port
 from benchmarks.overhead import Case, blast
 from benchmarks.procs import children, start_child, stop_child
+from replica_entry.sim.loopback import free_port
 
 _SITE = re.compile(r"site-packages/(.+)\.py$")
 _STDLIB = re.compile(r"lib/python3\.\d+/(.+)\.py$")

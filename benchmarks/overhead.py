@@ -27,8 +27,8 @@ import aiohttp
 import orjson
 
 from benchmarks.blast import MODEL, VOCAB
-from benchmarks.loopback import free_port
 from benchmarks.procs import children, start_child, start_proxy
+from replica_entry.sim.loopback import free_port
 
 TARGETS = ("direct", "passthrough", "proxy")
 _TICK = os.sysconf("SC_CLK_TCK")

@@ -9,7 +9,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from benchmarks.loopback import free_port
+from replica_entry.sim.loopback import free_port
 
 
 @dataclass

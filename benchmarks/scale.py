@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from benchmarks.loopback import free_port
 from benchmarks.overhead import Case, blast, cpu_seconds
 from benchmarks.policy_bench import state_memory
 from benchmarks.procs import children, start_child, start_proxy
 from benchmarks.soak import _rss_mb
+from replica_entry.sim.loopback import free_port
 
 
 async def fleet_point(replicas: int, requests: int) -> dict[str, Any]:

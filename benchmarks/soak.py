@@ -18,10 +18,10 @@ from typing import Any
 import aiohttp
 
 from benchmarks.loadgen import LoadGenerator
-from benchmarks.loopback import free_port
 from benchmarks.overhead import describe
 from benchmarks.procs import children, start_child, start_proxy
 from benchmarks.trace import TraceShape
+from replica_entry.sim.loopback import free_port
 
 SIM_FLAGS = ["--gen-token-s", "0.001", "--overhead-s", "0.001", "--cache-blocks", "2048"]
 

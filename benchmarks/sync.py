@@ -19,11 +19,11 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.loopback import serve, write_adapter
 from proxy.app import POOL, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+from replica_entry.sim.loopback import serve, write_adapter
 
 
 async def run_point(lag_s: float, replicas: int, repeats: int, seed: int) -> dict[str, Any]:

@@ -37,12 +37,12 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.loopback import serve
 from proxy.adapters.store import FileSink
 from proxy.app import POOL, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
+from replica_entry.sim.loopback import serve
 
 MB = 1_000_000
 _BLOCK = random.Random(7).randbytes(1 << 20)

@@ -1,5 +1,10 @@
-"""Loopback helpers shared by the benchmarks, the demo and the tests: a real aiohttp app on an
-ephemeral port, a free port for a child process, and an adapter directory as TRL writes it."""
+"""Loopback helpers for whoever runs simulated replicas, the benchmarks and the tests alike: a
+real aiohttp app (a simulated replica, a stand-in) on an ephemeral port, a free port for a child
+process, and an adapter directory as TRL writes it (its base model is the simulated replica's).
+
+Here rather than in ``benchmarks/`` or ``tests/``: the tests must not depend on the benchmark
+suite for their fixtures, the benchmarks cannot import ``tests/``, and both already depend on
+the simulated replica, which these helpers serve and feed."""
 
 from __future__ import annotations
 
