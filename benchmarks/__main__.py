@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.blast import MODEL, VOCAB
+from benchmarks.harness.blast import MODEL, VOCAB
 
 
 def progress(message: str) -> None:
@@ -29,7 +29,7 @@ def progress(message: str) -> None:
 
 
 def suite_overhead(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.overhead import Case, describe, run_case
+    from benchmarks.suites.overhead import Case, describe, run_case
 
     model, vocab, context = MODEL, VOCAB, None
     if args.replicas:
@@ -108,7 +108,7 @@ def suite_overhead(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]
 
 
 def suite_routing(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.routing_suite import run
+    from benchmarks.suites.routing import run
 
     sizes = (2, 3, 8) if args.quick else (2, 3, 8, 16)
     rows = run(sizes, 20 if args.quick else 60, progress)
@@ -144,10 +144,10 @@ def suite_routing(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 def suite_sync(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     if args.push:
-        from benchmarks.sync_suite import suite_push
+        from benchmarks.suites.sync import suite_push
 
         return suite_push(args.quick, progress)
-    from benchmarks.sync import run_point
+    from benchmarks.sync.mount import run_point
 
     lags = (0.0, 2.5) if args.quick else (0.0, 1.0, 2.5, 10.0)
     sizes = (3,) if args.quick else (2, 3, 8, 16)
@@ -174,8 +174,8 @@ def suite_sync(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks import worst_case
-    from benchmarks.policy_bench import measure, state_memory
+    from benchmarks.micro import worst_case
+    from benchmarks.micro.policy import measure, state_memory
 
     rows: list[dict[str, Any]] = [
         measure(t, 8, 5000 if args.quick else 20000) for t in (1000, 4000)
@@ -208,7 +208,7 @@ def suite_policy(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.soak import soak
+    from benchmarks.suites.soak import soak
 
     seconds = args.seconds or (20.0 if args.quick else 300.0)
     result = asyncio.run(soak(seconds, max(seconds / 30, 1.0), replica_urls=args.replicas))
@@ -241,7 +241,7 @@ def suite_soak(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_scale(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.scale import run
+    from benchmarks.suites.scale import run
 
     sizes = (2, 8, 32) if args.quick else (2, 4, 8, 16, 32, 64)
     prompts = (1_000, 100_000) if args.quick else (1_000, 10_000, 100_000, 1_000_000)
@@ -264,7 +264,7 @@ def suite_scale(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 
 def suite_profile(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
-    from benchmarks.cpu_profile import run
+    from benchmarks.suites.cpu_profile import run
 
     result = asyncio.run(run(6000 if args.quick else 20000, progress))
     text = report.table(

@@ -17,10 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.loadgen import LoadGenerator
-from benchmarks.overhead import describe
-from benchmarks.procs import children, start_child, start_proxy
-from benchmarks.trace import TraceShape
+from benchmarks.harness.loadgen import LoadGenerator
+from benchmarks.harness.procs import children, start_child, start_proxy
+from benchmarks.harness.trace import TraceShape
+from benchmarks.suites.overhead import describe
 from replica_entry.sim.loopback import free_port
 
 SIM_FLAGS = ["--gen-token-s", "0.001", "--overhead-s", "0.001", "--cache-blocks", "2048"]

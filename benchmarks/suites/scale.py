@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from benchmarks.overhead import Case, blast, cpu_seconds
-from benchmarks.policy_bench import state_memory
-from benchmarks.procs import children, start_child, start_proxy
-from benchmarks.soak import _rss_mb
+from benchmarks.harness.procs import children, start_child, start_proxy
+from benchmarks.micro.policy import state_memory
+from benchmarks.suites.overhead import Case, blast, cpu_seconds
+from benchmarks.suites.soak import _rss_mb
 from replica_entry.sim.loopback import free_port
 
 
@@ -22,7 +22,9 @@ async def fleet_point(replicas: int, requests: int) -> dict[str, Any]:
     async with children() as stack:
         ports = [free_port() for _ in range(replicas)]
         args = ["--port", *map(str, ports)]
-        stack.append(await start_child("replicas", "benchmarks.fast_replica", args, ports[0]))
+        stack.append(
+            await start_child("replicas", "benchmarks.harness.fast_replica", args, ports[0])
+        )
         proxy = await start_proxy([f"http://127.0.0.1:{p}" for p in ports])
         stack.append(proxy)
         await asyncio.sleep(1.0)  # every replica probed and admitted

@@ -6,7 +6,7 @@ in front of the same replicas: at light load, answers from several replicas arri
 each costs its own loop wake-up, so a floor with one upstream would be cheaper for a reason that
 has nothing to do with the proxy's code.
 
-    python -m benchmarks.passthrough --port 9300 --upstream http://127.0.0.1:9201,http://127.0.0.1:9202
+    python -m benchmarks.harness.passthrough --port 9300 --upstream http://127.0.0.1:9201,http://127.0.0.1:9202
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ async def serve(port: int, upstreams: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.passthrough")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.passthrough")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument(
         "--upstream", required=True, help="URL[,URL...]: more than one are taken in turn"

@@ -7,10 +7,10 @@ Three targets, the same load, alternated (A B C A B C) so machine drift cancels 
 - ``proxy``: through rollout-proxy in front of those three replicas.
 For each: requests/s, latency p50/p99, and each process's CPU microseconds per request, read
 from its own CPU time (``/proc/PID/stat``), so a busy machine does not distort the figure.
-The replicas are ``benchmarks.fast_replica`` (a raw asyncio protocol), cheaper than the proxy,
-unless ``replicas`` names real ones (``--replicas``): then the same three targets stand in front
-of those, the prompts use their model and stay inside its context, and the direct target's CPU
-is not measured (it is not our process).
+The replicas are ``benchmarks.harness.fast_replica`` (a raw asyncio protocol), cheaper than the
+proxy, unless ``replicas`` names real ones (``--replicas``): then the same three targets stand in
+front of those, the prompts use their model and stay inside its context, and the direct target's
+CPU is not measured (it is not our process).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from benchmarks.blast import MODEL, VOCAB
-from benchmarks.procs import children, start_child, start_proxy
+from benchmarks.harness.blast import MODEL, VOCAB
+from benchmarks.harness.procs import children, start_child, start_proxy
 from replica_entry.sim.loopback import free_port
 
 TARGETS = ("direct", "passthrough", "proxy")
@@ -57,7 +57,7 @@ async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> d
         [
             sys.executable,
             "-m",
-            "benchmarks.blast",
+            "benchmarks.harness.blast",
             "--url",
             url,
             "--concurrency",
@@ -116,14 +116,14 @@ async def run_case(
             port = free_port()
             args = ["--port", str(port), "--delay-s", str(case.delay_s)]
             replicas.append(
-                await start_child(f"replica {i}", "benchmarks.fast_replica", args, port)
+                await start_child(f"replica {i}", "benchmarks.harness.fast_replica", args, port)
             )
             stack.append(replicas[-1])
         urls = list(replica_urls) or [r.url for r in replicas]
         port = free_port()
         passthrough = await start_child(
             "passthrough",
-            "benchmarks.passthrough",
+            "benchmarks.harness.passthrough",
             ["--port", str(port), "--upstream", ",".join(urls)],
             port,
         )

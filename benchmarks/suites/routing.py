@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.learned_blocks import LearnedBlocks
-from benchmarks.routing_sim import SimConfig, simulate
-from benchmarks.trace import TraceShape
+from benchmarks.harness.trace import TraceShape
+from benchmarks.sims.learned_blocks import LearnedBlocks
+from benchmarks.sims.routing import SimConfig, simulate
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.policy import Policy
 from proxy.routing.prefix import PrefixPolicy

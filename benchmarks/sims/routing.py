@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from benchmarks.trace import TraceShape, build_groups, next_prompt, rollout_order
+from benchmarks.harness.trace import TraceShape, build_groups, next_prompt, rollout_order
 from proxy.routing.peek import peek_generation
 from proxy.routing.policy import Decision, Policy, RouteRequest, Snapshot
 from replica_entry.sim.prefix_cache import PrefixCache

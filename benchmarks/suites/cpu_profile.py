@@ -1,9 +1,10 @@
 """Where the proxy's CPU goes: the proxy under cProfile, loaded like the overhead suite's c64 case.
 
 ``python -m benchmarks profile`` starts three fast replicas and a proxy child that runs under
-cProfile (``python -m benchmarks.cpu_profile --out FILE PROXY-ARGS``), sends GRPO-shaped load,
-stops the proxy with SIGTERM (it writes the profile as it exits) and sums its functions' own time
-by module: the proxy's modules one by one, aiohttp's server, the event loop, socket calls.
+cProfile (``python -m benchmarks.suites.cpu_profile --out FILE PROXY-ARGS``), sends GRPO-shaped
+load, stops the proxy with SIGTERM (it writes the profile as it exits) and sums its functions'
+own time by module: the proxy's modules one by one, aiohttp's server, the event loop, socket
+calls.
 cProfile slows Python code more than C code, so the shares are the figure to read, not the
 absolute times (the overhead suite measures those, unprofiled).
 """
@@ -20,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.overhead import Case, blast
-from benchmarks.procs import children, start_child, stop_child
+from benchmarks.harness.procs import children, start_child, stop_child
+from benchmarks.suites.overhead import Case, blast
 from replica_entry.sim.loopback import free_port
 
 _SITE = re.compile(r"site-packages/(.+)\.py$")
@@ -84,7 +85,10 @@ async def run(requests: int, progress: Any) -> dict[str, Any]:
                 port = free_port()
                 replicas.append(
                     await start_child(
-                        f"replica {i}", "benchmarks.fast_replica", ["--port", str(port)], port
+                        f"replica {i}",
+                        "benchmarks.harness.fast_replica",
+                        ["--port", str(port)],
+                        port,
                     )
                 )
                 stack.append(replicas[-1])
@@ -94,7 +98,10 @@ async def run(requests: int, progress: Any) -> dict[str, Any]:
                 *("--log-level", "warning", "--max-inflight-per-replica", "128"),
             ]
             proxy = await start_child(
-                "profiled proxy", "benchmarks.cpu_profile", ["--out", str(out), *proxy_args], port
+                "profiled proxy",
+                "benchmarks.suites.cpu_profile",
+                ["--out", str(out), *proxy_args],
+                port,
             )
             stack.append(proxy)
             await asyncio.sleep(0.5)
@@ -110,7 +117,7 @@ async def run(requests: int, progress: Any) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Child entry: run ``python -m proxy ARGS`` under cProfile; write the profile on exit."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cpu_profile")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.suites.cpu_profile")
     parser.add_argument("--out", type=Path, required=True)
     args, proxy_args = parser.parse_known_args(argv)
     from proxy.cli import main as proxy_main

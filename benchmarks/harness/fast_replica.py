@@ -4,7 +4,7 @@ A raw asyncio protocol (on uvloop) that speaks just enough HTTP/1.1 keep-alive: 
 ``/v1/models`` and ``/server_info`` answered like vLLM, and ``POST /v1/completions`` answered with
 a fixed TRL-shaped completion after an optional delay. No JSON parsing, no framework.
 
-    python -m benchmarks.fast_replica --port 9201 [--delay-s 0.02]
+    python -m benchmarks.harness.fast_replica --port 9201 [--delay-s 0.02]
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ async def serve(ports: list[int], delay_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fast_replica")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.fast_replica")
     parser.add_argument("--port", type=int, required=True, nargs="+")
     parser.add_argument("--delay-s", type=float, default=0.0)
     args = parser.parse_args(argv)

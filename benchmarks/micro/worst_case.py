@@ -6,7 +6,7 @@ read and keyed exactly as on the request path; each is timed (best of a few runs
 is the work, not the machine's noise) and reported with what the proxy does with it (routed or
 refused with 400). Nothing here may cost more than a few milliseconds.
 
-    python -m benchmarks.worst_case
+    python -m benchmarks.micro.worst_case
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m benchmarks sync --push``: the grid of ``benchmarks.sync_push`` and its report.
+"""``python -m benchmarks sync --push``: the grid of ``benchmarks.sync.push`` and its report.
 
 Part A, the goal: a 5 MB adapter (rank 1 of a 1.5B model) on 2 / 8 / 16 replicas at mount lags
 0 / 2.5 / 10 s, pushed and through the mount, in the same run.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.sync_push import MB, calibrate, predict, run_point
+from benchmarks.sync.push import MB, calibrate, predict, run_point
 
 
 def _runner() -> Callable[..., dict[str, Any]]:

@@ -6,7 +6,7 @@ process's own CPU time, so the suite can check the generator is not the bottlene
 through the proxy's own keep-alive client (``proxy.upstream.connpool``), which costs a fraction
 of an aiohttp client session per request.
 
-    python -m benchmarks.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
+    python -m benchmarks.harness.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from proxy.upstream.errors import WireError
 
 JSON = "application/json"
 PATH = "/v1/completions"
-MODEL = "bench-model"  # what benchmarks.fast_replica serves
+MODEL = "bench-model"  # what benchmarks.harness.fast_replica serves
 VOCAB = 150_000
 
 
@@ -107,7 +107,7 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.blast")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.blast")
     parser.add_argument("--url", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests", type=int, default=4000)

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from benchmarks.trace import Group, TraceShape, build_groups, next_prompt
+from benchmarks.harness.trace import Group, TraceShape, build_groups, next_prompt
 
 REPLICA_HEADER = "X-Rollout-Replica"
 
