@@ -15,6 +15,7 @@ CPU is not measured (it is not our process).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import statistics
@@ -26,6 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from benchmarks import report
 from benchmarks.harness.blast import MODEL, VOCAB
 from benchmarks.harness.procs import children, start_child, start_proxy
 from replica_entry.sim.loopback import free_port
@@ -194,3 +196,81 @@ def summarize(case: Case, samples: dict[str, list[dict[str, Any]]]) -> dict[str,
     row["added_p99_ms"] = proxy["p99_ms"] - direct["p99_ms"]
     row["proxy_ceiling_rps"] = 1e6 / proxy["cpu_us"]
     return row
+
+
+def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """``python -m benchmarks overhead``: the grid (``--quick``: 3 cells), its table and chart."""
+    model, vocab, context = MODEL, VOCAB, None
+    if args.replicas:
+        # Real replicas answer at their own speed (no delay knob), in their model's context.
+        model, context = asyncio.run(describe(args.replicas[0]))
+        vocab = 1000
+        report.progress(f"real replicas serving {model} (context {context} tokens)")
+    if args.quick:
+        grid = [(64, 0.0, 600), (64, 0.0, 3000), (64, 0.02, 600)]
+        requests, repeats = 3000, 2
+    else:
+        grid = [(c, d, t) for c in (64, 256, 1024) for d in (0.0, 0.02) for t in (600, 3000)]
+        requests, repeats = 6000, 3
+    if context is not None:
+        fit = [(c, 0.0, min(t, context - 32)) for c, _, t in grid]
+        grid = list(dict.fromkeys(fit))
+    requests = args.requests or requests
+    rows = []
+    for i, (concurrency, delay, tokens) in enumerate(grid, 1):
+        report.progress(
+            f"case {i}/{len(grid)}: concurrency {concurrency}, delay {delay * 1000:.0f} ms, "
+            f"{tokens} tokens"
+        )
+        case = Case(concurrency, delay, tokens, model, vocab)
+        run = run_case(case, requests, repeats, 2, report.progress, args.replicas)
+        rows.append(asyncio.run(run))
+    lines = []
+    for row in rows:
+        t = row["targets"]
+        lines.append(
+            [
+                row["concurrency"],
+                row["delay_ms"],
+                row["tokens"],
+                t["direct"]["rps"],
+                t["passthrough"]["rps"],
+                t["proxy"]["rps"],
+                t["passthrough"]["cpu_us"],
+                t["proxy"]["cpu_us"],
+                row["proxy_cpu_ratio"],
+                row["added_p50_ms"],
+                row["added_p99_ms"],
+                row["proxy_ceiling_rps"],
+            ]
+        )
+    text = report.table(
+        [
+            "conc",
+            "delay_ms",
+            "tokens",
+            "direct_rps",
+            "pass_rps",
+            "proxy_rps",
+            "pass_us",
+            "proxy_us",
+            "ratio",
+            "+p50_ms",
+            "+p99_ms",
+            "ceiling_rps",
+        ],
+        lines,
+    )
+    if args.plot:
+        labels = [f"c{r['concurrency']}/d{r['delay_ms']:.0f}/t{r['tokens']}" for r in rows]
+        report.bar_chart(
+            args.plot / "overhead_cpu.png",
+            "CPU per request (µs)",
+            labels,
+            {
+                "passthrough": [r["targets"]["passthrough"]["cpu_us"] for r in rows],
+                "proxy": [r["targets"]["proxy"]["cpu_us"] for r in rows],
+            },
+            "µs",
+        )
+    return rows, text

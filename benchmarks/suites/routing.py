@@ -14,8 +14,10 @@ request). Workloads:
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
+from benchmarks import report
 from benchmarks.harness.trace import TraceShape
 from benchmarks.sims.learned_blocks import LearnedBlocks
 from benchmarks.sims.routing import SimConfig, simulate
@@ -88,3 +90,37 @@ def run(
                 f"hit {result.hit_rate:.3f}"
             )
     return rows
+
+
+def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """``python -m benchmarks routing``: every workload and fleet size, its table and chart."""
+    sizes = (2, 3, 8) if args.quick else (2, 3, 8, 16)
+    rows = run(sizes, 20 if args.quick else 60, report.progress)
+    text = report.table(
+        ["workload", "replicas", "membership", "policy", "hit_rate", "best", "of_best",
+         "max/mean", "spill"],
+        [[r["workload"], r["replicas"], r["membership"], r["policy"], r["hit_rate"],
+          r["best_rate"], r["of_best"], r["max_mean"], r["spill_rate"]] for r in rows],
+    )  # fmt: skip
+    if args.plot:
+        cases = list(dict.fromkeys((r["workload"], r["replicas"], r["membership"]) for r in rows))
+        labels = [f"{w} {n} {m}" for w, n, m in cases]
+        series = {
+            p: [
+                next(
+                    r["hit_rate"]
+                    for r in rows
+                    if (r["workload"], r["replicas"], r["membership"]) == c and r["policy"] == p
+                )
+                for c in cases
+            ]
+            for p in dict.fromkeys(r["policy"] for r in rows)
+        }
+        report.bar_chart(
+            args.plot / "routing_hit_rate.png",
+            "Prefix-cache hit rate (tokens)",
+            labels,
+            series,
+            "hit rate",
+        )
+    return rows, text

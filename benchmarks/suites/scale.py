@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from typing import Any
 
+from benchmarks import report
 from benchmarks.harness.procs import children, start_child, start_proxy
 from benchmarks.micro.policy import state_memory
 from benchmarks.suites.overhead import Case, blast, cpu_seconds
@@ -54,3 +56,25 @@ def run(
         progress(f"{count} tracked prompts")
         memory.append(state_memory(count, max_tracked=65_536))
     return {"fleet": fleet, "memory": memory}
+
+
+def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """``python -m benchmarks scale``: throughput against fleet size, memory against prompts."""
+    sizes = (2, 8, 32) if args.quick else (2, 4, 8, 16, 32, 64)
+    prompts = (1_000, 100_000) if args.quick else (1_000, 10_000, 100_000, 1_000_000)
+    result = run(sizes, prompts, 3000 if args.quick else 6000, report.progress)
+    text = report.table(
+        ["replicas", "rps", "proxy_cpu_us", "proxy_rss_mb", "errors"],
+        [
+            [r["replicas"], r["rps"], r["proxy_cpu_us"], r["proxy_rss_mb"], r["errors"]]
+            for r in result["fleet"]
+        ],
+    )
+    text += "\n" + report.table(
+        ["prompts", "state_mb", "sticky_keys", "tracked_prefixes"],
+        [
+            [m["prompts"], m["bytes"] / 1e6, m["sticky_keys"], m["tracked_prefixes"]]
+            for m in result["memory"]
+        ],
+    )
+    return [result], text

@@ -8,6 +8,7 @@ open file descriptors, asyncio tasks and the routing policy's tracked state.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks import report
 from benchmarks.harness.loadgen import LoadGenerator
 from benchmarks.harness.procs import children, start_child, start_proxy
 from benchmarks.harness.trace import TraceShape
@@ -94,3 +96,35 @@ async def _sample(url: str, pid: int, interval_s: float, result: SoakResult) -> 
                 }
             )
             await asyncio.sleep(interval_s)
+
+
+def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """``python -m benchmarks soak``: ``--seconds`` of load (default 300), sampled 30 times."""
+    seconds = args.seconds or (20.0 if args.quick else 300.0)
+    result = asyncio.run(soak(seconds, max(seconds / 30, 1.0), replica_urls=args.replicas))
+    rows = result.samples
+    text = report.table(
+        ["t_s", "rss_mb", "fds", "tasks", "inflight", "sticky_keys", "tracked_prefixes"],
+        [
+            [
+                r["t"],
+                r["rss_mb"],
+                r["fds"],
+                r["tasks"],
+                r["inflight"],
+                r.get("routing_sticky_keys", 0),
+                r.get("routing_tracked_prefixes", 0),
+            ]
+            for r in rows
+        ],
+    )
+    text += f"\n{result.requests} requests, {result.errors} errors"
+    if args.plot:
+        report.line_chart(
+            args.plot / "soak_rss.png",
+            "Proxy RSS over time",
+            [r["t"] for r in rows],
+            {"rss_mb": [r["rss_mb"] for r in rows]},
+            "MB",
+        )
+    return [{"requests": result.requests, "errors": result.errors, "samples": rows}], text

@@ -1,4 +1,5 @@
-"""``python -m benchmarks sync --push``: the grid of ``benchmarks.sync.push`` and its report.
+"""Suite ``sync``: adapter fleet-sync latency under mount lag (``benchmarks.sync.mount``); with
+``--push``, the grid of ``benchmarks.sync.push`` and its report.
 
 Part A, the goal: a 5 MB adapter (rank 1 of a 1.5B model) on 2 / 8 / 16 replicas at mount lags
 0 / 2.5 / 10 s, pushed and through the mount, in the same run.
@@ -8,6 +9,7 @@ pushed (a push does not depend on the mount lag: these run at 2.5 s), against th
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import tempfile
 from collections.abc import Callable
@@ -15,7 +17,36 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
+from benchmarks.sync import mount
 from benchmarks.sync.push import MB, calibrate, predict, run_point
+
+
+def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
+    """``python -m benchmarks sync``: time to a fleet-wide load per mount lag and fleet size."""
+    if args.push:
+        return suite_push(args.quick, report.progress)
+    lags = (0.0, 2.5) if args.quick else (0.0, 1.0, 2.5, 10.0)
+    sizes = (3,) if args.quick else (2, 3, 8, 16)
+    repeats = 3 if args.quick else 5
+    rows = []
+    for lag in lags:
+        for replicas in sizes:
+            report.progress(f"mount lag {lag} s, {replicas} replicas")
+            rows.append(asyncio.run(mount.run_point(lag, replicas, repeats, seed=replicas)))
+    text = report.table(
+        ["lag_s", "replicas", "slowest_lag_s", "p50_over_lag_s", "max_over_lag_s"],
+        [
+            [
+                r["lag_s"],
+                r["replicas"],
+                r["slowest_lag_s"],
+                r["p50_over_lag_s"],
+                r["max_over_lag_s"],
+            ]
+            for r in rows
+        ],
+    )
+    return rows, text
 
 
 def _runner() -> Callable[..., dict[str, Any]]:
