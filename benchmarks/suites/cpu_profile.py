@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import proxy
 from benchmarks import report
 from benchmarks.harness.procs import children, start_child, stop_child
 from benchmarks.suites.overhead import Case, blast
@@ -28,6 +29,7 @@ from replica_entry.sim.loopback import free_port
 
 _SITE = re.compile(r"site-packages/(.+)\.py$")
 _STDLIB = re.compile(r"lib/python3\.\d+/(.+)\.py$")
+_ROOT = Path(proxy.__file__).resolve().parent.parent.as_posix() + "/"  # where proxy/ lives
 
 
 def area(filename: str, function: str) -> str:
@@ -40,8 +42,7 @@ def area(filename: str, function: str) -> str:
     match = _SITE.search(path) or _STDLIB.search(path)
     if match:
         return match[1].replace("/", ".")
-    root = Path(__file__).resolve().parent.parent.as_posix() + "/"
-    return path[len(root) : -3].replace("/", ".") if path.startswith(root) else path
+    return path[len(_ROOT) : -3].replace("/", ".") if path.startswith(_ROOT) else path
 
 
 def summarize(stats_path: Path, requests: int, top: int = 18) -> dict[str, Any]:
