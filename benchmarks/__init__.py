@@ -1,1 +1,1 @@
-"""Load generation, GRPO-shaped traces, the demo and (later) the benchmark suites."""
+"""Benchmark suites, their harness and simulators, and the demo (file map: README.md here)."""

@@ -15,10 +15,10 @@ from collections import Counter
 
 import aiohttp
 
-from benchmarks.loadgen import LoadGenerator, LoadResult
-from benchmarks.loopback import free_port
-from benchmarks.procs import Child, children, start_child, start_proxy, stop_child
-from benchmarks.trace import TraceShape
+from benchmarks.harness.loadgen import LoadGenerator, LoadResult
+from benchmarks.harness.procs import Child, children, start_child, start_proxy, stop_child
+from benchmarks.harness.trace import TraceShape
+from replica_entry.sim.loopback import free_port
 
 # Simulated replica speed: 0.05 ms per uncached prompt token, 4 ms per generated token, with a
 # batch effect, so cache hits and balance show in the latency as they would on a GPU.

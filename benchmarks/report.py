@@ -1,4 +1,4 @@
-"""Benchmark reports: the environment, a printed table, JSON, and PNG charts."""
+"""Benchmark reports: progress lines, the environment, a printed table, JSON, and PNG charts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from collections.abc import Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+
+def progress(message: str) -> None:
+    """A line on stderr while a suite runs (stdout holds the table)."""
+    sys.stderr.write(f"  .. {message}\n")
+    sys.stderr.flush()
 
 
 def environment(settings: dict[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from benchmarks.fleet.lower_bound import Bound, lower_bound
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sim import FleetRun, simulate
 from benchmarks.fleet.workloads import WORKLOADS, Workload
-from benchmarks.learned_blocks import LearnedBlocks
+from benchmarks.sims.learned_blocks import LearnedBlocks
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.policy import Policy
 from proxy.routing.prefix import PrefixPolicy

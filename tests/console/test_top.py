@@ -8,12 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support.calls import completion, post
 from tests.support.fleet import Stack, run_stack
+from tests.support.waiting import eventually
 
 QUICK_S = 30.0
 
@@ -79,19 +79,22 @@ async def test_the_live_view_draws_in_a_terminal_and_quits_on_q() -> None:
         view = f"{sys.executable} -m proxy top {stack.proxy_url} --interval 0.5"
         command = f"cd {os.getcwd()} && {view}; echo EXIT=$?; sleep {QUICK_S}"
         await tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "40", command)
+        screens = [""]
+
+        async def showing(*texts: str) -> bool:
+            screens.append(await tmux("capture-pane", "-p", "-t", session))
+            return all(text in screens[-1] for text in texts)
+
         try:
-            deadline = time.monotonic() + QUICK_S
-            screen = ""
-            while not all(sim.id in screen for sim in stack.sims):
-                assert time.monotonic() < deadline, screen
-                await asyncio.sleep(0.2)
-                screen = await tmux("capture-pane", "-p", "-t", session)
+            # Every 200 ms: each look at the screen is a tmux process.
+            sims = [sim.id for sim in stack.sims]
+            await eventually(lambda: showing(*sims), QUICK_S, "every replica", interval=0.2)
+            screen = screens[-1]
             assert "rollout-proxy top" in screen and "healthy" in screen
             await tmux("send-keys", "-t", session, "q")
-            while "EXIT=" not in screen:
-                assert time.monotonic() < deadline, screen
-                await asyncio.sleep(0.2)
-                screen = await tmux("capture-pane", "-p", "-t", session)
-            assert "EXIT=0" in screen
+            await eventually(lambda: showing("EXIT="), QUICK_S, "top to quit", interval=0.2)
+            assert "EXIT=0" in screens[-1]
+        except AssertionError as exc:
+            raise AssertionError(f"the screen:\n{screens[-1]}") from exc
         finally:
             await tmux("kill-session", "-t", session, check=False)

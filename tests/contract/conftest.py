@@ -1,29 +1,21 @@
-"""Fixtures of the contract suite: ``replica`` is the server under test (see ``support``)."""
+"""Fixtures of the contract suite: ``replica`` is the server under test (see ``support``);
+``http`` and ``sim_server`` come from ``tests/conftest.py``."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from replica_entry.sim import SimSettings, build_sim_app
 from tests.contract.support import EXTERNAL_URL, Replica
 from tests.support.servers import serve
-
-SimServer = Callable[..., AbstractAsyncContextManager[tuple[str, web.Application]]]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
 
 
 @pytest.fixture
@@ -76,19 +68,3 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
     async with session.get(url) as response:
         assert response.status == 200, url
         return json.loads(await response.read())
-
-
-@pytest.fixture
-def sim_server() -> SimServer:
-    """Start an in-process simulated replica with given settings (sim-only tests)."""
-
-    @asynccontextmanager
-    async def start(
-        clock: Callable[[], float] | None = None, **overrides: Any
-    ) -> AsyncIterator[tuple[str, web.Application]]:
-        settings = SimSettings(**overrides)
-        app = build_sim_app(settings) if clock is None else build_sim_app(settings, clock=clock)
-        async with serve(app) as url:
-            yield url, app
-
-    return start

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from proxy.adapters.wire import MANIFEST_LIMIT, MAX_FILES, PREFIX
-from tests.contract.conftest import SimServer
 from tests.contract.support import EXTERNAL_URL, Replica
+from tests.support.fleet import SimServer
 from tests.support.uploads import adapter_files, listing, manifest_line, put, raw_put, upload_body
 from tests.support.waiting import eventually
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.sync_push import MB, predict, run_point
+from benchmarks.sync.push import MB, predict, run_point
 
 
 async def test_a_grid_point_times_the_push_and_the_mount_path(tmp_path: Path) -> None:

@@ -1,90 +1,17 @@
-"""The generation path's keep-alive client against scripted HTTP servers on loopback.
-
-Each server reads one request at a time and answers with the bytes a test scripts, written in
-the pieces the test chooses, so framing, reuse and failure handling are exercised on real
-sockets: split heads, chunk coding, stale keep-alives, answers cut short, garbage, timeouts.
-"""
+"""The generation path's keep-alive client against scripted HTTP servers on loopback
+(``tests.support.scripted``: each answer written in the pieces the test chooses)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import pytest
 
 from proxy.upstream.client import KEEPALIVE_S
 from proxy.upstream.connpool import ConnectionPool
 from proxy.upstream.errors import BadAnswer, ConnectError, Disconnected
+from tests.support.scripted import ok, scripted
 from tests.support.waiting import wait_for
-
-Script = Callable[[int], Sequence[bytes]]  # request number -> the pieces of the answer
-
-
-@dataclass
-class Scripted:
-    url: str
-    requests: list[bytes] = field(default_factory=list)  # each request as received, whole
-    connections: int = 0
-    closed_by_client: int = 0
-
-
-def ok(body: bytes, extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s" % (len(body), extra, body)
-
-
-@asynccontextmanager
-async def scripted(
-    script: Script, *, close_after: int | None = None, drop: frozenset[int] = frozenset()
-) -> AsyncIterator[Scripted]:
-    """A server answering request n with ``script(n)``; closes a connection after
-    ``close_after`` answers on it (a keep-alive the server ends without saying so), and closes
-    it without answering when n is in ``drop`` (the request met the close)."""
-    state = Scripted(url="")
-    handlers: set[asyncio.Task[None]] = set()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        handlers.add(task)
-        state.connections += 1
-        answered = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                body = await reader.readexactly(length)
-                state.requests.append(head + body)
-                if len(state.requests) in drop:
-                    break
-                for piece in script(len(state.requests)):
-                    writer.write(piece)
-                    await writer.drain()
-                    await asyncio.sleep(0)
-                answered += 1
-                if close_after is not None and answered >= close_after:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            state.closed_by_client += 1
-        except asyncio.CancelledError:
-            pass  # the test is over
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    state.url = f"http://127.0.0.1:{port}"
-    try:
-        yield state
-    finally:
-        server.close()
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
 
 
 def pool(**kwargs: float) -> ConnectionPool:
@@ -170,7 +97,9 @@ async def test_a_keep_alive_the_replica_closed_while_idle_is_not_used() -> None:
         p = pool()
         assert await post(p, server.url) == (200, b"n1")
         await wait_for(lambda: p.idle == 1)
-        await asyncio.sleep(0.05)  # the server's close reaches the idle connection
+        # The server's close has happened (the next poll round delivers it to the pool's idle
+        # connection; were it late, the request would meet the close and be sent again).
+        await wait_for(lambda: server.closed_by_server == 1, what="the server's close")
         assert await post(p, server.url) == (200, b"n2")
         p.close()
     assert server.connections == 2 and p.opened == 2

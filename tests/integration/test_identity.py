@@ -8,8 +8,8 @@ import logging
 import pytest
 
 from tests.support.calls import completion, post
-from tests.support.crafted import MODEL, crafted, ok
 from tests.support.fleet import run_stack
+from tests.support.scripted import MODEL, ok, scripted
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -32,7 +32,7 @@ async def test_a_request_without_an_id_gets_one_and_every_answer_carries_it() ->
 
 async def test_a_clients_id_and_traceparent_go_upstream_and_the_id_comes_back() -> None:
     async with (
-        crafted(lambda head: [ok(b"{}")]) as replica,
+        scripted(lambda n: [ok(b"{}")], replica=True) as replica,
         run_stack(0, extra=(replica.url,)) as stack,
     ):
         headers = {"X-Request-ID": "run7/step12/rollout-3", "traceparent": PARENT}
@@ -48,7 +48,7 @@ async def test_a_clients_id_and_traceparent_go_upstream_and_the_id_comes_back() 
 
 async def test_a_malformed_traceparent_is_not_passed_on() -> None:
     async with (
-        crafted(lambda head: [ok(b"{}")]) as replica,
+        scripted(lambda n: [ok(b"{}")], replica=True) as replica,
         run_stack(0, extra=(replica.url,)) as stack,
     ):
         await post(stack, "/v1/completions", completion(model=MODEL), headers={"traceparent": "x"})

@@ -8,8 +8,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.calls import completion, post
-from tests.support.crafted import MODEL, crafted, ok
 from tests.support.fleet import run_stack
+from tests.support.scripted import MODEL, ok, scripted
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 PARENT = f"00-{TRACE}-b7ad6b7169203331-01"
@@ -21,7 +21,7 @@ async def test_spans_nest_under_the_clients_trace_and_the_replica_continues_it()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     async with (
-        crafted(lambda head: [ok(b"{}")]) as replica,
+        scripted(lambda n: [ok(b"{}")], replica=True) as replica,
         run_stack(0, extra=(replica.url,), tracer=tracer) as stack,
     ):
         status, _, headers = await post(
@@ -44,7 +44,7 @@ async def test_spans_nest_under_the_clients_trace_and_the_replica_continues_it()
 
 async def test_without_a_tracer_there_are_no_spans_and_no_traceparent_invented() -> None:
     async with (
-        crafted(lambda head: [ok(b"{}")]) as replica,
+        scripted(lambda n: [ok(b"{}")], replica=True) as replica,
         run_stack(0, extra=(replica.url,)) as stack,
     ):
         await post(stack, "/v1/completions", completion(model=MODEL))

@@ -11,7 +11,7 @@ from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import listed, load, load_body, post
 from tests.support.fleet import Stack, run_sim, run_stack
-from tests.support.waiting import wait_for
+from tests.support.waiting import eventually, wait_for
 
 PROMPT = list(range(300, 350))
 
@@ -20,12 +20,29 @@ def rollout(model: str) -> dict[str, Any]:
     return {"model": model, "prompt": PROMPT, "max_tokens": 2}
 
 
+async def inconsistent(stack: Stack) -> list[str]:
+    """The routable replicas that do not hold exactly the registry's wanted versions."""
+    wanted = set(stack.proxy_app[PROXY].adapters.service.versions)
+    routable = {r.id for r in stack.pool.routable()}
+    return [
+        sim.id
+        for index, sim in enumerate(stack.sims)
+        if sim.id in routable and set(await listed(stack, index)) - {"sim-model"} != wanted
+    ]
+
+
 async def consistent(stack: Stack) -> None:
     """Every routable replica holds exactly the registry's wanted versions."""
-    wanted = set(stack.proxy_app[PROXY].adapters.service.registry.versions)
-    for index, sim in enumerate(stack.sims):
-        if sim.id in {r.id for r in stack.pool.routable()}:
-            assert set(await listed(stack, index)) - {"sim-model"} == wanted, sim.id
+    assert await inconsistent(stack) == []
+
+
+async def settled(stack: Stack, what: str) -> None:
+    """Until the fan-outs still running in the background leave the fleet consistent."""
+
+    async def done() -> bool:
+        return not await inconsistent(stack)
+
+    await eventually(done, timeout=10.0, what=what)
 
 
 async def test_concurrent_loads_of_different_versions(tmp_path: Path) -> None:
@@ -35,9 +52,9 @@ async def test_concurrent_loads_of_different_versions(tmp_path: Path) -> None:
             *(load(stack, load_body(f"trl-policy-v{n}", p)) for n, p in paths.items())
         )
         assert all(status == 200 for status, _, _ in results)
-        await asyncio.sleep(0.2)  # window unloads run in the background
+        await settled(stack, "the window's unloads (they run in the background)")
         await consistent(stack)
-        assert len(stack.proxy_app[PROXY].adapters.service.registry.versions) == 5  # max_loras - 1
+        assert len(stack.proxy_app[PROXY].adapters.service.versions) == 5  # max_loras - 1
 
 
 async def test_load_racing_unload(tmp_path: Path) -> None:
@@ -48,7 +65,7 @@ async def test_load_racing_unload(tmp_path: Path) -> None:
                 load(stack, load_body("trl-policy-v1", path)),
                 post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"}),
             )
-            await asyncio.sleep(0.05)
+            await settled(stack, "the racing load and unload to finish")
             await consistent(stack)
 
 

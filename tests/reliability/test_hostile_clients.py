@@ -19,6 +19,7 @@ import pytest
 from proxy.dataplane.forward import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, metrics_text, post
 from tests.support.fleet import Stack, run_stack
+from tests.support.waiting import eventually
 
 QUICK_S = 5.0  # "at once", with room for a busy machine
 
@@ -31,6 +32,12 @@ async def raw(stack: Stack) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio
         yield reader, writer
     finally:
         writer.close()
+
+
+async def status_figure(stack: Stack, field: str) -> int:
+    """A figure of ``/proxy/status``."""
+    async with stack.session.get(stack.proxy_url + "/proxy/status") as resp:
+        return int((await resp.json())[field])
 
 
 async def closed_within(reader: asyncio.StreamReader, seconds: float) -> bytes:
@@ -107,10 +114,7 @@ async def test_connections_beyond_the_cap_are_refused_and_the_cap_recovers() -> 
                 return False
             return status == 200
 
-        deadline = time.monotonic() + QUICK_S
-        while not await served():
-            assert time.monotonic() < deadline, "the cap did not recover"
-            await asyncio.sleep(0.05)
+        await eventually(served, timeout=QUICK_S, what="the cap to recover")
         text = await metrics_text(stack)
         assert metric_value(text, 'rollout_proxy_rejections_total{reason="too_many_connections"}')
 
@@ -136,7 +140,11 @@ async def test_request_bodies_share_a_memory_budget() -> None:
             b"Content-Length: 61440\r\n\r\n{"
         )
         await writer.drain()
-        await asyncio.sleep(0.1)  # let the proxy reserve it (its handler is waiting on the body)
+
+        async def reserved() -> bool:  # its handler is waiting on the rest of the body
+            return await status_figure(stack, "body_bytes_held") > 0
+
+        await eventually(reserved, timeout=QUICK_S, what="the proxy to reserve the body")
         # ... leaves no room for another one of 60 KiB.
         body = orjson.dumps(completion(padding="x" * 60_000))
         status, answer, _ = await post(stack, "/v1/completions", body)
@@ -230,13 +238,13 @@ async def test_a_client_that_stops_reading_is_disconnected_and_frees_its_slot() 
         writer.write((head + b"Content-Length: %d\r\n\r\n" % len(body) + body) * 8)
 
         async def inflight() -> int:
-            async with stack.session.get(stack.proxy_url + "/proxy/status") as resp:
-                return int((await resp.json())["inflight"])
+            return await status_figure(stack, "inflight")
+
+        async def answering() -> bool:  # the proxy is writing an answer nobody reads ...
+            return await inflight() > 0
 
         deadline = time.monotonic() + QUICK_S * 4
-        while await inflight() == 0:  # the proxy is writing an answer nobody reads ...
-            assert time.monotonic() < deadline, "no answer was ever in flight"
-            await asyncio.sleep(0.02)
+        await eventually(answering, timeout=QUICK_S * 4, what="an answer in flight")
         free_since = None
         while free_since is None or time.monotonic() - free_since < 1.0:
             assert time.monotonic() < deadline, "a client that does not read holds its slot"
@@ -244,6 +252,7 @@ async def test_a_client_that_stops_reading_is_disconnected_and_frees_its_slot() 
                 free_since = None
             elif free_since is None:
                 free_since = time.monotonic()  # ... until it gives up on that client for good
+            # Kept: "free for a whole second" needs a second of real time to pass, sampled.
             await asyncio.sleep(0.05)
         writer.close()
 

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from tests.support.calls import completion, metric_value, metrics_text, post
-from tests.support.crafted import MODEL, crafted, ok
 from tests.support.fleet import Stack, run_stack
+from tests.support.scripted import MODEL, ok, scripted
 
 TOKEN = b"hf_leakedtokenvalue0123456789"
 QUICK_S = 10.0  # a generous bound for "at once" on a busy machine; the timeout is far longer
@@ -60,7 +60,7 @@ async def ask(stack: Stack) -> tuple[int, bytes, float]:
 )
 async def test_a_malformed_answer_is_a_quick_clear_502(answer: bytes) -> None:
     async with (
-        crafted(lambda head: [answer]) as replica,
+        scripted(lambda n: [answer], replica=True) as replica,
         run_stack(0, extra=(replica.url,), **SETTINGS) as stack,
     ):
         status, body, took = await ask(stack)
@@ -74,7 +74,7 @@ async def test_a_replicas_bytes_are_never_echoed_unscrubbed() -> None:
     # The malformed line itself carries the token (a parser that quotes it would leak it).
     leak = b"HTTP/1.1 200 OK\r\nAuthorization Bearer " + TOKEN + b"\r\n\r\n"
     async with (
-        crafted(lambda head: [leak]) as replica,
+        scripted(lambda n: [leak], replica=True) as replica,
         run_stack(0, extra=(replica.url,), **SETTINGS) as stack,
     ):
         status, body, _ = await ask(stack)
@@ -85,7 +85,7 @@ async def test_a_replicas_bytes_are_never_echoed_unscrubbed() -> None:
 async def test_an_interim_answer_is_skipped_and_costs_no_ejection() -> None:
     hints = b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
     async with (
-        crafted(lambda head: [hints, ok(b'{"choices": []}')]) as replica,
+        scripted(lambda n: [hints, ok(b'{"choices": []}')], replica=True) as replica,
         run_stack(0, extra=(replica.url,), **SETTINGS) as stack,
     ):
         status, body, _ = await ask(stack)
@@ -98,7 +98,7 @@ async def test_an_interim_answer_is_skipped_and_costs_no_ejection() -> None:
 async def test_keep_alive_close_in_one_header_is_honoured() -> None:
     close = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, close\r\nContent-Length: 2\r\n\r\nok"
     async with (
-        crafted(lambda head: [close]) as replica,
+        scripted(lambda n: [close], replica=True) as replica,
         run_stack(0, extra=(replica.url,), **SETTINGS) as stack,
     ):
         before = replica.connections
@@ -111,7 +111,7 @@ async def test_keep_alive_close_in_one_header_is_honoured() -> None:
 async def test_a_silent_head_line_does_not_hang_until_the_timeout() -> None:
     half = b"HTTP/1.1 200 OK\nContent-Length: 2\n"  # bare LF and never a blank line
     async with (
-        crafted(lambda head: [half]) as replica,
+        scripted(lambda n: [half], replica=True) as replica,
         run_stack(0, extra=(replica.url,), **SETTINGS) as stack,
     ):
         status, _, took = await asyncio.wait_for(ask(stack), QUICK_S * 2)

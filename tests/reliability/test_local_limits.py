@@ -19,6 +19,7 @@ import orjson
 from tests.support.calls import completion
 from tests.support.fleet import run_sim
 from tests.support.servers import free_port
+from tests.support.waiting import eventually
 
 FILES = 40  # a new proxy uses about 17 descriptors; the rest go to clients and upstreams
 QUICK_S = 10.0
@@ -82,11 +83,10 @@ async def connect(port: int) -> Client | None:
 
 
 async def routable(client: Client) -> None:
-    for _ in range(100):
-        if (await client.ask("GET", "/health"))[0] == 200:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the replica was never admitted")
+    async def healthy() -> bool:
+        return (await client.ask("GET", "/health"))[0] == 200
+
+    await eventually(healthy, timeout=QUICK_S, what="the replica admitted", interval=0.1)
 
 
 async def test_out_of_file_descriptors_is_a_503_and_no_replica_pays() -> None:
@@ -117,7 +117,13 @@ async def test_out_of_file_descriptors_is_a_503_and_no_replica_pays() -> None:
         assert b'rollout_proxy_rejections_total{reason="local_resources"} 1.0' in text
         for client in clients[1:]:
             client.close()
-        await asyncio.sleep(0.2)
-        status, answer = await probe.ask("POST", "/v1/completions", body)
+        answers: list[tuple[int, bytes]] = []
+
+        async def served() -> bool:  # once the proxy has seen the closes
+            answers.append(await probe.ask("POST", "/v1/completions", body))
+            return answers[-1][0] != 503
+
+        await eventually(served, timeout=QUICK_S, what="descriptors freed")
+        status, answer = answers[-1]
         assert status == 200, answer
         probe.close()

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import aiohttp
 
-from benchmarks.loopback import write_adapter
 from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
+from tests.support.adapters import write_adapter
 from tests.support.calls import completion
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.waiting import eventually, wait_for

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from benchmarks.soak import soak
+from benchmarks.suites.soak import soak
 
 
 async def test_soak_leaves_nothing_behind() -> None:

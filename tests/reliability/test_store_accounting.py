@@ -144,7 +144,7 @@ async def _trickle(url: str, name: str) -> int:
     async def slowly() -> AsyncIterator[bytes]:
         yield head
         for _ in range(600):  # 30 s at most; the deadline ends it far sooner
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # kept: the trickle's pace is the scenario
             yield b"\0"
 
     timeout = aiohttp.ClientTimeout(total=60)

@@ -1,5 +1,6 @@
-"""Adapter directories as TRL writes them (shared with the benchmarks)."""
+"""Adapter directories as TRL writes them (``replica_entry.sim.loopback``, shared with the
+benchmarks)."""
 
-from benchmarks.loopback import write_adapter
+from replica_entry.sim.loopback import write_adapter
 
 __all__ = ["write_adapter"]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,17 @@ from tests.support.freeze import Relay, relay
 from tests.support.servers import serve as serve_sim
 from tests.support.waiting import eventually, wait_for
 
-__all__ = ["FAST_HEALTH", "Sim", "Stack", "eventually", "run_sim", "run_stack", "wait_for"]
+__all__ = [
+    "FAST_HEALTH",
+    "Sim",
+    "SimServer",
+    "Stack",
+    "eventually",
+    "run_sim",
+    "run_stack",
+    "serve_sim_app",
+    "wait_for",
+]
 
 # Fast probing so ejection and readmission take tens of milliseconds in tests.
 FAST_HEALTH = {"health_interval": 0.05, "health_timeout": 0.5}
@@ -77,6 +87,20 @@ async def run_sim(port: int = 0, **settings: Any) -> AsyncIterator[Sim]:
         await exits.aclose()
 
 
+SimServer = Callable[..., AbstractAsyncContextManager[tuple[str, web.Application]]]
+
+
+@asynccontextmanager
+async def serve_sim_app(
+    clock: Callable[[], float] | None = None, **overrides: Any
+) -> AsyncIterator[tuple[str, web.Application]]:
+    """A simulated replica with ``overrides`` of its settings (and ``clock``): URL and app."""
+    settings = SimSettings(**overrides)
+    app = build_sim_app(settings) if clock is None else build_sim_app(settings, clock=clock)
+    async with serve_sim(app) as url:
+        yield url, app
+
+
 @asynccontextmanager
 async def run_stack(
     n: int = 3,
@@ -92,7 +116,7 @@ async def run_stack(
     """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
 
     ``relays``: the proxy reaches each replica through a freezable relay (``stack.relays``).
-    ``extra``: more replica URLs (other servers: e.g. ``tests.support.crafted``), after the sims.
+    ``extra``: more replica URLs (other servers: e.g. ``tests.support.scripted``), after the sims.
     """
     async with AsyncExitStack() as exits:
         specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]

@@ -1,5 +1,6 @@
-"""Real aiohttp applications on loopback for tests (shared with the benchmarks)."""
+"""Real aiohttp applications on loopback for tests (``replica_entry.sim.loopback``, shared with
+the benchmarks)."""
 
-from benchmarks.loopback import free_port, serve
+from replica_entry.sim.loopback import free_port, serve
 
 __all__ = ["free_port", "serve"]

@@ -1,7 +1,9 @@
-"""Waiting on conditions in tests: poll a condition every 10 ms, fail with what was awaited.
+"""Waiting on conditions in tests: poll a condition (every 10 ms unless told), fail with what
+was awaited.
 
 Tests wait on events and states, never on fixed sleeps; the timeouts are generous bounds for a
-busy machine, not expected durations.
+busy machine, not expected durations. A longer ``interval`` suits a check that costs something
+itself (a subprocess, a request to a server under measured load).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ POLL_S = 0.01
 
 
 async def wait_for(
-    predicate: Callable[[], object], timeout: float = 5.0, what: str = "condition"
+    predicate: Callable[[], object],
+    timeout: float = 5.0,
+    what: str = "condition",
+    *,
+    interval: float = POLL_S,
 ) -> None:
     """Until ``predicate()`` (sync) is true; AssertionError after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
@@ -21,11 +27,15 @@ async def wait_for(
     while not predicate():
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(interval)
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 5.0, what: str = "condition"
+    check: Callable[[], Awaitable[bool]],
+    timeout: float = 5.0,
+    what: str = "condition",
+    *,
+    interval: float = POLL_S,
 ) -> None:
     """Until ``await check()`` is true; AssertionError after ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
@@ -33,4 +43,4 @@ async def eventually(
     while not await check():
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(interval)

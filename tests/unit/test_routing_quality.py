@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.routing_sim import SimConfig, simulate
-from benchmarks.trace import TraceShape
+from benchmarks.harness.trace import TraceShape
+from benchmarks.sims.routing import SimConfig, simulate
 from proxy.routing.least_loaded import LeastLoaded
 from proxy.routing.prefix import PrefixPolicy
 from proxy.routing.round_robin import RoundRobin

@@ -1,0 +1,137 @@
+"""Closed-loop HTTP load for the overhead suite, run as its own process(es).
+
+``concurrency`` workers each send TRL-shaped completion requests back to back until ``requests``
+have been sent; prints one JSON line: count, errors, wall time, latency samples summary and the
+process's own CPU time, so the suite can check the generator is not the bottleneck. It sends
+through the proxy's own keep-alive client (``proxy.upstream.connpool``), which costs a fraction
+of an aiohttp client session per request.
+
+    python -m benchmarks.harness.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import resource
+import sys
+import time
+
+import orjson
+
+from proxy.upstream.connpool import ConnectionPool
+from proxy.upstream.errors import WireError
+
+JSON = "application/json"
+PATH = "/v1/completions"
+MODEL = "bench-model"  # what benchmarks.harness.fast_replica serves
+VOCAB = 150_000
+
+
+def bodies(
+    tokens: int, count: int = 64, seed: int = 0, model: str = MODEL, vocab: int = VOCAB
+) -> list[bytes]:
+    """``count`` GRPO-like prompts: a shared template, then a distinct problem each."""
+    rng = random.Random(seed)
+    template = [rng.randrange(vocab) for _ in range(min(tokens // 3, 512))]
+    out = []
+    for _ in range(count):
+        prompt = template + [rng.randrange(vocab) for _ in range(tokens - len(template))]
+        out.append(
+            orjson.dumps(
+                {
+                    "model": model,
+                    "prompt": prompt,
+                    "max_tokens": 16,
+                    "temperature": 1.0,
+                    "n": 1,
+                    "return_token_ids": True,
+                    "logprobs": 0,
+                }
+            )
+        )
+    return out
+
+
+async def run(
+    url: str,
+    concurrency: int,
+    requests: int,
+    tokens: int,
+    seed: int,
+    model: str = MODEL,
+    vocab: int = VOCAB,
+) -> dict[str, object]:
+    payloads = bodies(tokens, seed=seed, model=model, vocab=vocab)
+    latencies: list[float] = []
+    errors = 0
+    sent = 0
+    # The proxy's own lean keep-alive client: the generator must cost less than what it loads.
+    pool = ConnectionPool(connect_timeout_s=5.0, request_timeout_s=30.0, idle_s=60.0)
+
+    async def worker(index: int) -> None:
+        nonlocal sent, errors
+        first = True
+        while sent < requests:
+            body = payloads[(sent + index) % len(payloads)]
+            sent += 1
+            started = time.perf_counter()
+            try:
+                async with pool.request(url, "POST", PATH, body, JSON) as resp:
+                    await resp.read()
+                    ok = resp.status == 200
+            except (WireError, TimeoutError):
+                ok = False
+            # A worker's first request opens its connection and starts with every other worker
+            # at once: it measures the ramp, not the steady state, so its latency is left out.
+            if not first:
+                latencies.append(time.perf_counter() - started)
+            first = False
+            errors += not ok
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    finally:
+        pool.close()
+    wall = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "count": sent,  # every request sent has been answered or failed by now
+        "errors": errors,
+        "wall_s": wall,
+        "latencies": latencies,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.blast")
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--tokens", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default=MODEL, help="the model name the replicas serve")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids stay below")
+    args = parser.parse_args(argv)
+    import uvloop
+
+    result = uvloop.run(
+        run(
+            args.url.rstrip("/"),
+            args.concurrency,
+            args.requests,
+            args.tokens,
+            args.seed,
+            args.model,
+            args.vocab,
+        )
+    )
+    sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
