@@ -16,4 +16,10 @@ At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs`` a
 ``supervise``. Imports point inwards only (http -> dataplane -> adapters -> metrics -> fleet ->
 upstream; routing and the top-level helpers stand alone); the proxy never imports torch, vLLM,
 TRL or PEFT.
+
+Objects made per request (a body's ``Peek``; the routing ``RouteRequest``, ``Snapshot`` and
+``Decision``; the limiter's ``Placement``; the forward's ``Identity`` and exchange) are
+``@dataclass(slots=True)`` but not ``frozen``: a frozen dataclass's ``__init__`` sets each field
+through ``object.__setattr__``, ~0.25 us a field (CPython 3.11), on the measured request path.
+Their ``# made per request: not frozen`` comments point here.
 """

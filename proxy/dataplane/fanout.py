@@ -1,10 +1,10 @@
 """Fan-out of ``/pause``, ``/resume`` and ``/reset_prefix_cache`` to every routable replica.
 
 Every replica must answer 200; the edge turns the outcomes into one aggregated answer
-(``proxy.http.responses.control_answer``). A replica that cannot be reached is ejected instead of
-failing the call (TRL aborts training on a non-200 from pause or resume) and gets the fleet's
-state when it is readmitted. State changes are applied one at a time, in arrival order. Adapter
-loads and unloads have their own service (``proxy.adapters``).
+(``proxy.http.responses.Redactor.control_answer``). A replica that cannot be reached is ejected
+instead of failing the call (TRL aborts training on a non-200 from pause or resume) and gets the
+fleet's state when it is readmitted. State changes are applied one at a time, in arrival order.
+Adapter loads and unloads have their own service (``proxy.adapters``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
   this long) is disconnected, which frees its slot and cancels its generation; nothing is timed
   while a client reads (the timer runs only between the transport's ``pause_writing`` and
   ``resume_writing``);
-- the body timeout and byte budgets are the handlers' (``handlers.Handlers.read``);
+- the body timeout and byte budgets are the handlers' (``handlers.Handlers._read``, the memory
+  budget in ``bodies.BodyBudget``);
 - a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
   ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
   (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
@@ -20,6 +21,13 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
 Every connection goes through a ``GuardedConnection``, a thin protocol in front of aiohttp's
 (one extra call and a clock read per read); handlers tell it when a request starts and ends
 (``Guard.busy``).
+
+Only aiohttp's public API is used (no private name; tests/unit/test_aiohttp_surface.py checks
+what the guard relies on, naming the aiohttp version when an upgrade changes it): the runner's
+``server`` is the protocol factory aiohttp documents for ``loop.create_server`` (its low-level
+server), and ``serving`` makes the listening socket itself with the guard in front, instead of
+an aiohttp site (a site builds its listener from ``runner.server`` with no way to wrap it). The
+client-error log is the ``logger`` aiohttp's handlers are given, with a ``logging`` filter.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ log = logging.getLogger("proxy.server")
 
 LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
 BAD_INPUT_LOG_EVERY_S = 60.0
+BACKLOG = 4096  # the listening socket's accept queue
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -81,8 +90,14 @@ def bad_input_kind(exc: BaseException) -> str:
 
 
 class ClientErrorLog(logging.Logger):
-    """aiohttp's server logger: bad client input is a counted WARNING once per kind per
-    interval, with no traceback; everything else (our own bugs) is logged as usual."""
+    """aiohttp's server logger (``AppRunner(logger=...)``): bad client input is a counted
+    WARNING once per kind per interval, with no traceback; everything else (our own bugs) is
+    logged as usual.
+
+    aiohttp reports a request it could not parse as an ERROR record whose exception is an
+    ``HttpProcessingError``; a filter on this logger drops that record and counts (and, once per
+    interval, reports) the kind instead. Whichever ``Logger`` method aiohttp calls, the filter
+    sees the record."""
 
     def __init__(self, count: Callable[[str], None], clock: Callable[[], float]) -> None:
         super().__init__("proxy.clients")
@@ -91,13 +106,15 @@ class ClientErrorLog(logging.Logger):
         self._clock = clock
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
+        self.addFilter(self._client_error)
 
-    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info")
-        if isinstance(exc, HttpProcessingError):
-            self._bad_input(exc)
-        else:
-            super().exception(msg, *args, **kwargs)
+    def _client_error(self, record: logging.LogRecord) -> bool:
+        """False (drop the record) for aiohttp's report of a client's bad input."""
+        exc = record.exc_info[1] if record.exc_info else None
+        if record.levelno < logging.ERROR or not isinstance(exc, HttpProcessingError):
+            return True
+        self._bad_input(exc)
+        return False
 
     def _bad_input(self, exc: HttpProcessingError) -> None:
         kind = bad_input_kind(exc)
@@ -246,53 +263,6 @@ class _Refusal(asyncio.Protocol):
         cast(asyncio.Transport, transport).close()
 
 
-class GuardedSite(web.BaseSite):
-    """A TCP site whose connections go through the guard."""
-
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        guard: Guard,
-        host: str,
-        port: int,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        backlog: int = 4096,
-    ) -> None:
-        super().__init__(runner, ssl_context=ssl_context, backlog=backlog)
-        self._guard = guard
-        self._host, self._port = host, port
-
-    @property
-    def name(self) -> str:
-        return f"{'https' if self._ssl_context else 'http'}://{self._host}:{self._port}"
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self._guard.factory(server),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=True,
-        )
-        sockets = self._server.sockets
-        if sockets:
-            self._port = sockets[0].getsockname()[1]
-        self._guard.start()
-
-    async def stop(self) -> None:
-        self._guard.stop()
-        await super().stop()
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-
 def runner_options(
     settings: ClientSettings, logger: logging.Logger, shutdown_timeout: float
 ) -> dict[str, Any]:
@@ -320,16 +290,34 @@ async def serving(
     shutdown_timeout: float = 2.0,
     ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[str]:
-    """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up."""
+    """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up.
+
+    The listener is ours, every connection through ``guard.factory(runner.server)``; on the way
+    out it stops accepting first, then ``runner.cleanup()`` closes the open connections and
+    runs the app's cleanup (the order an aiohttp site keeps)."""
     runner = web.AppRunner(
         app, handle_signals=False, **runner_options(settings, logger, shutdown_timeout)
     )
     await runner.setup()
-    site = GuardedSite(runner, guard, host, port, ssl_context=ssl_context)
-    await site.start()
+    listener: asyncio.Server | None = None
     try:
-        yield f"{'https' if ssl_context else 'http'}://{host}:{site.port}"
+        assert runner.server is not None  # made by setup()
+        listener = await asyncio.get_running_loop().create_server(
+            guard.factory(runner.server),
+            host,
+            port,
+            ssl=ssl_context,
+            backlog=BACKLOG,
+            reuse_address=True,
+        )
+        if listener.sockets:
+            port = listener.sockets[0].getsockname()[1]
+        guard.start()
+        yield f"{'https' if ssl_context else 'http'}://{host}:{port}"
     finally:
+        guard.stop()
+        if listener is not None:
+            listener.close()
         await runner.cleanup()
 
 

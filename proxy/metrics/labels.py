@@ -34,6 +34,7 @@ BAD_INPUT_KINDS = (
 )
 CONTROL_ACTIONS = ("pause", "resume", "reset_prefix_cache")
 BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters", "advisor", "load")
+# Bucket bounds, each named once (the families in proxy.metrics.families refer to them).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 OVERHEAD_BUCKETS = (
     0.00005,
@@ -49,3 +50,7 @@ OVERHEAD_BUCKETS = (
     0.1,
     0.5,
 )
+ADAPTER_ATTEMPT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 500)
+ADAPTER_LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+CONTROL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PAUSE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
