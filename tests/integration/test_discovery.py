@@ -7,8 +7,7 @@ from aiohttp import ClientSession
 from proxy.app import DISCOVERY, POOL, build_app
 from proxy.app import serve as serve_proxy
 from proxy.clock import RealClock
-from proxy.config import Settings
-from proxy.fleet.discover_spec import parse_discover_spec
+from proxy.config import Settings, parse_discover_spec
 from proxy.fleet.discovery import Discovery
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.hub_jobs import JobsHub, Step, build_jobs_hub_app

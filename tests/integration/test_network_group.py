@@ -22,8 +22,7 @@ from deploy.specs import JobSpec
 from proxy.app import DISCOVERY, POOL, build_app
 from proxy.app import serve as serve_proxy
 from proxy.clock import RealClock
-from proxy.config import Settings
-from proxy.fleet.discover_spec import parse_discover_spec
+from proxy.config import Settings, parse_discover_spec
 from proxy.fleet.discovery import Discovery
 from replica_entry.sim import SIM_STATE
 from tests.support.adapters import write_adapter
