@@ -6,5 +6,5 @@ body the proxy builds itself (``responses``: vLLM-shaped errors, aggregated fan-
 answers) and the proxy's own adapter receiver routes (``receiver``).
 
 Rules: the only room that turns outcomes into HTTP answers. May import every other room of the
-proxy; nothing imports it but ``proxy.app``.
+proxy; nothing imports it but ``proxy.app`` and ``proxy.cli``.
 """
