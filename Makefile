@@ -37,6 +37,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 # The whole proof: lint, the core suite (unit, integration, contract, reliability, deploy; about
 # three minutes), the deploy and discovery tests on the oldest huggingface_hub we allow, then the
@@ -94,4 +95,5 @@ bench: venv
 	done
 
 clean:
-	rm -rf $(VENV) $(E2E_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(E2E_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache \
+		.import_linter_cache

@@ -12,10 +12,12 @@ Rooms, from the edge inwards (each package's docstring says what it holds and ma
 - ``insight``: the bottleneck advisor and the samples it judges;
 - ``console``: ``rollout-proxy top``, a terminal client of a running proxy.
 
-At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs`` and
-``supervise``. Imports point inwards only (http -> dataplane -> adapters -> metrics -> fleet ->
-upstream; routing and the top-level helpers stand alone); the proxy never imports torch, vLLM,
-TRL or PEFT.
+At the top: ``cli`` and ``app`` (composition), ``config``, ``clock``, ``logs``, ``supervise``
+and ``lifeline``. Imports point inwards only, layer by layer (pyproject.toml's import-linter
+contracts, which place every module): cli -> app -> http -> logs | supervise | insight |
+console -> lifeline -> dataplane | adapters -> metrics -> fleet -> upstream -> clock | config ->
+routing, where ``a | b`` share a layer and import neither each other; no package has an import
+cycle. The proxy never imports torch, vLLM, TRL or PEFT.
 
 Objects made per request (a body's ``Peek``; the routing ``RouteRequest``, ``Snapshot`` and
 ``Decision``; the limiter's ``Placement``; the forward's ``Identity`` and exchange) are

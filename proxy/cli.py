@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from proxy.app import build_app
 from proxy.app import serve as serve_app
-from proxy.config import Settings, describe_error, env_name, flat_fields
+from proxy.config import Settings, env_name, flat_fields, flat_name, hide_credentials
 from proxy.http.server import raise_fd_limit
 from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
@@ -70,6 +70,27 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
             parser.add_argument(flag, dest=name, default=None, metavar="VALUE", help=help_text)
     given = vars(parser.parse_args(list(argv)))
     return {key: value for key, value in given.items() if value is not None}
+
+
+_SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line per bad field: the flag, the env var, the value (masked if secret), the rule."""
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = tuple(str(part) for part in item["loc"])
+        flat = flat_name(loc)
+        given = item.get("input")
+        if flat == "policy" and isinstance(given, dict):
+            given = given.get("kind")
+        shown = "***" if flat in _SECRET_FIELDS else hide_credentials(repr(given))
+        message = hide_credentials(item["msg"])
+        if loc[0] == "policy" and item["type"] == "extra_forbidden":
+            message = "this setting applies only to --policy prefix"
+        flag = "--" + flat.replace("_", "-")
+        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {message}")
+    return "\n".join(lines)
 
 
 def load_settings(argv: Sequence[str]) -> Settings:

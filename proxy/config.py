@@ -4,14 +4,18 @@ Precedence, highest first: command-line flags, ``PROXY_*`` environment variables
 ``--config``/``PROXY_CONFIG`` (TOML or JSON), the defaults below. Every field is validated at start;
 a bad value stops start-up with a message naming the field, the value and what is allowed.
 Secrets are ``SecretStr``: their values never reach a repr, a log line or an error message.
+
+Components receive their own section, all defined here. Users name each setting flat
+(``--health-interval``, ``PROXY_HEALTH_INTERVAL``, ``health_interval`` in the file): a section
+field's alias, a policy field's own name. Imports only ``proxy.routing`` of the proxy.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -21,73 +25,77 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-from proxy.adapters.settings import AdapterSettings
-from proxy.fleet.discover_spec import DnsName, JobsLabel, parse_discover_spec
-from proxy.fleet.load_settings import LoadSettings
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 from proxy.routing.settings import PolicySettings, PrefixSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
+MIB = 1 << 20
+# A section field users set has its flat name as alias (the retry bounds have none: no setting);
+# code and tests may build a section by field name.
+_SECTION = ConfigDict(frozen=True, populate_by_name=True)
 
 
 class HealthSettings(BaseModel):
     """Active health probing of each replica's ``/health``."""
 
-    model_config = ConfigDict(frozen=True)
-
-    interval_s: PositiveFloat = 1.0
-    timeout_s: PositiveFloat = 2.0
-    eject_after: Annotated[int, Field(ge=1)] = 3
-    readmit_after: Annotated[int, Field(ge=1)] = 2
-    info_refresh_s: PositiveFloat = 30.0
+    model_config = _SECTION
+    interval_s: PositiveFloat = Field(1.0, alias="health_interval")
+    timeout_s: PositiveFloat = Field(2.0, alias="health_timeout")
+    eject_after: int = Field(3, ge=1, alias="eject_after")
+    readmit_after: int = Field(2, ge=1, alias="readmit_after")
+    info_refresh_s: PositiveFloat = Field(30.0, alias="info_refresh")
 
 
 class LimitSettings(BaseModel):
     """In-flight caps and the bounded FIFO wait queue."""
 
-    model_config = ConfigDict(frozen=True)
-
-    max_inflight_per_replica: Annotated[int, Field(ge=1)] = 128
-    max_inflight: Annotated[int, Field(ge=1)] | None = None
-    queue_size: Annotated[int, Field(ge=0)] = 4096
-    queue_timeout_s: PositiveFloat = 60.0
+    model_config = _SECTION
+    max_inflight_per_replica: int = Field(128, ge=1, alias="max_inflight_per_replica")
+    max_inflight: Annotated[int, Field(ge=1)] | None = Field(None, alias="max_inflight")
+    queue_size: int = Field(4096, ge=0, alias="queue_size")
+    queue_timeout_s: PositiveFloat = Field(60.0, alias="queue_timeout")
 
 
 class UpstreamSettings(BaseModel):
     """How the proxy talks to replicas."""
 
-    model_config = ConfigDict(frozen=True)
-
-    token: SecretStr | None = None
-    connect_timeout_s: PositiveFloat = 5.0
-    request_timeout_s: PositiveFloat = 900.0
-    ca_bundle: Path | None = None
-    tls_verify: bool = True
-    max_attempts: Annotated[int, Field(ge=1, le=16)] = 3
-    breaker_failures: Annotated[int, Field(ge=1)] = 5
-    breaker_cooldown_s: PositiveFloat = 10.0
-    max_answer_bytes: Annotated[int, Field(ge=1024)] = 256 * 1024 * 1024
+    model_config = _SECTION
+    token: SecretStr | None = Field(None, alias="upstream_token")
+    connect_timeout_s: PositiveFloat = Field(5.0, alias="connect_timeout")
+    request_timeout_s: PositiveFloat = Field(900.0, alias="request_timeout")
+    ca_bundle: Path | None = Field(None, alias="ca_bundle")
+    tls_verify: bool = Field(True, alias="tls_verify")
+    max_attempts: int = Field(3, ge=1, le=16, alias="max_attempts")
+    breaker_failures: int = Field(5, ge=1, alias="breaker_failures")
+    breaker_cooldown_s: PositiveFloat = Field(10.0, alias="breaker_cooldown")
+    max_answer_bytes: int = Field(256 * MIB, ge=1024, alias="max_answer_bytes")
 
 
 class ClientSettings(BaseModel):
     """What one client (or many) may cost the proxy: connections, time, memory, CPU."""
 
-    model_config = ConfigDict(frozen=True)
-
-    max_connections: Annotated[int, Field(ge=1)] = 4096
-    keepalive_timeout_s: PositiveFloat = 75.0
-    head_timeout_s: PositiveFloat = 10.0
-    body_timeout_s: PositiveFloat = 60.0
-    send_timeout_s: PositiveFloat = 60.0
-    max_body_bytes: Annotated[int, Field(ge=1024)] = 32 * 1024 * 1024
-    max_body_bytes_in_flight: Annotated[int, Field(ge=1024)] = 1024 * 1024 * 1024
-    max_prompt_elements: Annotated[int, Field(ge=16)] = DEFAULT_MAX_ELEMENTS
+    model_config = _SECTION
+    max_connections: int = Field(4096, ge=1, alias="max_client_connections")
+    keepalive_timeout_s: PositiveFloat = Field(75.0, alias="client_keepalive_timeout")
+    head_timeout_s: PositiveFloat = Field(10.0, alias="client_head_timeout")
+    body_timeout_s: PositiveFloat = Field(60.0, alias="client_body_timeout")
+    send_timeout_s: PositiveFloat = Field(60.0, alias="client_send_timeout")
+    max_body_bytes: int = Field(32 * MIB, ge=1024, alias="max_body_bytes")
+    max_body_bytes_in_flight: int = Field(1024 * MIB, ge=1024, alias="max_body_bytes_in_flight")
+    max_prompt_elements: int = Field(DEFAULT_MAX_ELEMENTS, ge=16, alias="max_prompt_elements")
 
     @model_validator(mode="after")
     def _budget_holds_a_body(self) -> ClientSettings:
@@ -99,71 +107,97 @@ class ClientSettings(BaseModel):
         return self
 
 
-# Flat field name -> (section, field in section). Flags and env vars are flat, as users type them.
-_SECTIONS: dict[str, tuple[str, str]] = {
-    "health_interval": ("health", "interval_s"),
-    "health_timeout": ("health", "timeout_s"),
-    "eject_after": ("health", "eject_after"),
-    "readmit_after": ("health", "readmit_after"),
-    "info_refresh": ("health", "info_refresh_s"),
-    "max_inflight_per_replica": ("limits", "max_inflight_per_replica"),
-    "max_inflight": ("limits", "max_inflight"),
-    "queue_size": ("limits", "queue_size"),
-    "queue_timeout": ("limits", "queue_timeout_s"),
-    "upstream_token": ("upstream", "token"),
-    "connect_timeout": ("upstream", "connect_timeout_s"),
-    "request_timeout": ("upstream", "request_timeout_s"),
-    "ca_bundle": ("upstream", "ca_bundle"),
-    "tls_verify": ("upstream", "tls_verify"),
-    "max_attempts": ("upstream", "max_attempts"),
-    "breaker_failures": ("upstream", "breaker_failures"),
-    "breaker_cooldown": ("upstream", "breaker_cooldown_s"),
-    "max_answer_bytes": ("upstream", "max_answer_bytes"),
-    "max_client_connections": ("client", "max_connections"),
-    "client_keepalive_timeout": ("client", "keepalive_timeout_s"),
-    "client_head_timeout": ("client", "head_timeout_s"),
-    "client_body_timeout": ("client", "body_timeout_s"),
-    "client_send_timeout": ("client", "send_timeout_s"),
-    "max_body_bytes": ("client", "max_body_bytes"),
-    "max_body_bytes_in_flight": ("client", "max_body_bytes_in_flight"),
-    "max_prompt_elements": ("client", "max_prompt_elements"),
-    "adapters_dir": ("adapters", "dir"),
-    "adapters_bucket": ("adapters", "bucket"),
-    "adapters_mount": ("adapters", "mount_path"),
-    "watch_interval": ("adapters", "watch_interval_s"),
-    "adapter_window": ("adapters", "window"),
-    "adapter_load_deadline": ("adapters", "load_deadline_s"),
-    "load_interval": ("load", "interval_s"),
-    "load_timeout": ("load", "timeout_s"),
-    "load_stale": ("load", "stale_s"),
-    "kv_high": ("load", "kv_high"),
-    "waiting_high": ("load", "waiting_high"),
-    "adapter_push": ("adapters", "push"),
-    "adapter_push_buffer": ("adapters", "push_buffer_bytes"),
-    "adapter_push_rate": ("adapters", "push_rate"),
-    "adapter_push_stall": ("adapters", "push_stall_s"),
-    "adapter_store": ("adapters", "store"),
-    "adapter_store_max_adapter_bytes": ("adapters", "store_max_adapter_bytes"),
-    "adapter_store_max_bytes": ("adapters", "store_max_bytes"),
-    "policy": ("policy", "kind"),
-    "load_factor": ("policy", "load_factor"),
-    "load_slack": ("policy", "load_slack"),
-    "vnodes": ("policy", "vnodes"),
-    "sticky_size": ("policy", "sticky_size"),
-    "block_tokens": ("policy", "block_tokens"),
-    "chunk_bytes": ("policy", "chunk_bytes"),
-    "template_threshold": ("policy", "template_threshold"),
-    "max_tracked": ("policy", "max_tracked"),
-}
-_NESTED = ("health", "limits", "upstream", "client", "policy", "adapters", "load")
+class AdapterSettings(BaseModel):
+    """Sources, load retries, pushing to replica receivers and the proxy's own receiver.
+
+    Unset, ``watch_interval_s`` is 0.5 s (dir) or 2 s (bucket); ``window`` the smallest
+    ``max_loras`` - 1; ``store`` ``<tmp>/rollout-proxy-<port>-adapters``, emptied at start."""
+
+    model_config = _SECTION
+    dir: Path | None = Field(None, alias="adapters_dir")
+    bucket: str | None = Field(None, alias="adapters_bucket")
+    mount_path: str = Field("/lora", alias="adapters_mount")
+    watch_interval_s: PositiveFloat | None = Field(None, alias="watch_interval")
+    window: Annotated[int, Field(ge=1)] | None = Field(None, alias="adapter_window")
+    load_deadline_s: PositiveFloat = Field(60.0, alias="adapter_load_deadline")
+    retry_min_s: PositiveFloat = 0.05
+    retry_max_s: PositiveFloat = 0.25
+    # Pushing: each version the proxy can read goes to every replica's receiver, then loads there
+    # (``push_rate``: bytes/s, all replicas together; a receiver that takes no byte for
+    # ``push_stall_s`` falls back to the mount path).
+    push: bool = Field(True, alias="adapter_push")
+    push_buffer_bytes: int = Field(64 * MIB, ge=MIB, alias="adapter_push_buffer")  # read-ahead
+    push_rate: Annotated[int, Field(ge=1)] | None = Field(None, alias="adapter_push_rate")
+    push_stall_s: PositiveFloat = Field(30.0, alias="adapter_push_stall")
+    # The proxy's own receiver (a relay pushes there; Hub downloads land there too).
+    store: Path | None = Field(None, alias="adapter_store")
+    store_max_adapter_bytes: int = Field(1 << 30, ge=1, alias="adapter_store_max_adapter_bytes")
+    store_max_bytes: int = Field(8 << 30, ge=1, alias="adapter_store_max_bytes")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AdapterSettings:
+        if self.dir is not None and self.bucket is not None:
+            raise ValueError("give --adapters-dir or --adapters-bucket, not both")
+        if self.bucket is not None:
+            split_bucket(self.bucket)
+        return self
+
+
+def split_bucket(spec: str) -> tuple[str, str]:
+    """``NAMESPACE/BUCKET[/PREFIX]`` -> (``NAMESPACE/BUCKET``, ``PREFIX``); ValueError if not."""
+    parts = spec.strip("/").split("/")
+    if len(parts) < 2 or not all(parts[:2]):
+        raise ValueError(f"--adapters-bucket {spec!r} must look like NAMESPACE/BUCKET[/PREFIX]")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+class LoadSettings(BaseModel):
+    """Scraping each replica's own load figures from its ``/metrics`` (``fleet.load``)."""
+
+    model_config = _SECTION
+    interval_s: float = Field(0.5, ge=0, alias="load_interval")  # 0: do not scrape
+    timeout_s: PositiveFloat = Field(1.0, alias="load_timeout")
+    stale_s: PositiveFloat = Field(2.0, alias="load_stale")
+    kv_high: float = Field(0.9, gt=0, le=1, alias="kv_high")
+    waiting_high: int = Field(8, ge=1, alias="waiting_high")  # more than one group's burst
+
+
+@dataclass(frozen=True)
+class JobsLabel:
+    """``hf-jobs:LABEL=VALUE``: the RUNNING jobs carrying that label, by their exposed URLs."""
+
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class DnsName:
+    """``dns:NAME:PORT``: every address NAME resolves to, over plain HTTP on PORT (an HF Jobs
+    network group's alias: ``${HF_NETWORK_GROUP_PREFIX}replica``)."""
+
+    name: str
+    port: int
+
+
+def parse_discover_spec(spec: str) -> JobsLabel | DnsName:
+    """``--discover`` -> what ``proxy.fleet.discovery`` looks up; ValueError naming the fault."""
+    kind, _, selector = spec.partition(":")
+    if kind == "hf-jobs":
+        label, _, value = selector.partition("=")
+        if label and value:
+            return JobsLabel(label, value)
+    elif kind == "dns":
+        name, _, port = selector.rpartition(":")
+        name = name.strip("[]")
+        if name and port.isdigit() and 0 < int(port) <= 65535 and name.isprintable():
+            return DnsName(name, int(port))
+    raise ValueError(f"--discover {spec!r} must look like hf-jobs:LABEL=VALUE or dns:NAME:PORT")
 
 
 class Settings(BaseSettings):
     """Everything the proxy is configured with. Components receive their own section."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="PROXY_", extra="forbid", frozen=True, validate_default=True
-    )
+    model_config = SettingsConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     replicas: Annotated[list[str], NoDecode] = Field(default_factory=list)
     host: str = "127.0.0.1"
@@ -222,17 +256,16 @@ class Settings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _nest_flat_fields(cls, data: Any) -> Any:
-        """Accept flat names (``queue_timeout``) and place them into their sections."""
+        """Place flat names (``queue_timeout``) into their sections by field name (``_FLAT``, read
+        off the sections' aliases). Hand-written: pydantic's aliases run the other way
+        (``AliasPath`` reads one field from a nested input, not a nested field from a flat one)."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for flat, (section, name) in _SECTIONS.items():
+        for flat, (section, name) in _FLAT.items():
             if flat in data:
-                value = data.pop(flat)
-                current = data.get(section)
-                merged = dict(current) if isinstance(current, dict) else {}
-                merged[name] = value
-                data[section] = merged
+                value, current = data.pop(flat), data.get(section)
+                data[section] = {**(current if isinstance(current, dict) else {}), name: value}
         policy = data.get("policy")
         if isinstance(policy, dict) and "kind" not in policy:
             data["policy"] = {"kind": "prefix", **policy}
@@ -247,11 +280,66 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, _FlatEnvSource(settings_cls)]
-        config_path = _config_path(init_settings)
-        if config_path is not None:
-            sources.append(_FileSource(settings_cls, read_config_file(config_path)))
+        """Flags (init values), ``PROXY_*`` variables, the config file, each by flat name (the
+        library's ``env_settings`` reads a section as JSON, ``PROXY_HEALTH``: left out)."""
+        env = _FlatEnvSource()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env]
+        config = init_settings().get("config") or env().get("config")
+        if config:
+            sources.append(InitSettingsSource(settings_cls, read_config_file(Path(config))))
         return tuple(sources)
+
+
+def _flat_names() -> dict[str, tuple[str, str]]:
+    """Flat name -> (section, field): each section field's alias, then the policy's fields
+    (``proxy.routing.settings``) under their own names, its ``kind`` as ``policy``."""
+    names = {
+        field.alias: (section, name)
+        for section, info in Settings.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+        for name, field in info.annotation.model_fields.items()
+        if field.alias
+    }
+    policy = {name: ("policy", name) for name in PrefixSettings.model_fields if name != "kind"}
+    return names | {"policy": ("policy", "kind")} | policy
+
+
+_FLAT = _flat_names()
+_SECTIONS = {section for section, _ in _FLAT.values()}
+_FLAT_BY_PLACE = {place: flat for flat, place in _FLAT.items()}
+
+
+def env_name(field: str) -> str:
+    return "PROXY_" + field.upper()
+
+
+def flat_fields() -> list[str]:
+    """Every flat setting name a user can give, in declaration order."""
+    return [name for name in Settings.model_fields if name not in _SECTIONS] + list(_FLAT)
+
+
+def flat_name(loc: tuple[int | str, ...]) -> str:
+    """The flat name a validation error's ``loc`` points at (a section's own check: the section)."""
+    at = tuple(str(part) for part in loc)
+    flat = _FLAT_BY_PLACE.get((at[0], at[1]), at[-1]) if len(at) >= 2 else (at[0] if at else "?")
+    return ".".join(at) if flat in _SECTIONS else flat
+
+
+# What the environment is read against: every flat name, upper-case, typed ``str``.
+_ENV_FIELDS: dict[str, Any] = {name.upper(): (str | None, None) for name in flat_fields()}
+_FLAT_ENV = create_model("FlatNames", __base__=BaseSettings, **_ENV_FIELDS)
+
+
+class _FlatEnvSource(EnvSettingsSource):
+    """``PROXY_<FLAT NAME>`` variables, found by the library's env source on ``_FLAT_ENV``:
+    matched case-sensitively, as ``os.environ`` is on Linux (its default would take ``proxy_port``
+    too), values left strings for ``Settings`` to validate, as a flag's are, keys made flat."""
+
+    def __init__(self) -> None:
+        super().__init__(_FLAT_ENV, env_prefix="PROXY_", case_sensitive=True)
+
+    def __call__(self) -> dict[str, Any]:
+        return {name.lower(): value for name, value in super().__call__().items()}
 
 
 _URL_CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
@@ -285,55 +373,12 @@ def check_replica_url(url: str) -> str:
     return url
 
 
-def env_name(field: str) -> str:
-    return "PROXY_" + field.upper()
-
-
-def flat_fields() -> list[str]:
-    """Every flat setting name a user can give, in declaration order."""
-    names = [name for name in Settings.model_fields if name not in _NESTED]
-    return names + list(_SECTIONS)
-
-
-def _config_path(init_settings: PydanticBaseSettingsSource) -> Path | None:
-    given = getattr(init_settings, "init_kwargs", {}).get("config") or os.environ.get(
-        env_name("config")
-    )
-    return Path(given) if given else None
-
-
-class _FlatEnvSource(PydanticBaseSettingsSource):
-    """Reads ``PROXY_<FLAT_NAME>`` variables; values stay strings for pydantic to validate."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        name = env_name(field_name)
-        return os.environ.get(name), name, False
-
-    def __call__(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for name in flat_fields():
-            value, _, _ = self.get_field_value(None, name)
-            if value is not None:
-                found[name] = value
-        return found
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """Values read from the config file (lowest precedence after the defaults)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._values = values
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
-
-
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Load a TOML or JSON config file of flat setting names. Raises ValueError with the reason."""
+    """Load a TOML or JSON config file of flat setting names. Raises ValueError with the reason.
+
+    Read here, not by the library's ``TomlConfigSettingsSource``/``JsonConfigSettingsSource``:
+    they skip a missing file, take an empty JSON file for no settings and raise the parser's error
+    without the file's name. The values go on through the library's ``InitSettingsSource``."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -348,27 +393,3 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"config file {path}: unknown setting(s) {', '.join(unknown)}")
     return data
-
-
-_SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
-
-
-def describe_error(error: ValidationError) -> str:
-    """One line per bad field: the flag, the env var, the value (masked if secret), the rule."""
-    reverse = {section_field: flat for flat, section_field in _SECTIONS.items()}
-    lines = []
-    for item in error.errors(include_url=False):
-        loc = tuple(str(part) for part in item["loc"])
-        flat = reverse.get((loc[0], loc[1]), loc[-1]) if len(loc) >= 2 else (loc[0] if loc else "?")
-        if flat in _NESTED:
-            flat = ".".join(loc)
-        given = item.get("input")
-        if flat == "policy" and isinstance(given, dict):
-            given = given.get("kind")
-        shown = "***" if flat in _SECRET_FIELDS else hide_credentials(repr(given))
-        message = hide_credentials(item["msg"])
-        if loc[0] == "policy" and item["type"] == "extra_forbidden":
-            message = "this setting applies only to --policy prefix"
-        flag = "--" + flat.replace("_", "-")
-        lines.append(f"invalid setting {flag} ({env_name(flat)}): got {shown}: {message}")
-    return "\n".join(lines)

@@ -14,7 +14,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.fleet.discover_spec import parse_discover_spec
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.recipe import Recipe
 from trainer_entry.rewards import REWARD_NAMES, is_custom
@@ -228,6 +227,9 @@ def options_from_args(
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
     if args.sidecar_discover is not None:
+        # Only here: proxy.config brings pydantic, and this parser imports nothing heavy.
+        from proxy.config import parse_discover_spec
+
         try:
             parse_discover_spec(args.sidecar_discover)
         except ValueError as exc:

@@ -29,8 +29,8 @@ import orjson
 from benchmarks.fleet.engine import Loop, Replica, Request
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.workloads import Workload
+from proxy.config import LoadSettings
 from proxy.fleet.load import judge
-from proxy.fleet.load_settings import LoadSettings
 from proxy.fleet.replica import ReportedLoad
 from proxy.routing.cost import CostModel
 from proxy.routing.facts import Facts

@@ -21,12 +21,11 @@ from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
-from proxy.adapters.settings import AdapterSettings, split_bucket
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
 from proxy.adapters.store import Entry, Store, claimable
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, Failed
-from proxy.config import Settings
+from proxy.config import AdapterSettings, Settings, split_bucket
 from proxy.fleet.replica import Replica
 from proxy.fleet.room import Members
 from proxy.metrics.recorder import Metrics

@@ -28,8 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from proxy.clock import Clock, Failed, run_every
-from proxy.config import check_replica_url
-from proxy.fleet.discover_spec import DnsName, JobsLabel
+from proxy.config import DnsName, JobsLabel, check_replica_url
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
-from proxy.config import Settings
+from proxy.config import JobsLabel, Settings
 from proxy.fleet.addresses import is_ip, is_loopback
-from proxy.fleet.discover_spec import JobsLabel
 
 LOOPBACK = ("127.*", "::1", "localhost")
 JOBS = "*.hf.jobs"

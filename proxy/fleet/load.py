@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Callable
 
 from proxy.clock import Clock, Failed, run_every
-from proxy.fleet.load_settings import LoadSettings
+from proxy.config import LoadSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica, ReportedLoad
 from proxy.upstream.client import UpstreamClient

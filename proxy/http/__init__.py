@@ -8,5 +8,5 @@ across the rooms (``status``: the status page, the advisor's samples, the scrape
 sources) and the edge assembled (``room``).
 
 Rules: the only room that turns outcomes into HTTP answers. May import every other room of the
-proxy; nothing imports it but ``proxy.app``.
+proxy; nothing imports it but ``proxy.app`` and ``proxy.cli``.
 """

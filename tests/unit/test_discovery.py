@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from proxy.fleet.discover_spec import DnsName, JobsLabel
-from proxy.fleet.discover_spec import parse_discover_spec as parse_spec
+from proxy.config import DnsName, JobsLabel
+from proxy.config import parse_discover_spec as parse_spec
 from proxy.fleet.discovery import Discovery, address_url, exposed_url, started_by
 from proxy.fleet.pool import ReplicaPool
 from tests.support.clock import FakeClock

@@ -6,8 +6,8 @@ from __future__ import annotations
 import gzip
 from typing import Any
 
+from proxy.config import LoadSettings
 from proxy.fleet.load import LoadScraper, parse_load
-from proxy.fleet.load_settings import LoadSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.upstream.client import Reply
 from tests.support.clock import FakeClock
