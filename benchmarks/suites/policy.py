@@ -19,7 +19,7 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     ]
     memory = state_memory(100_000 if args.quick else 1_000_000)
     text = report.table(
-        ["tokens", "us/decision", "peek_us", "keys_us", "select_us", "decisions/s"],
+        ["tokens", "us/decision", "peek_us", "keys+cost_us", "select_us", "decisions/s"],
         [
             [
                 r["tokens"],
@@ -37,7 +37,8 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         f" ({memory['tracked_prefixes']} tracked prefixes, {memory['sticky_keys']} sticky)"
     )
     worst = worst_case.run()
-    text += "\n\nworst-case request shapes (body reader + keys, best of 3):\n" + report.table(
+    heading = "worst-case request shapes (the routing facts: body reader, keys, cost; best of 3)"
+    text += f"\n\n{heading}:\n" + report.table(
         ["shape", "MiB", "ms", "outcome"],
         [[w["shape"], w["bytes"] / worst_case.MIB, w["ms"], w["outcome"]] for w in worst],
     )
