@@ -94,7 +94,7 @@ def build_app(
 ) -> web.Application:
     """The proxy as an aiohttp app. ``tracer``: OpenTelemetry spans (``--otel-spans``);
     ``resolver``: how a ``dns:`` discovery name is resolved (tests stand in for DNS)."""
-    spans = Spans(tracer) if tracer else None
+    spans = Spans(tracer) if tracer is not None else None
     proxy = assemble(settings, clock or RealClock(), spans, resolver)
     app = web.Application(client_max_size=settings.client.max_body_bytes)
     app[PROXY] = proxy

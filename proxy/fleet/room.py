@@ -1,8 +1,8 @@
 """The fleet room assembled: its parts, made from the settings in one place.
 
-The members (``pool``) and the replicas' own views (``info``) are made first, because the
-adapters room needs them; the rest (the sync, health probing, the circuit breaker, the load
-scraper, discovery) once the adapter window exists (``FleetParts.complete``).
+The members (``members``: the pool, the upstream client and the replicas' own views) are made
+first, because the adapters room needs them; the rest (the sync, health probing, the circuit
+breaker, the load scraper, discovery) once the adapter window exists (``build_fleet``).
 """
 
 from __future__ import annotations

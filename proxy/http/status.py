@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proxy.adapters.service import AdapterService
@@ -36,7 +36,7 @@ class Status:
     policy: Policy
     clock: Clock
     queue_limit: int  # --queue-size
-    started: float = 0.0  # when the proxy was assembled, by ``clock`` (the page's uptime)
+    started: float = field(init=False)  # when the proxy was assembled, by ``clock`` (uptime)
 
     def __post_init__(self) -> None:
         self.started = self.clock.monotonic()
