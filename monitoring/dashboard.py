@@ -107,9 +107,10 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             ("Share of time the fleet is paused", "percentunit", [
                 ("paused", f"rate(rollout_proxy_paused_seconds_total[{RI}])"),
             ]),
-            ("Paused per sync (pause to resume)", "s", [
-                ("p50", f"histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_sync_paused_seconds_bucket[{RI}])))"),
-                ("p99", f"histogram_quantile(0.99, sum by (le) (rate(rollout_proxy_sync_paused_seconds_bucket[{RI}])))"),
+            ("Sync window (pause to resume; frozen only with --forward-pause)", "s", [
+                ("p50", f"histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_sync_window_seconds_bucket[{RI}])))"),
+                ("p99", f"histogram_quantile(0.99, sum by (le) (rate(rollout_proxy_sync_window_seconds_bucket[{RI}])))"),
+                ("frozen p50", f"histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_sync_paused_seconds_bucket[{RI}])))"),
             ]),
             ("Sync parts (p50)", "s", [
                 ("{{action}}", f"histogram_quantile(0.5, sum by (le, action) (rate(rollout_proxy_control_seconds_bucket[{RI}])))"),

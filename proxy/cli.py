@@ -47,6 +47,9 @@ _HELP = {
     "(needs the otel extra)",
     "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",
     "supervise": "run the proxy as a child process and restart it on the same port if it dies",
+    "forward_pause": "send TRL's /pause and /resume to every replica, freezing the fleet for each "
+    "weight sync (default: the proxy answers them itself and the fleet keeps generating; "
+    "LoRA syncs need no freeze)",
 }
 
 log = logging.getLogger("proxy")
@@ -62,7 +65,14 @@ def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     for name in flat_fields():
         flag = "--" + name.replace("_", "-")
         help_text = f"{_HELP.get(name, '')} [env {env_name(name)}]".strip()
-        if name in ("tls_verify", "supervise", "access_log", "otel_spans", "adapter_push"):
+        if name in (
+            "tls_verify",
+            "supervise",
+            "forward_pause",
+            "access_log",
+            "otel_spans",
+            "adapter_push",
+        ):
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )

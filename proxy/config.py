@@ -206,6 +206,9 @@ class Settings(BaseSettings):
     admin_key: SecretStr | None = None
     shutdown_timeout: Annotated[float, Field(ge=0)] = 30.0
     supervise: bool = False
+    # Send TRL's /pause and /resume to the replicas (freezing every running request for the
+    # sync) instead of answering them from the proxy's state (proxy.dataplane.fanout).
+    forward_pause: bool = False
     access_log: bool = False
     otel_spans: bool = False
     advice_window: PositiveFloat = 60.0

@@ -2,7 +2,12 @@
 
 - ``load`` / ``unload``: TRL's calls, carried out for the whole fleet (see ``broadcast``); they
   return outcomes (``LoadResult``, ``UnloadResult``) that the HTTP edge turns into answers, and
-  raise ``BadAdapterRequest`` (400) or ``NoReplica`` (503).
+  raise ``BadAdapterRequest`` (400) or ``NoReplica`` (503). A load answers once every routable
+  replica has the version (all or nothing). An unload is answered at once and carried out in
+  the background (TRL ignores its answer, but its round trip counts in ``perf/weight_sync_s``):
+  every load that arrives later waits for every unload before it, so a replica never holds the
+  next version beside one already unloaded (vLLM's ``max_loras`` counts both, and evicts a
+  live one silently when full), and a later load of the same name comes after its unload.
 - ``source_changed``: a watcher found new or changed versions (pre-loaded on every replica
   before anyone asks) or versions whose directory went away (dropped, never replayed).
 - ``admit``: a replica that joins or comes back is given the window before it takes traffic.
@@ -26,13 +31,12 @@ import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from proxy.adapters.broadcast import Broadcaster, Outcome
+from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
 from proxy.adapters.push import Pusher
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
@@ -48,28 +52,6 @@ from proxy.upstream.errors import CONTROL_ERRORS
 log = logging.getLogger("proxy.adapters")
 
 _RETIRED_REMEMBERED = 256  # names of versions the proxy retired itself, kept for TRL's unloads
-
-
-class BadAdapterRequest(ValueError):
-    """A load or unload request that cannot be carried out as sent (answered 400)."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True, slots=True)
-class LoadResult:
-    version: Version
-    outcomes: list[Outcome]
-    seconds: float
-    deadline_s: float  # how long lagging mounts were waited for
-
-
-@dataclass(frozen=True, slots=True)
-class UnloadResult:
-    name: str
-    known: bool  # the proxy or a replica had it (else vLLM's 404 is the answer)
 
 
 class AdapterService:
@@ -104,6 +86,7 @@ class AdapterService:
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
         self._reconciling: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._unloading: set[asyncio.Task[None]] = set()  # unloads every later load waits for
         self._locks: dict[str, asyncio.Lock] = {}
         # Versions the proxy retired itself (window moved on, directory gone): TRL's later
         # unload of one is answered 200, as if it had done it.
@@ -200,6 +183,8 @@ class AdapterService:
                 del self._locks[name]
 
     async def _load(self, version: Version) -> list[Outcome]:
+        if self._unloading:  # every unload that came before, done first (in order)
+            await asyncio.wait(list(self._unloading))
         async with self._exclusive(version.name):
             return await self._load_now(version)
 
@@ -211,7 +196,7 @@ class AdapterService:
         previous = self.registry.wanted(version.name)  # an in-place replace rolls back to it
         for name in self.registry.add(version):
             self._retired.append(name)
-            self._spawn(self._unload_everywhere(name))
+            self._unload_later(self._unload_everywhere(name))
         started = time.perf_counter()
         outcomes = await self.broadcaster.load_fleet(version)
         seconds = time.perf_counter() - started
@@ -220,7 +205,7 @@ class AdapterService:
             if previous is not None and not previous.same_files(version):
                 for name in self.registry.add(previous):
                     self._retired.append(name)
-                    self._spawn(self._unload_everywhere(name))
+                    self._unload_later(self._unload_everywhere(name))
             else:
                 self.registry.remove(version.name)
         # With no replica reachable yet the version stays wanted: replicas get it on admission.
@@ -236,17 +221,33 @@ class AdapterService:
         return outcomes
 
     async def unload(self, body: bytes) -> UnloadResult:
+        """TRL's unload: answered at once, carried out in the background, in order."""
         name, _ = parse_adapter_request(body, need_path=False)
         known = (
             name in self.registry.versions
             or name in self._retired
             or any(name in r.adapters for r in self._pool)
         )
+        self._unload_later(self._unload_now(name))
+        return UnloadResult(name, known)
+
+    async def _unload_now(self, name: str) -> None:
         async with self._exclusive(name):
             self.registry.remove(name)
             await self.broadcaster.unload_fleet(name)
             await self._drop_stored(name)
-        return UnloadResult(name, known)
+
+    async def settled(self) -> None:
+        """Until every unload answered so far has been carried out."""
+        while self._unloading:
+            await asyncio.wait(list(self._unloading))
+
+    def _unload_later(self, unload: Coroutine[Any, Any, None]) -> None:
+        """Carry out ``unload`` in the background; every load started later waits for it."""
+        task = asyncio.create_task(unload)
+        self._unloading.add(task)
+        task.add_done_callback(self._unloading.discard)
+        task.add_done_callback(self._report)
 
     async def _unload_everywhere(self, name: str) -> None:
         async with self._exclusive(name):
@@ -268,7 +269,7 @@ class AdapterService:
                 log.info("adapter %s disappeared from the source: dropping it", shown(name))
                 self.registry.remove(name)
                 self._retired.append(name)
-                self._spawn(self._unload_everywhere(name))
+                self._unload_later(self._unload_everywhere(name))
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
             version = Version(name, path, "bucket", files, files=path if readable else None)
@@ -335,6 +336,7 @@ class AdapterService:
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
             "loading": sorted(self._pending),
+            "unloading": len(self._unloading),
             "newest": self.registry.newest(),
             # Pushing on or off, and which replicas have a receiver (as last probed).
             "push": pusher is not None,
@@ -356,6 +358,7 @@ class AdapterService:
     async def close(self) -> None:
         tasks = [
             *self._background,
+            *self._unloading,
             *self._reconciling.values(),
             *(task for _, task in self._pending.values()),
         ]
@@ -367,19 +370,3 @@ class AdapterService:
 def _number(name: str) -> int:
     number = version_number(name)
     return number if number is not None else -1
-
-
-def parse_adapter_request(body: bytes, *, need_path: bool) -> tuple[str, str]:
-    """``lora_name`` (and ``lora_path``) of a load or unload body; ``BadAdapterRequest`` if not."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadAdapterRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadAdapterRequest("request body must be a JSON object")
-    name, path = data.get("lora_name"), data.get("lora_path", "")
-    if not isinstance(name, str) or not name:
-        raise BadAdapterRequest("'lora_name' must be a non-empty string", param="lora_name")
-    if need_path and (not isinstance(path, str) or not path):
-        raise BadAdapterRequest("'lora_path' must be a non-empty string", param="lora_path")
-    return name, path if isinstance(path, str) else ""

@@ -1,6 +1,25 @@
-"""Fan-out of ``/pause``, ``/resume`` and ``/reset_prefix_cache`` to every routable replica.
+"""TRL's ``/pause`` and ``/resume``, answered; ``/reset_prefix_cache`` fanned out to every replica.
 
-Every replica must answer 200; the edge turns the outcomes into one aggregated answer
+**The pause is answered, not forwarded** (unless ``--forward-pause``). Every sync that reaches
+the proxy is a LoRA sync: the merged-weight sync needs NCCL endpoints (``/init_weight_transfer_
+engine``, ``/update_weights``) the proxy does not serve, so TRL falls back to it only against a
+bare vLLM. A LoRA sync changes no weight a running request uses. TRL 1.16's
+``AsyncGRPOTrainer._sync_weight_lora`` (``trl/experimental/async_grpo/async_grpo_trainer.py``)
+pauses, saves ``trl-policy-vN`` under a name never used before, loads it
+(``vllm_client.load_lora_adapter``, answered only once every replica has it), resumes, and only
+then bumps ``model_version``: "The adapter has to exist on the server BEFORE the version moves
+below: the rollout worker derives the adapter it requests from ``model_version``". The rollout
+worker names the version in every request (``AsyncRolloutWorker._request_model``:
+``f"{self.lora_name}-v{self.model_version}"``, read per turn from the shared ``mp.Value``), and
+each group keeps the version it started with (``RolloutGroup.model_version``) for TRL's
+staleness check. So a request running through the sync runs on the version it named, which
+stays loaded (the unload of ``v(N - max_staleness - 1)`` comes after the resume and names a
+version TRL's staleness check already drops), and no request can name vN before the load that
+serves it answered: freezing the fleet protects nothing, it only stops generation for the
+length of the sync. With ``--forward-pause`` the proxy sends both to every replica as before
+(for anyone who wants the fleet frozen; a replica that joins meanwhile gets the pause replayed).
+
+Fanned out, every replica must answer 200; the edge turns the outcomes into one aggregated answer
 (``proxy.http.responses.Redactor.control_answer``). A replica that cannot be reached is ejected
 instead of failing the call (TRL aborts training on a non-200 from pause or resume) and gets the
 fleet's state when it is readmitted. State changes are applied one at a time, in arrival order.
@@ -20,6 +39,9 @@ from proxy.metrics.recorder import Metrics
 from proxy.upstream.client import Reply, UpstreamClient
 from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 
+ANSWERED = ("/pause", "/resume")  # what the proxy answers itself unless --forward-pause
+PAUSE_MODES = ("abort", "wait", "keep")  # vLLM's (its default: abort)
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -34,7 +56,11 @@ class Outcome:
 
 class FanOut:
     def __init__(
-        self, pool: ReplicaPool, client: UpstreamClient, fleet: FleetSync, metrics: Metrics
+        self,
+        pool: ReplicaPool,
+        client: UpstreamClient,
+        fleet: FleetSync,
+        metrics: Metrics,
     ) -> None:
         self._pool = pool
         self._client = client
@@ -58,6 +84,16 @@ class FanOut:
             return Outcome(replica, None, f"{error}; ejected until it recovers")
         return Outcome(replica, reply)
 
+    def answers(self, path: str) -> bool:
+        """The proxy answers ``path`` itself, from its own state (TRL's pause and resume)."""
+        return not self._fleet.forward_pause and path in ANSWERED
+
+    def answer(self, path: str, query: str) -> None:
+        """TRL's ``/pause`` or ``/resume``, answered: the sync window is kept, the fleet goes on."""
+        window = self._fleet.control_applied(path, query, frozen=False)
+        if window is not None:
+            self._metrics.record_sync_window(window, frozen=False)
+
     async def control(self, path: str, query: str) -> list[Outcome]:
         """``/pause``, ``/resume`` or ``/reset_prefix_cache`` on every routable replica.
 
@@ -68,7 +104,7 @@ class FanOut:
             started = time.perf_counter()
             outcomes = await self.send(targets, path_qs, None)
             self._metrics.record_control(path.lstrip("/"), time.perf_counter() - started)
-            paused = self._fleet.control_applied(path, query)
-            if paused is not None:
-                self._metrics.record_paused_window(paused)
+            window = self._fleet.control_applied(path, query)
+            if window is not None:
+                self._metrics.record_sync_window(window, frozen=True)
             return outcomes

@@ -59,7 +59,9 @@ def build_fleet(
     resolver: Resolver = resolve,
 ) -> Fleet:
     pool, client, upstream = members.pool, members.client, settings.upstream
-    sync = FleetSync(pool, client, members.info, adapters, clock)
+    sync = FleetSync(
+        pool, client, members.info, adapters, clock, forward_pause=settings.forward_pause
+    )
     load = None
     if settings.load.interval_s > 0:
         load = LoadScraper(pool, client, settings.load, clock, failed, record_load_scrape)

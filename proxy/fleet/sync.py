@@ -4,6 +4,10 @@ The proxy is the only writer of the state changes TRL makes (adapters, paused or
 remembers them and replays them into a replica that joins or comes back from ejection before
 that replica takes traffic. ``epoch`` (with the adapter window's) counts changes, so a sync that
 raced a pause, a resume or an adapter load runs again.
+
+It also keeps TRL's sync windows (its ``/pause`` to its ``/resume``) and how long the fleet was
+frozen in them: only a forwarded pause freezes it (``--forward-pause``); by default the proxy
+answers the pause itself and the fleet generates throughout (``proxy.dataplane.fanout``).
 """
 
 from __future__ import annotations
@@ -51,49 +55,63 @@ class FleetSync:
         info: FleetInfo,
         adapters: AdapterWindow,
         clock: Clock,
+        *,
+        forward_pause: bool = False,
     ) -> None:
         self.pool = pool
+        # TRL's /pause and /resume go to the replicas (else the proxy answers them itself).
+        self.forward_pause = forward_pause
         self.client = client
         self.info = info
         self.adapters = adapters
         self._clock = clock
-        self._pause_query: str | None = None  # the query string of the last /pause, while paused
+        self._pause_query: str | None = None  # the query string of the last /pause, while frozen
         self.epoch = 0
-        # Paused windows (a /pause to its /resume: TRL's weight syncs, as the fleet felt them).
-        self._paused_since: float | None = None
-        self.paused_s_total = 0.0
+        # TRL's sync windows (a /pause to its /resume) and the fleet's frozen share of them.
+        self._window_since: float | None = None
+        self._frozen = False  # the open window's pause went to the replicas
+        self.paused_s_total = 0.0  # seconds the fleet stood frozen, closed windows
         self.syncs = 0
-        self.last_paused_s: float | None = None
+        self.last_window_s: float | None = None
 
     @property
     def paused(self) -> bool:
+        """The replicas are frozen now (a forwarded ``/pause`` not yet resumed)."""
         return self._pause_query is not None
 
-    def control_applied(self, path: str, query: str) -> float | None:
-        """``/pause``, ``/resume`` or ``/reset_prefix_cache`` went to the fleet: remember it.
+    def control_applied(self, path: str, query: str, *, frozen: bool = True) -> float | None:
+        """``/pause``, ``/resume`` or ``/reset_prefix_cache`` was carried out: remember it.
 
-        Returns the length of the paused window a ``/resume`` closes (else None)."""
-        self.epoch += 1
+        ``frozen``: it went to the replicas (else the proxy answered it from this state, and
+        nothing changed on the fleet). Returns the length of the sync window a ``/resume``
+        closes (else None)."""
         now = self._clock.monotonic()
+        if frozen:
+            self.epoch += 1
         if path == "/pause":
-            self._pause_query = f"?{query}" if query else ""
-            if self._paused_since is None:
-                self._paused_since = now
+            if frozen:
+                self._pause_query = f"?{query}" if query else ""
+            if self._window_since is None:
+                self._window_since = now
+            self._frozen = self._frozen or frozen
         elif path == "/resume":
             self._pause_query = None
-            if self._paused_since is not None:
-                window = now - self._paused_since
-                self._paused_since = None
-                self.paused_s_total += window
+            if self._window_since is not None:
+                window = now - self._window_since
+                self._window_since = None
+                if self._frozen:
+                    self.paused_s_total += window
+                self._frozen = False
                 self.syncs += 1
-                self.last_paused_s = window
+                self.last_window_s = window
                 return window
         return None
 
     def paused_seconds(self) -> float:
-        """Seconds the fleet has spent paused so far (the current window included)."""
-        since = self._paused_since
-        return self.paused_s_total + (self._clock.monotonic() - since if since is not None else 0)
+        """Seconds the fleet has stood frozen so far (the current window included)."""
+        since = self._window_since
+        now = self._clock.monotonic()
+        return self.paused_s_total + (now - since if since is not None and self._frozen else 0)
 
     def _epoch(self) -> tuple[int, int]:
         return self.epoch, self.adapters.epoch

@@ -19,9 +19,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from proxy.adapters.service import AdapterService, BadAdapterRequest
+from proxy.adapters.calls import BadAdapterRequest
+from proxy.adapters.service import AdapterService
 from proxy.config import ClientSettings
-from proxy.dataplane.fanout import FanOut
+from proxy.dataplane.fanout import PAUSE_MODES, FanOut
 from proxy.dataplane.forward import (
     REPLICA_HEADER,
     Forwarder,
@@ -277,6 +278,12 @@ class Handlers:
             self.metrics.record_rejection("bad_request")
             return bad
         query = request.rel_url.raw_query_string
+        if self.fanout.answers(request.path):
+            mode = request.rel_url.query.get("mode", "abort")
+            if request.path == "/pause" and mode not in PAUSE_MODES:
+                return error_response(400, f"mode must be one of {PAUSE_MODES}", param="mode")
+            self.fanout.answer(request.path, query)
+            return responses.answered(request.path)
         try:
             outcomes = await self.fanout.control(request.path, query)
         except NoReplica:

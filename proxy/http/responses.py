@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from proxy.adapters.broadcast import Outcome as LoadOutcome
-from proxy.adapters.service import LoadResult, UnloadResult
+from proxy.adapters.calls import LoadResult, UnloadResult
 from proxy.dataplane.fanout import Outcome as ControlOutcome
 from proxy.logs import redact
 from proxy.upstream.client import Reply
@@ -87,6 +87,13 @@ def no_replica() -> web.Response:
     return error_response(
         503, "no replica is available; retry when /health answers 200", headers=RETRY_SOON
     )
+
+
+def answered(path: str) -> web.Response:
+    """TRL's ``/pause`` or ``/resume``, answered by the proxy: vLLM's body, and what the fleet
+    does meanwhile (it keeps generating: ``proxy.dataplane.fanout``)."""
+    status = "paused" if path == "/pause" else "resumed"
+    return json_response(200, {"status": status, "fleet": "generating"})
 
 
 def not_reported(what: str) -> web.Response:

@@ -100,8 +100,9 @@ class Status:
             "uptime_s": round(uptime, 3),
             "quality": self.metrics.quality(),
             "syncs": {
+                "pause": "forwarded" if fleet.forward_pause else "answered",
                 "count": fleet.syncs,
-                "last_s": fleet.last_paused_s,
+                "last_s": fleet.last_window_s,
                 "paused_s": round(paused, 3),
                 "paused_share": paused / uptime if uptime > 0 else None,
             },

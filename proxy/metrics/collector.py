@@ -60,7 +60,7 @@ class StateCollector(Collector):
         )
         yield CounterMetricFamily(
             PREFIX + "paused_seconds",
-            "Seconds the fleet has spent paused (TRL's weight syncs)",
+            "Seconds the fleet has stood frozen by TRL's weight syncs (0 unless --forward-pause)",
             sources.paused_seconds(),
         )
         versions = GaugeMetricFamily(

@@ -35,6 +35,7 @@ from proxy.metrics.labels import (
     PAUSE_BUCKETS,
     PREFIX,
     REJECTION_REASONS,
+    SYNC_WINDOW_BUCKETS,
 )
 from proxy.metrics.tally import Spread, Tally
 
@@ -180,8 +181,16 @@ FAMILIES = (
     Family(
         "sync_paused_seconds",
         "histogram",
-        "How long the fleet stayed paused per weight sync (from /pause to /resume)",
+        "How long the fleet stood frozen per weight sync (a forwarded /pause to its /resume; "
+        "none unless --forward-pause)",
         buckets=PAUSE_BUCKETS,
+    ),
+    Family(
+        "sync_window_seconds",
+        "histogram",
+        "TRL's weight syncs as the proxy saw them, from its /pause to its /resume (the fleet "
+        "generates throughout unless --forward-pause)",
+        buckets=SYNC_WINDOW_BUCKETS,
     ),
     Family("reconciliations", "counter", "Replicas brought in step with the adapter window"),
 )

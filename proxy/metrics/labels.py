@@ -54,3 +54,5 @@ ADAPTER_ATTEMPT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 500)
 ADAPTER_LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 CONTROL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PAUSE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+# A sync window with the pause answered is the adapter load alone: tens of milliseconds.
+SYNC_WINDOW_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)

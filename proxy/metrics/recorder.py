@@ -52,6 +52,7 @@ class Metrics:
     _restarts: Counter
     _control_seconds: Children[Histogram]
     _sync_paused_seconds: Histogram
+    _sync_window_seconds: Histogram
     _reconciliations: Counter
 
     def __init__(self, pool: ReplicaPool, sources: StateSources | None = None) -> None:
@@ -87,8 +88,11 @@ class Metrics:
     def record_control(self, action: str, seconds: float) -> None:
         self._control_seconds[action,].observe(seconds)
 
-    def record_paused_window(self, seconds: float) -> None:
-        self._sync_paused_seconds.observe(seconds)
+    def record_sync_window(self, seconds: float, *, frozen: bool) -> None:
+        """TRL's /pause to its /resume; ``frozen``: the replicas stood still meanwhile."""
+        self._sync_window_seconds.observe(seconds)
+        if frozen:
+            self._sync_paused_seconds.observe(seconds)
 
     def record_reuse(self, prompt_tokens: int, available_tokens: int) -> None:
         self._reuse_tokens.add(("prompt",), prompt_tokens)

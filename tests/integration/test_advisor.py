@@ -88,7 +88,7 @@ async def test_full_replicas_are_generation_bound() -> None:
 
 
 async def test_long_pauses_are_sync_bound() -> None:
-    async with run_stack(2, **WINDOW) as stack:
+    async with run_stack(2, forward_pause=True, **WINDOW) as stack:
 
         async def syncs(stop: asyncio.Event) -> None:
             while not stop.is_set():

@@ -56,7 +56,7 @@ async def test_probe_ejection_is_counted() -> None:
 
 
 async def test_fanout_ejection_is_counted_and_resets_the_streak() -> None:
-    async with run_stack(2, **ONE_ROUND) as stack:
+    async with run_stack(2, forward_pause=True, **ONE_ROUND) as stack:
         assert _replica(stack, 1).ok_streak == 1
         await stack.sims[1].stop()
         status, _, _ = await post(stack, "/pause?mode=keep", None)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 
+from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, listed, load, load_body, post
 from tests.support.fleet import run_stack
@@ -28,7 +29,11 @@ async def test_trl_session_passes_through(tmp_path: Path) -> None:
         assert models[0]["id"] == "sim-model" and models[0]["max_model_len"] > 0
 
         status, body, _ = await post(stack, "/pause?mode=keep", b"")
-        assert (status, orjson.loads(body)) == (200, {"status": "paused"})
+        # Answered by the proxy: the replicas are not frozen, requests keep flowing.
+        assert (status, orjson.loads(body)) == (200, {"status": "paused", "fleet": "generating"})
+        assert not any(sim.state.engine.gate.paused for sim in stack.sims)
+        status, _, _ = await post(stack, "/v1/completions", completion())
+        assert status == 200
         path = write_adapter(tmp_path, "trl-policy-v1")
         status, body, _ = await post(
             stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", path)
@@ -38,7 +43,10 @@ async def test_trl_session_passes_through(tmp_path: Path) -> None:
         for i in range(3):
             assert "trl-policy-v1" in await listed(stack, i)
         status, body, _ = await post(stack, "/resume", b"")
-        assert (status, orjson.loads(body)) == (200, {"status": "resumed"})
+        assert (status, orjson.loads(body)) == (200, {"status": "resumed", "fleet": "generating"})
+        syncs = (await (await s.get(stack.proxy_url + "/proxy/status")).json())["syncs"]
+        assert syncs["pause"] == "answered" and syncs["count"] == 1
+        assert syncs["paused_s"] == 0 and syncs["last_s"] > 0
 
         request = completion(model="trl-policy-v1")
         for _ in range(6):
@@ -54,7 +62,8 @@ async def test_trl_session_passes_through(tmp_path: Path) -> None:
         status, body, _ = await post(
             stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"}
         )
-        assert status == 200
+        assert status == 200  # answered at once; carried out in the background
+        await stack.proxy_app[PROXY].adapters.service.settled()
         for i in range(3):
             assert "trl-policy-v1" not in await listed(stack, i)
         status, _, _ = await post(stack, "/reset_prefix_cache", b"")
@@ -103,7 +112,7 @@ async def test_missing_path_and_bad_bodies(tmp_path: Path) -> None:
 async def test_unreachable_replica_is_ejected_then_replayed(tmp_path: Path) -> None:
     from tests.support.fleet import run_sim
 
-    async with run_stack(3) as stack:
+    async with run_stack(3, forward_pause=True) as stack:
         gone = stack.sims[2]
         port = gone.port
         await gone.stop()

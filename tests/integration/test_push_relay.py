@@ -32,6 +32,7 @@ class Topology:
     remote: str
     remote_app: Any
     relay: str
+    relay_app: Any
     session: aiohttp.ClientSession
 
 
@@ -56,7 +57,7 @@ async def topology(tmp_path: Path) -> AsyncIterator[Topology]:
         await wait_for(
             lambda: len(relay_app[PROXY].fleet.pool.routable()) == 1, what="relay routable"
         )
-        yield Topology(sims, remote, remote_app, relay, session)
+        yield Topology(sims, remote, remote_app, relay, relay_app, session)
 
 
 async def _models(session: aiohttp.ClientSession, url: str, **headers: str) -> dict[str, str]:
@@ -94,6 +95,9 @@ async def test_a_version_travels_trainer_relay_remote_proxy_replicas_by_push(
             t.relay + "/v1/unload_lora_adapter", json={"lora_name": "trl-policy-v1"}
         ) as response:
             assert response.status == 200
+        # Answered at once by each proxy, carried out behind: the relay's, then the remote's.
+        await t.relay_app[PROXY].adapters.service.settled()
+        await t.remote_app[PROXY].adapters.service.settled()
         assert not await asyncio.to_thread(t.remote_app[PROXY].adapters.receiver.store.entries)
         for sim in t.sims:
 

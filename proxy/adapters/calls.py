@@ -1,0 +1,53 @@
+"""TRL's adapter calls: the load and unload bodies, as read, and what carrying one out gave.
+
+``parse_adapter_request`` reads ``lora_name`` (and ``lora_path``) or raises
+``BadAdapterRequest`` (answered 400, naming the field); ``LoadResult`` and ``UnloadResult`` are
+what ``proxy.adapters.service`` returns and ``proxy.http.responses`` turns into answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from proxy.adapters.broadcast import Outcome
+from proxy.adapters.registry import Version
+
+
+class BadAdapterRequest(ValueError):
+    """A load or unload request that cannot be carried out as sent (answered 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    version: Version
+    outcomes: list[Outcome]
+    seconds: float
+    deadline_s: float  # how long lagging mounts were waited for
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadResult:
+    name: str
+    known: bool  # the proxy or a replica had it (else vLLM's 404 is the answer)
+
+
+def parse_adapter_request(body: bytes, *, need_path: bool) -> tuple[str, str]:
+    """``lora_name`` (and ``lora_path``) of a load or unload body; ``BadAdapterRequest`` if not."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadAdapterRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadAdapterRequest("request body must be a JSON object")
+    name, path = data.get("lora_name"), data.get("lora_path", "")
+    if not isinstance(name, str) or not name:
+        raise BadAdapterRequest("'lora_name' must be a non-empty string", param="lora_name")
+    if need_path and (not isinstance(path, str) or not path):
+        raise BadAdapterRequest("'lora_path' must be a non-empty string", param="lora_path")
+    return name, path if isinstance(path, str) else ""

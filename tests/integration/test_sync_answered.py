@@ -1,0 +1,94 @@
+"""TRL's sync through the proxy without freezing the fleet: the pause and resume answered from
+the proxy's state, the unload answered at once and carried out behind, in order; and
+``--forward-pause``, which restores the freeze."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import orjson
+
+from proxy.app import PROXY
+from tests.support.adapters import write_adapter
+from tests.support.calls import completion, listed, load_body, metric_value, post
+from tests.support.fleet import Stack, run_stack
+from tests.support.waiting import eventually
+
+FROZEN_WAIT_S = 0.3  # how long a frozen link is watched for a load that must not arrive
+
+
+def _calls(stack: Stack, i: int, path: str) -> list[str | None]:
+    """The models named in replica ``i``'s calls to ``path``, oldest first."""
+    return [r.model for r in stack.sims[i].state.records if r.path == path]
+
+
+async def test_pause_is_answered_while_requests_keep_flowing(tmp_path: Path) -> None:
+    async with run_stack(2) as stack:
+        status, body, _ = await post(stack, "/pause?mode=keep", b"")
+        assert status == 200 and orjson.loads(body)["status"] == "paused"
+        # No replica was asked, none is frozen, and a request started now runs to its end.
+        assert not _calls(stack, 0, "/pause") and not _calls(stack, 1, "/pause")
+        assert not any(sim.state.engine.gate.paused for sim in stack.sims)
+        for _ in range(4):
+            assert (await post(stack, "/v1/completions", completion()))[0] == 200
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        status, body, _ = await post(
+            stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", path)
+        )
+        assert status == 200, body
+        assert (await post(stack, "/resume", b""))[0] == 200
+        assert not _calls(stack, 0, "/resume") and not _calls(stack, 1, "/resume")
+        text = stack.proxy_app[PROXY].metrics.render().decode()
+        assert metric_value(text, "rollout_proxy_sync_window_seconds_count") == 1
+        assert metric_value(text, "rollout_proxy_sync_paused_seconds_count") == 0
+        assert metric_value(text, "rollout_proxy_paused_seconds_total") == 0
+        # A mode vLLM does not know is refused, as vLLM would.
+        status, body, _ = await post(stack, "/pause?mode=freeze", b"")
+        assert status == 400 and b"mode" in body
+
+
+async def test_forward_pause_freezes_the_fleet() -> None:
+    async with run_stack(2, forward_pause=True) as stack:
+        status, body, _ = await post(stack, "/pause?mode=keep", b"")
+        assert (status, orjson.loads(body)) == (200, {"status": "paused"})  # vLLM's own answer
+        assert all(sim.state.engine.gate.paused for sim in stack.sims)
+        assert (await post(stack, "/resume", b""))[0] == 200
+        assert not any(sim.state.engine.gate.paused for sim in stack.sims)
+        status_page = await (await stack.session.get(stack.proxy_url + "/proxy/status")).json()
+        assert status_page["syncs"]["pause"] == "forwarded"
+        assert status_page["syncs"]["paused_s"] > 0
+        text = stack.proxy_app[PROXY].metrics.render().decode()
+        assert metric_value(text, "rollout_proxy_sync_paused_seconds_count") == 1
+
+
+async def test_unload_is_answered_at_once_and_done_before_a_later_load(tmp_path: Path) -> None:
+    async with run_stack(2, relays=True) as stack:
+        v1 = write_adapter(tmp_path, "trl-policy-v1")
+        assert (await post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", v1)))[
+            0
+        ] == 200
+        stack.relays[0].freeze()  # replica 0 hears nothing for now
+        # TRL's unload is answered though replica 0 cannot be reached to carry it out yet.
+        status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"})
+        assert status == 200
+
+        async def gone_from_replica_1() -> bool:
+            return "trl-policy-v1" not in await listed(stack, 1)
+
+        await eventually(gone_from_replica_1, what="the unload on replica 1")
+        # A load that comes later waits for that unload everywhere, replica 0's included.
+        v2 = write_adapter(tmp_path, "trl-policy-v2")
+        later = asyncio.create_task(
+            post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", v2))
+        )
+        done, _ = await asyncio.wait({later}, timeout=FROZEN_WAIT_S)
+        assert not done
+        assert "trl-policy-v2" not in _calls(stack, 1, "/v1/load_lora_adapter")
+        stack.relays[0].thaw()
+        status, body, _ = await later
+        assert status == 200, body
+        for i in range(2):
+            assert _calls(stack, i, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
+            assert "trl-policy-v2" in await listed(stack, i)
+            assert "trl-policy-v1" not in await listed(stack, i)
