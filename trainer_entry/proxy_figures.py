@@ -38,7 +38,7 @@ def figures(status: dict[str, Any]) -> dict[str, float | str]:
     ):
         if quality.get(key) is not None:
             out[name] = float(quality[key])
-    for key, name in (("last_s", "proxy/sync_paused_s"), ("paused_share", "proxy/paused_share")):
+    for key, name in (("last_s", "proxy/sync_window_s"), ("paused_share", "proxy/paused_share")):
         if syncs.get(key) is not None:
             out[name] = float(syncs[key])
     advice = status.get("advice") or {}

@@ -52,6 +52,9 @@ from proxy.upstream.errors import CONTROL_ERRORS
 log = logging.getLogger("proxy.adapters")
 
 _RETIRED_REMEMBERED = 256  # names of versions the proxy retired itself, kept for TRL's unloads
+# On shutdown the unloads already answered get this long to reach the replicas (each call is
+# itself bounded by the control timeout); what is left is cancelled.
+UNLOAD_DRAIN_S = 10.0
 
 
 class AdapterService:
@@ -356,6 +359,8 @@ class AdapterService:
             self._failed("adapters", exc)
 
     async def close(self) -> None:
+        if self._unloading:  # answered to TRL already: carry them out if the replicas answer
+            await asyncio.wait(list(self._unloading), timeout=UNLOAD_DRAIN_S)
         tasks = [
             *self._background,
             *self._unloading,

@@ -3,7 +3,10 @@
 A source answers "which complete versions exist now": name -> (path as the replicas see it,
 fingerprint). A version is complete when its directory holds ``adapter_config.json`` and a
 weights file; TRL publishes with an atomic rename, and a bucket mount shows files as they land,
-so an incomplete directory is simply not reported yet. ``watcher.Watcher`` polls a source.
+so an incomplete directory is simply not reported yet. A dot-name is never a version: TRL 1.16
+stages each save as ``.<name>.tmp`` beside it (``save_lora_adapter``) and renames it into place;
+a watcher that took the staging directory for a version would load it, and then find it gone.
+``watcher.Watcher`` polls a source.
 
 ``BucketSource.fetch`` downloads one version through the Hub API into the proxy's store (sizes
 checked against the listing, sha256 recorded as for an upload), so a proxy without a mount can
@@ -26,6 +29,11 @@ CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 
 Found = dict[str, tuple[str, Fingerprint]]
+
+
+def staged(name: str) -> bool:
+    """A directory being written (TRL's ``.<name>.tmp``) or held aside: not a version."""
+    return name.startswith(".")
 
 
 class Source(Protocol):
@@ -63,7 +71,7 @@ class DirectorySource:
     def _scan(self) -> Found:
         found: Found = {}
         try:
-            entries = [entry for entry in os.scandir(self.root) if entry.is_dir()]
+            entries = [e for e in os.scandir(self.root) if e.is_dir() and not staged(e.name)]
         except OSError:
             return found
         for entry in entries:
@@ -149,7 +157,7 @@ class BucketSource:
             if not isinstance(item, BucketFile) or not item.path.startswith(prefix):
                 continue
             parts = item.path[len(prefix) :].split("/")
-            if len(parts) != 2:
+            if len(parts) != 2 or staged(parts[0]):
                 continue
             mtime = int(item.mtime.timestamp() * 1e9) if item.mtime is not None else 0
             files.setdefault(parts[0], []).append((parts[1], int(item.size), mtime))

@@ -35,6 +35,7 @@ _EVENT = re.compile(
     r"Loaded new LoRA adapter: name '(?P<load>[^']+)'"
     r"|Removed LoRA adapter: name '(?P<unload>[^']+)'"
     r'|"POST /v1/completions HTTP/1.1" (?P<status>\d+)'
+    r'|"POST /(?P<control>pause|resume)\b'
 )
 
 
@@ -48,10 +49,11 @@ def heavy_tier_missing() -> str | None:
 
 @dataclass(frozen=True)
 class Event:
-    """One line of a replica's log that matters: a load, an unload or a completion request."""
+    """One line of a replica's log that matters: a load, an unload, a completion request, or a
+    pause or resume that reached it."""
 
-    kind: str  # "load" | "unload" | "completion"
-    value: str  # adapter name, or the HTTP status of a completion
+    kind: str  # "load" | "unload" | "completion" | "control"
+    value: str  # adapter name, the HTTP status of a completion, or "pause" | "resume"
 
 
 def events(log_text: str) -> list[Event]:
@@ -61,6 +63,8 @@ def events(log_text: str) -> list[Event]:
             out.append(Event("load", match["load"]))
         elif match["unload"]:
             out.append(Event("unload", match["unload"]))
+        elif match["control"]:
+            out.append(Event("control", match["control"]))
         else:
             out.append(Event("completion", match["status"]))
     return out
@@ -82,6 +86,7 @@ class VllmServer:
     model_dir: Path
     log_path: Path
     max_staleness: int
+    threads_bind: str = "nobind"  # VLLM_CPU_OMP_THREADS_BIND: cores for the engine's threads
     process: subprocess.Popen[bytes] | None = None
     starts: list[int] = field(default_factory=list)  # log offsets where each start begins
 
@@ -108,13 +113,14 @@ class VllmServer:
         ]
         self.starts.append(self.log_path.stat().st_size if self.log_path.exists() else 0)
         log = self.log_path.open("ab")
-        # vLLM's CPU build pins every server's OpenMP threads to core 0 by default; two servers
-        # and a trainer on a 2-core machine then starve each other (restarts take minutes).
+        # vLLM's CPU build binds every server's OpenMP threads to the same cores by default; two
+        # servers and a trainer on a 2-core machine then starve each other (restarts take
+        # minutes): the tier gives each server its own core (``conftest.fleet``).
         # The tier reads vLLM's INFO lines (loads, unloads): set its level, never inherit one
         # (importing TRL in this process sets VLLM_LOGGING_LEVEL=ERROR in os.environ).
         env = {
             **os.environ,
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "VLLM_CPU_OMP_THREADS_BIND": self.threads_bind,
             "VLLM_API_KEY": REPLICA_TOKEN,
             "VLLM_LOGGING_LEVEL": "INFO",
         }

@@ -30,6 +30,7 @@ from tests.e2e.support import (
     versions,
     wait_or_kill,
 )
+from tests.e2e.sync_report import report_sync_phases
 from trainer_entry import sidecar
 
 # The CPU build's KV block is 32 tokens; a group has 4 rollouts, so a block followed by more
@@ -144,6 +145,15 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
     rows = report_sync_times(trainer_log, "push, 2 replicas")
     assert report_perf(trainer_log, "1 rank on CPU, 2 replicas")["perf/step_s"] > 0
     assert [r.version for r in rows] == synced
+    phases = report_sync_phases(trainer_log, proxy_metrics, "push, 2 replicas generating")
+    assert [v for row in phases for v in row.versions] == synced
+    # The fleet never stood still: TRL's pause and resume were answered by the trainer's relay
+    # (its paused share is 0 on every line TRL logged), none reached this proxy or a replica.
+    shares = re.findall(r"'proxy/paused_share': '([0-9.]+)'", trainer_log)
+    assert shares and {float(share) for share in shares} == {0.0}, shares
+    assert metric_sum(proxy_metrics, "rollout_proxy_sync_window_seconds_count") == 0
+    assert metric_sum(proxy_metrics, "rollout_proxy_paused_seconds_total") == 0
+    assert metric_sum(proxy_metrics, "rollout_proxy_sync_paused_seconds_count") == 0
     # Every version reached every replica by push: no replica fell back to the mount.
     assert metric_sum(proxy_metrics, "rollout_proxy_adapter_push_fallbacks_total") == 0
     window = set(synced[-(MAX_STALENESS + 1) :])
@@ -157,8 +167,11 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
         assert set(synced) <= loaded, (server.url, versions(loaded))
         assert set(synced) - window <= unloaded, (server.url, versions(unloaded))
         assert set(adapters_listed(server.url)) == window
+        assert not [e for e in log_events if e.kind == "control"], server.url
         completions = _completions(log_events)
         assert completions, f"{server.url} got no rollout"
+        # vLLM answers a request for an adapter it has not loaded with 404: every rollout
+        # answered 200, so none was sent a version before its load there had answered.
         assert {e.value for e in completions} == {"200"}, "a rollout failed on " + server.url
 
     total = metric_sum(proxy_metrics, "rollout_proxy_requests_total", route="completions")

@@ -92,3 +92,23 @@ async def test_unload_is_answered_at_once_and_done_before_a_later_load(tmp_path:
             assert _calls(stack, i, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
             assert "trl-policy-v2" in await listed(stack, i)
             assert "trl-policy-v1" not in await listed(stack, i)
+
+
+async def test_an_answered_unload_is_carried_out_on_shutdown(tmp_path: Path) -> None:
+    """TRL exits right after its last sync: the proxy's shutdown still carries out the unloads it
+    answered (within ``UNLOAD_DRAIN_S``) rather than leaving the replica one adapter over."""
+    async with run_stack(2, relays=True) as stack:
+        v1 = write_adapter(tmp_path, "trl-policy-v1")
+        assert (await post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", v1)))[
+            0
+        ] == 200
+        stack.relays[0].freeze()
+        status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"})
+        assert status == 200
+        closing = asyncio.create_task(stack.proxy_app[PROXY].adapters.service.close())
+        done, _ = await asyncio.wait({closing}, timeout=FROZEN_WAIT_S)
+        assert not done  # the shutdown waits for the unload it owes replica 0
+        stack.relays[0].thaw()
+        await closing
+        assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
+        assert "trl-policy-v1" not in await listed(stack, 0)

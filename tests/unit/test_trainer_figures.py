@@ -26,7 +26,7 @@ def test_figures_from_a_status_page() -> None:
         "proxy/cache_hit_ratio": 0.6,
         "proxy/reuse_available": 0.75,
         "proxy/affinity_efficiency": 0.8,
-        "proxy/sync_paused_s": 1.5,
+        "proxy/sync_window_s": 1.5,
         "proxy/paused_share": 0.1,
         "proxy/advice": "generation-bound",
     }
@@ -34,7 +34,7 @@ def test_figures_from_a_status_page() -> None:
 
 def test_figures_not_known_yet_are_left_out() -> None:
     out = figures({"replicas": [], "quality": {"hit_ratio": None}, "syncs": {"last_s": None}})
-    assert "proxy/cache_hit_ratio" not in out and "proxy/sync_paused_s" not in out
+    assert "proxy/cache_hit_ratio" not in out and "proxy/sync_window_s" not in out
 
 
 async def test_a_live_proxy_is_read_and_an_absent_one_costs_nothing(
