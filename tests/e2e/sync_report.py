@@ -42,12 +42,13 @@ class SyncPhases:
         return self.sync_s - self.pause_s - self.barrier_s - self.save_s
 
 
-def sync_phases(trainer_log: str) -> list[SyncPhases]:
-    """TRL's phases per log line, in order, with the versions synced since the line before."""
+def sync_phases(trainer_log: str, first: int = 1) -> list[SyncPhases]:
+    """TRL's phases per log line, in order, with the versions synced since the line before
+    (numbered from ``first``: a resumed run goes on from its checkpoint's version)."""
     # The proxy's lines come through a pipe and may land after TRL's line for the same sync.
     proxy = {name: float(seconds) for name, seconds in _PROXY_LOAD.findall(trainer_log)}
     pending: list[str] = []
-    done = 0
+    done = first - 1
     rows = []
     for match in re.finditer(rf"(?P<done>{_DONE})|(?P<logged>{_LOGGED.pattern})", trainer_log):
         if match["done"]:
@@ -63,8 +64,10 @@ def sync_phases(trainer_log: str) -> list[SyncPhases]:
     return rows
 
 
-def report_sync_phases(trainer_log: str, proxy_metrics: str, title: str) -> list[SyncPhases]:
-    rows = sync_phases(trainer_log)
+def report_sync_phases(
+    trainer_log: str, proxy_metrics: str, title: str, first: int = 1
+) -> list[SyncPhases]:
+    rows = sync_phases(trainer_log, first)
     print(f"\nTRL's weight sync by phase ({title}), seconds:")
     print("  versions        sync   pause  barrier   save   rest   proxy: push + load")
     for row in rows:
