@@ -1,9 +1,10 @@
 """``python -m benchmarks fleet [--quick] [--json OUT] [--plot DIR] [model flags] [--what-if]``.
 
 Without ``--what-if``: the published run reproduced, then the grid (workloads x 2/8/16/64
-replicas x policies, and the lower bound). With ``--what-if``: for the model, GPU and TRL
-settings given, the step time for 1..``--max-replicas`` replicas and 1-4 steps' worth of
-rollouts in flight, and the smallest fleet within 5 % of the best. Every constant of the
+replicas x policies, each run with its lower bound, and the steady-state reference). With
+``--what-if``: for the model, GPU and TRL settings given, the step time for
+1..``--max-replicas`` replicas and 1-4 steps' worth of rollouts in flight, and the smallest
+fleet within 5 % of the best. Every constant of the
 models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. from the sync
 suite or a real run), ``--sync-mode push --sync-push-s`` a push model; the sync's phases are
 ``--sync-pause-s --sync-barrier-s --sync-save-s --sync-push-s --sync-resume-s
