@@ -5,7 +5,8 @@ balance per policy), ``fleet`` (step time of async GRPO on a simulated fleet, pe
 own flags: ``python -m benchmarks fleet --help``), ``sync`` (adapter fleet-sync latency under
 mount lag), ``policy`` (the routing policy alone), ``soak`` (RSS, open files and tasks under
 load over time), ``scale`` (throughput and memory against fleet size and tracked prompts),
-``profile`` (where the proxy's CPU goes, by module, under cProfile). Everything runs on loopback
+``profile`` (where the proxy's CPU goes, by module, under cProfile); ``sync --save`` times
+saving the published adapter. Everything runs on loopback
 against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and ``soak`` at real
 ones.
 """
@@ -54,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         "--push",
         action="store_true",
         help="sync: adapter push against the mount path (sizes, fleet sizes, link limits)",
+    )
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()

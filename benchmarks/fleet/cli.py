@@ -1,11 +1,15 @@
 """``python -m benchmarks fleet [--quick] [--json OUT] [--plot DIR] [model flags] [--what-if]``.
 
 Without ``--what-if``: the published run reproduced, then the grid (workloads x 2/8/16/64
-replicas x policies, and the lower bound). With ``--what-if``: for the model, GPU and TRL
-settings given, the step time for 1..``--max-replicas`` replicas and 1-4 steps' worth of
-rollouts in flight, and the smallest fleet within 5 % of the best. Every constant of the
+replicas x policies, each run with its lower bound, and the steady-state reference). With
+``--what-if``: for the model, GPU and TRL settings given, the step time for
+1..``--max-replicas`` replicas and 1-4 steps' worth of rollouts in flight, and the smallest
+fleet within 5 % of the best. Every constant of the
 models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. from the sync
-suite or a real run), ``--sync-mode push --push-s`` a push model.
+suite or a real run), ``--sync-mode push --sync-push-s`` a push model; the sync's phases are
+``--sync-pause-s --sync-barrier-s --sync-save-s --sync-push-s --sync-resume-s
+--sync-unload-s``, and ``--sync-frozen yes|no`` says whether the fleet stops generating during
+a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from benchmarks import report
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
@@ -65,16 +69,35 @@ def _dest(prefix: str, name: str) -> str:
     return name if name.startswith(prefix) else prefix + name
 
 
+def yes_no(text: str) -> bool:
+    """``yes`` or ``no`` (a boolean flag's value)."""
+    if text not in ("yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+    return text == "yes"
+
+
 def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> None:
     group = parser.add_argument_group(cls.__name__)
     for field in dataclasses.fields(cls):
         dest = _dest(prefix, field.name)
-        kind = {int: int, float: float, str: str}.get(type(field.default), float)
+        default: Any = field.default
+        kind: Any = {int: int, float: float, str: str}.get(type(default), float)
+        if isinstance(default, bool):
+            kind, default = yes_no, "yes" if default else "no"
         group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None,
-                           help=f"default {field.default}")  # fmt: skip
+                           choices=field.metadata.get("choices"),
+                           help=f"default {default}")  # fmt: skip
 
 
-def _build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
+class _Parser(argparse.ArgumentParser):
+    """Errors in one line naming the flag (the usage of ~40 flags would bury it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+
+def build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
+    """``base`` (default ``cls()``) with the flags given for ``cls``'s fields."""
     base = base if base is not None else cls()
     given = {
         f.name: getattr(args, _dest(prefix, f.name))
@@ -85,7 +108,7 @@ def _build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m benchmarks fleet",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -117,10 +140,10 @@ def main(argv: list[str]) -> int:
     gpu = GpuModel()
     if args.gpu or args.params_b or args.kv_bytes_per_token or args.model != "qwen2.5-1.5b":
         gpu = gpu_for(args.gpu or "h200", args.model, args.params_b, args.kv_bytes_per_token)
-    gpu = _build(GpuModel, args, base=gpu)
-    trainer = _build(TrainerModel, args)
-    sync = _build(SyncModel, args, "sync_")
-    proxy = _build(ProxyModel, args, base=ProxyModel(per_replica_cap=192))
+    gpu = build(GpuModel, args, base=gpu)
+    trainer = build(TrainerModel, args)
+    sync = build(SyncModel, args, "sync_")
+    proxy = build(ProxyModel, args, base=ProxyModel(per_replica_cap=192))
     mode = (" (quick)" if args.quick else "") + (" what-if" if args.what_if else "")
     print(f"benchmarks: suite fleet{mode}")
     if args.what_if:
@@ -153,21 +176,23 @@ def _suite(
 ) -> tuple[Any, str]:
     checks = validate(gpu, trainer, sync, quick=args.quick)
     text = "published run (REFERENCE.md section 4), prefix policy:\n" + report.table(
-        ["in_flight", "replicas", "mean_s", "p50_s", "bound_s", "published_s", "hit", "wasted"],
+        ["in_flight", "replicas", "mean_s", "p50_s", "bound_s", "steady_s", "published_s", "hit",
+         "wasted"],
         [[r["max_inflight"], r["replicas"], r["step_time_mean_s"], r["step_time_p50_s"],
-          r["lower_bound_s"], r["published_s"] or "-", r["hit_rate"], r["wasted_tokens"]]
-         for r in checks],
+          r["lower_bound_s"], r["steady_state_s"], r["published_s"] or "-", r["hit_rate"],
+          r["wasted_tokens"]] for r in checks],
     )  # fmt: skip
     workloads = tuple(args.workloads.split(",")) if args.workloads else None
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else None
     rows = run_grid(gpu, trainer, sync, proxy, quick=args.quick, pressure=args.grid_pressure,
                     workloads=workloads, sizes=sizes, progress=_progress)  # fmt: skip
     text += "\n\n" + report.table(
-        ["workload", "replicas", "policy", "p50_s", "p99_s", "mean_s", "of_bound", "hit",
-         "util", "preempt", "wasted"],
+        ["workload", "replicas", "policy", "p50_s", "p99_s", "mean_s", "bound_s", "of_bound",
+         "of_steady", "hit", "util", "preempt", "wasted"],
         [[r["workload"], r["replicas"], r["policy"], r["step_time_p50_s"], r["step_time_p99_s"],
-          r["step_time_mean_s"], r["of_lower_bound"], r["hit_rate"], r["utilization"],
-          r["preemptions"], r["wasted_tokens"]] for r in rows],
+          r["step_time_mean_s"], r["lower_bound_s"] or "-", r["of_lower_bound"] or "-",
+          r["of_steady_state"], r["hit_rate"], r["utilization"], r["preemptions"],
+          r["wasted_tokens"]] for r in rows],
     )  # fmt: skip
     if args.plot:
         cells = list(dict.fromkeys((r["workload"], r["replicas"]) for r in rows))
@@ -189,9 +214,9 @@ def _what_if(
     rows, pick = what_if(WORKLOADS[args.workload], gpu, trainer, sync, proxy,
                          max_replicas=args.max_replicas, quick=args.quick)  # fmt: skip
     text = report.table(
-        ["replicas", "max_inflight_tasks", "mean_step_s", "wasted_share", "util"],
-        [[r["replicas"], r["max_inflight_tasks"], r["step_time_mean_s"], r["wasted_share"],
-          r["utilization"]] for r in rows],
+        ["replicas", "max_inflight_tasks", "mean_step_s", "bound_s", "wasted_share", "util"],
+        [[r["replicas"], r["max_inflight_tasks"], r["step_time_mean_s"], r["lower_bound_s"],
+          r["wasted_share"], r["utilization"]] for r in rows],
     )  # fmt: skip
     text += (
         f"\nrecommended: {pick['replicas']} replicas,"

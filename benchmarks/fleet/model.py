@@ -18,7 +18,8 @@ is in README.md ("Calibration"); in short:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +46,69 @@ class GpuModel:
         )
 
 
+SYNC_MODES = ("mount", "push")
+
+
 @dataclass(frozen=True, slots=True)
 class SyncModel:
-    """A weight sync: the fleet pauses for ``pause_s + save_s + load + resume_s``. The load takes
-    ``sync_s`` when given (a measured figure), else ``push_s`` when pushing, else the slowest
-    replica's mount lag (lag x U(0.8, 1.0) each) rounded up to the load retry interval."""
+    """A weight sync, in TRL's order (``_sync_weight_lora``): pause, barrier, save, load (a push
+    and its load, or a load through the bucket mount), resume, unload of the oldest version.
+
+    The trainer waits for the whole sync, always. The fleet stops generating for it only when
+    ``frozen`` (a pause that freezes running requests, as vLLM's ``pause?mode=keep``); a proxy
+    that answers TRL's pause and resume at once leaves requests flowing (``frozen=False``). The
+    load takes ``push_s`` when pushing, else the slowest replica's mount lag (lag x U(0.8, 1.0)
+    each, drawn per sync) rounded up to the load retry interval. ``sync_s``, when given, is the
+    whole sync, measured (it overrides the phases). ``barrier_s`` is TRL's accelerator barriers
+    (GPU-side: the ranks meet), ``unload_s`` the time until the unload is answered."""
 
     every: int = 2  # weight_sync_steps
     pause_s: float = 0.3
+    barrier_s: float = 0.0
     save_s: float = 1.1
     resume_s: float = 0.1
-    mode: str = "mount"  # mount | push
+    unload_s: float = 0.0
+    mode: str = field(default="mount", metadata={"choices": SYNC_MODES})
     mount_lag_s: float = 3.0
     retry_s: float = 0.25
     push_s: float = 1.0
     sync_s: float | None = None  # the whole sync, measured (overrides the model)
+    frozen: bool = True  # the fleet stops generating while the sync runs
+
+    def __post_init__(self) -> None:
+        if self.mode not in SYNC_MODES:
+            raise ValueError(f"mode: expected one of {', '.join(SYNC_MODES)}, got {self.mode!r}")
+
+    @property
+    def fixed_s(self) -> float:
+        """The phases that take the same time every sync (all but a mount's load)."""
+        if self.sync_s is not None:
+            return self.sync_s
+        fixed = self.pause_s + self.barrier_s + self.save_s + self.resume_s + self.unload_s
+        return fixed + (self.push_s if self.mode == "push" else 0.0)
+
+    def draw(self, rng: random.Random, replicas: int) -> float:
+        """One sync's duration; a mount's load draws each replica's lag from ``rng``."""
+        if self.sync_s is not None or self.mode == "push":
+            return self.fixed_s
+        lags = [self.mount_lag_s * rng.uniform(0.8, 1.0) for _ in range(replicas)]
+        return self.fixed_s + -(-max(lags) // self.retry_s) * self.retry_s
+
+    def expected_s(self, replicas: int) -> float:
+        """The mean of ``draw``: the slowest of N lags, each U(0.8, 1.0) x lag, rounded up to
+        the retry interval (its distribution: P(max <= x) = ((x / lag - 0.8) / 0.2) ** N)."""
+        if self.sync_s is not None or self.mode == "push":
+            return self.fixed_s
+        lag, step = self.mount_lag_s, self.retry_s
+
+        def below(x: float) -> float:
+            return min(max((x / lag - 0.8) / 0.2, 0.0), 1.0) ** replicas if lag > 0 else 1.0
+
+        load, k = 0.0, 1
+        while below((k - 1) * step) < 1.0:
+            load += k * step * (below(k * step) - below((k - 1) * step))
+            k += 1
+        return self.fixed_s + load
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,9 @@
   multi-turn rollout sends its next turn ``tool_s`` after an answer, the whole conversation.
 - Trainer: a step consumes ``groups_per_step`` whole groups from the queue in completion order,
   dropping groups more than ``max_staleness`` versions old (their tokens are wasted), trains for
-  ``train_s``, and every ``sync.every`` steps syncs: the fleet pauses (running requests freeze)
-  for the sync's duration, then the version goes up.
+  ``train_s``, and every ``sync.every`` steps syncs (``SyncModel.draw``): the trainer waits for
+  the whole sync; the fleet pauses (running requests freeze) for it only when the sync is
+  ``frozen``; then the version goes up.
 - Proxy: per-replica in-flight cap with a FIFO queue; each request's body is built as TRL sends
   it and read by the proxy's own ``peek``; the policy gets the proxy's own cost estimates
   (``routing.cost``) and the replicas' scraped figures (``fleet.load.judge``) every
@@ -165,6 +166,9 @@ class FleetRun:
     wall_s: float = 0.0
     replicas: int = 0
     requests: int = 0
+    warmup: int = 0  # the step whose end opened the window
+    window_start_s: float = 0.0  # when it ended
+    syncs: dict[int, float] = field(default_factory=dict)  # after step k: its duration, all run
 
     @property
     def mean_step_s(self) -> float:
@@ -213,7 +217,7 @@ class Trainer:
         self.next = 0  # rollouts started
         self.uid = 0
         self.last_step_at = 0.0
-        self.run = FleetRun(replicas=len(replicas))
+        self.run = FleetRun(replicas=len(replicas), warmup=warmup)
         self._window: dict[str, float] = {}
 
     @property
@@ -300,9 +304,12 @@ class Trainer:
             return
         if self.step % self.sync.every == 0:
             self.state = "syncing"
-            for replica in self.replicas:
-                replica.pause()
-            self.loop.at(now + self._sync_seconds(), self._synced)
+            if self.sync.frozen:
+                for replica in self.replicas:
+                    replica.pause()
+            seconds = self.sync.draw(self.rng, len(self.replicas))
+            self.run.syncs[self.step] = seconds
+            self.loop.at(now + seconds, self._synced)
         else:
             self.state = "idle"
             self._try_train()
@@ -310,20 +317,10 @@ class Trainer:
     def _synced(self) -> None:
         self.version += 1
         self.state = "idle"
-        for replica in self.replicas:
-            replica.resume()
+        if self.sync.frozen:
+            for replica in self.replicas:
+                replica.resume()
         self._try_train()
-
-    def _sync_seconds(self) -> float:
-        s = self.sync
-        if s.sync_s is not None:
-            return s.sync_s
-        if s.mode == "push":
-            load = s.push_s
-        else:
-            lags = [s.mount_lag_s * self.rng.uniform(0.8, 1.0) for _ in self.replicas]
-            load = -(-max(lags) // s.retry_s) * s.retry_s
-        return s.pause_s + s.save_s + load + s.resume_s
 
     def _figures(self) -> dict[str, float]:
         reps = self.replicas
@@ -338,6 +335,7 @@ class Trainer:
 
     def _open_window(self) -> None:
         self._window = self._figures()
+        self.run.window_start_s = self.loop.now
 
     def _close_window(self) -> None:
         end, start = self._figures(), self._window

@@ -3,10 +3,10 @@ reproduced; the what-if table.
 
 The grid keeps the published run's 128 rollouts in flight per replica (REFERENCE.md section 4)
 and sizes each step so that the fleet, not the trainer, sets the pace: as many groups per step
-as make the lower bound's fleet time ``--grid-pressure`` (1.5) times the trainer's own
-(``train_s`` plus its share of the syncs). At the published load the trainer is the bottleneck
-from 3 replicas on and every policy's step time is the trainer's (the validation shows it):
-routing can only show where the fleet is the bottleneck. The proxy's
+as make the steady-state reference's fleet time ``--grid-pressure`` (1.5) times the
+trainer's own (``train_s`` plus its share of the syncs). At the published load the trainer is
+the bottleneck from 3 replicas on and every policy's step time is the trainer's (the
+validation shows it): routing can only show where the fleet is the bottleneck. The proxy's
 per-replica cap is ``--per-replica-cap`` (192 here: with the published 128, every replica is
 always full and no policy has a choice to make). All policies see the same traffic (every
 length and token is drawn from the rollout's identity). Policies:
@@ -15,7 +15,10 @@ length and token is drawn from the rollout's identity). Policies:
   with today's stable keys and placement memory);
 - ``least_loaded`` (request counts), ``least_cost`` (the least_loaded policy seeing costs and
   /metrics), ``round_robin``, ``learned_blocks`` (the published proxy's, benchmarks/);
-- ``lower_bound``: ``lower_bound.py``, not a policy.
+- ``steady_state``: the steady-state reference (``steady_state.py``), not a policy.
+Every policy row carries its run's lower bound (``lower_bound.py``: ``lower_bound_s``,
+``of_lower_bound``; no routing of the same rollouts can beat it) and the reference
+(``steady_state_s``, ``of_steady_state``; a short window can beat it).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from benchmarks.fleet.lower_bound import Bound, lower_bound
+from benchmarks.fleet.lower_bound import Bound, Demand, demand, window_bound
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sim import FleetRun, simulate
+from benchmarks.fleet.steady_state import SteadyState, steady_state
 from benchmarks.fleet.workloads import WORKLOADS, Workload
 from benchmarks.sims.learned_blocks import LearnedBlocks
 from proxy.routing.least_loaded import LeastLoaded
@@ -74,17 +78,43 @@ def scaled(
     sync: SyncModel,
 ) -> TrainerModel:
     """128 rollouts in flight per replica, and as many groups per step as make the fleet's
-    lower-bound time ``pressure`` times the trainer's (at 1 or below, the trainer sets the pace
-    and routing cannot change the step time)."""
+    steady-state time ``pressure`` times the trainer's (at 1 or below, the trainer sets the
+    pace and routing cannot change the step time)."""
     shape = replace(trainer, groups_per_step=1, max_inflight=128 * replicas)
-    one = lower_bound(workload, replicas, gpu, shape, sync)
-    pause = one.trainer_s - trainer.train_s
+    one = steady_state(workload, replicas, gpu, shape, sync)
+    pause = (one.trainer_s - trainer.train_s) if sync.frozen else 0.0
     per_group = one.fleet_s - pause
     groups = (pressure * one.trainer_s - pause) / per_group
     return replace(shape, groups_per_step=max(1, round(groups)))
 
 
-def row(workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float) -> dict[str, Any]:
+def measure(
+    policy: Policy,
+    *,
+    informed: bool,
+    workload: Workload,
+    replicas: int,
+    gpu: GpuModel,
+    trainer: TrainerModel,
+    sync: SyncModel,
+    proxy: ProxyModel,
+    steps: int,
+    warmup: int,
+    need: Demand | None = None,
+) -> tuple[FleetRun, Bound]:
+    """One simulated run and its lower bound; ``need`` (``demand`` for this cell) when several
+    runs share the cell, else computed here."""
+    if need is None:
+        window = range(warmup + 1, steps + 1)
+        need = demand(workload, replicas, gpu, trainer, proxy.per_replica_cap, window)
+    run = simulate(policy, informed=informed, workload=workload, replicas=replicas, gpu=gpu,
+                   trainer=trainer, sync=sync, proxy=proxy, steps=steps, warmup=warmup)  # fmt: skip
+    return run, window_bound(run, need, trainer, sync)
+
+
+def row(
+    workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float, steady_s: float
+) -> dict[str, Any]:
     times = run.step_times
     mean = run.mean_step_s
     return {
@@ -94,7 +124,10 @@ def row(workload: str, replicas: int, policy: str, run: FleetRun, bound_s: float
         "step_time_p50_s": percentile(times, 0.5),
         "step_time_p99_s": percentile(times, 0.99),
         "step_time_mean_s": mean,
+        "lower_bound_s": bound_s,
         "of_lower_bound": mean / bound_s,
+        "steady_state_s": steady_s,
+        "of_steady_state": mean / steady_s,
         "hit_rate": run.hit_rate,
         "utilization": run.utilization,
         "preemptions": run.preemptions,
@@ -123,9 +156,11 @@ def run_grid(
         for replicas in sizes or (QUICK_SIZES if quick else SIZES):
             shape = scaled(trainer, replicas, pressure, workload, gpu, sync)
             steps, warmup = steps_for(replicas, quick)
-            bound = lower_bound(workload, replicas, gpu, shape, sync)
+            steady = steady_state(workload, replicas, gpu, shape, sync)
+            window = range(warmup + 1, steps + 1)
+            need = demand(workload, replicas, gpu, shape, proxy.per_replica_cap, window)
             for policy, (factory, informed) in POLICIES.items():
-                run = simulate(
+                run, bound = measure(
                     factory(),
                     informed=informed,
                     workload=workload,
@@ -136,24 +171,28 @@ def run_grid(
                     proxy=proxy,
                     steps=steps,
                     warmup=warmup,
+                    need=need,
                 )
-                rows.append(row(name, replicas, policy, run, bound.step_s))
+                rows.append(row(name, replicas, policy, run, bound.step_s, steady.step_s))
                 progress(f"{name} x{replicas} {policy}: {rows[-1]['step_time_mean_s']:.2f} s")
-            rows.append(bound_row(name, replicas, bound))
+            rows.append(steady_row(name, replicas, steady))
     return rows
 
 
-def bound_row(workload: str, replicas: int, bound: Bound) -> dict[str, Any]:
+def steady_row(workload: str, replicas: int, steady: SteadyState) -> dict[str, Any]:
     return {
         "workload": workload,
         "replicas": replicas,
-        "policy": "lower_bound",
-        "step_time_p50_s": bound.step_s,
-        "step_time_p99_s": bound.step_s,
-        "step_time_mean_s": bound.step_s,
-        "of_lower_bound": 1.0,
-        "hit_rate": bound.hit_rate,
-        "utilization": bound.utilization,
+        "policy": "steady_state",
+        "step_time_p50_s": steady.step_s,
+        "step_time_p99_s": steady.step_s,
+        "step_time_mean_s": steady.step_s,
+        "lower_bound_s": None,
+        "of_lower_bound": None,
+        "steady_state_s": steady.step_s,
+        "of_steady_state": 1.0,
+        "hit_rate": steady.hit_rate,
+        "utilization": steady.utilization,
         "preemptions": 0,
         "wasted_tokens": 0,
         "requests": 0,
@@ -178,7 +217,7 @@ def validate(
     for inflight in (128, 384):
         for replicas in (2, 3):
             shape = replace(trainer, groups_per_step=16, max_inflight=inflight)
-            run = simulate(
+            run, bound = measure(
                 PrefixPolicy(),
                 informed=True,
                 workload=WORKLOADS["long_tail"],
@@ -190,7 +229,7 @@ def validate(
                 steps=steps,
                 warmup=warmup,
             )
-            bound = lower_bound(WORKLOADS["long_tail"], replicas, gpu, shape, published_sync)
+            steady = steady_state(WORKLOADS["long_tail"], replicas, gpu, shape, published_sync)
             rows.append(
                 {
                     "max_inflight": inflight,
@@ -198,6 +237,7 @@ def validate(
                     "step_time_mean_s": run.mean_step_s,
                     "step_time_p50_s": percentile(run.step_times, 0.5),
                     "lower_bound_s": bound.step_s,
+                    "steady_state_s": steady.step_s,
                     "published_s": PUBLISHED.get((inflight, replicas)),
                     "hit_rate": run.hit_rate,
                     "wasted_tokens": run.wasted_tokens,
@@ -231,7 +271,7 @@ def what_if(
             shape = replace(trainer, max_inflight=inflight)
             share = -(-inflight // replicas)
             cap = replace(proxy, per_replica_cap=max(proxy.per_replica_cap, share))
-            run = simulate(
+            run, bound = measure(
                 PrefixPolicy(),
                 informed=True,
                 workload=workload,
@@ -248,6 +288,7 @@ def what_if(
                     "replicas": replicas,
                     "max_inflight_tasks": inflight,
                     "step_time_mean_s": run.mean_step_s,
+                    "lower_bound_s": bound.step_s,
                     "wasted_share": run.wasted_tokens / max(run.generated_tokens, 1),
                     "utilization": run.utilization,
                 }

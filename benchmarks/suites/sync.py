@@ -1,5 +1,6 @@
 """Suite ``sync``: adapter fleet-sync latency under mount lag (``benchmarks.sync.mount``); with
-``--push``, the grid of ``benchmarks.sync.push`` and its report.
+``--push``, the grid of ``benchmarks.sync.push`` and its report; with ``--save``, the published
+adapter's save time (``benchmarks.sync.adapter_save``).
 
 Part A, the goal: a 5 MB adapter (rank 1 of a 1.5B model) on 2 / 8 / 16 replicas at mount lags
 0 / 2.5 / 10 s, pushed and through the mount, in the same run.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from benchmarks.sync import mount
+from benchmarks.sync import adapter_save, mount
 from benchmarks.sync.push import MB, calibrate, predict, run_point
 
 
@@ -25,6 +26,8 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     """``python -m benchmarks sync``: time to a fleet-wide load per mount lag and fleet size."""
     if args.push:
         return suite_push(args.quick, report.progress)
+    if args.save:
+        return adapter_save.suite(args.quick)
     lags = (0.0, 2.5) if args.quick else (0.0, 1.0, 2.5, 10.0)
     sizes = (3,) if args.quick else (2, 3, 8, 16)
     repeats = 3 if args.quick else 5

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.fleet.cli import gpu_for
-from benchmarks.fleet.model import GpuModel
+from benchmarks.fleet.cli import build, build_parser, gpu_for
+from benchmarks.fleet.model import GpuModel, SyncModel
 
 SMALL = ["--groups-per-step", "4", "--max-tokens", "256", "--train-s", "0.5"]
 
@@ -22,7 +23,7 @@ def test_the_suite_writes_one_row_per_workload_size_and_policy(
     assert main([*args, *SMALL, "--sync-s", "1.0"]) == 0
     results = json.loads(out.read_text())["results"]
     rows = results["rows"]
-    assert {r["policy"] for r in rows} >= {"prefix", "learned_blocks", "lower_bound"}
+    assert {r["policy"] for r in rows} >= {"prefix", "learned_blocks", "steady_state"}
     assert all(r["workload"] == "uniform" and r["replicas"] == 2 for r in rows)
     assert {(v["max_inflight"], v["replicas"]) for v in results["validation"]} == {
         (128, 2), (128, 3), (384, 2), (384, 3)
@@ -43,3 +44,35 @@ def test_another_gpu_or_model_scales_the_calibrated_replica() -> None:
     bigger = gpu_for("h100", "qwen2.5-7b", None, None)
     assert bigger.step_s > base.step_s  # more weights read per step, at less bandwidth
     assert bigger.kv_blocks < base.kv_blocks
+
+
+def test_the_sync_phases_and_frozen_are_flags() -> None:
+    args = build_parser().parse_args(
+        ["--sync-pause-s", "0.002", "--sync-barrier-s", "0.01", "--sync-save-s", "0.005",
+         "--sync-mode", "push", "--sync-push-s", "0.13", "--sync-resume-s", "0.002",
+         "--sync-unload-s", "0.002", "--sync-frozen", "no"]
+    )  # fmt: skip
+    sync = build(SyncModel, args, "sync_")
+    assert sync == SyncModel(pause_s=0.002, barrier_s=0.01, save_s=0.005, mode="push",
+                             push_s=0.13, resume_s=0.002, unload_s=0.002, frozen=False)  # fmt: skip
+    assert sync.draw(random.Random(0), 3) == pytest.approx(0.151)
+    assert build(SyncModel, build_parser().parse_args([]), "sync_") == SyncModel()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["--sync-frozen", "maybe"], "--sync-frozen"), (["--sync-mode", "rsync"], "--sync-mode")],
+)
+def test_a_bad_value_is_one_line_naming_its_flag(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["fleet", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and flag in err and argv[1] in err
+
+
+def test_a_sync_model_names_a_bad_mode() -> None:
+    with pytest.raises(ValueError, match="mode: expected one of mount, push, got 'rsync'"):
+        SyncModel(mode="rsync")

@@ -7,9 +7,9 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.fleet.engine import Loop, Replica, Request
-from benchmarks.fleet.lower_bound import lower_bound
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sim import simulate
+from benchmarks.fleet.steady_state import steady_state
 from benchmarks.fleet.suite import POLICIES, run_grid
 from benchmarks.fleet.workloads import WORKLOADS
 from proxy.routing.prefix import PrefixPolicy
@@ -85,7 +85,7 @@ def run(**overrides: object) -> tuple[float, float]:
         **overrides,
     }
     result = simulate(PrefixPolicy(), informed=True, **settings)  # type: ignore[arg-type]
-    bound = lower_bound(
+    bound = steady_state(
         settings["workload"],  # type: ignore[arg-type]
         2,
         GPU,
@@ -95,7 +95,7 @@ def run(**overrides: object) -> tuple[float, float]:
     return sum(result.step_times) / len(result.step_times), bound.step_s
 
 
-def test_the_lower_bound_is_below_the_simulated_step_time_and_close_to_it() -> None:
+def test_the_steady_state_reference_is_close_to_the_simulated_step_time() -> None:
     mean, bound = run()
     assert bound <= mean * 1.02  # a bound on the long-run mean; a finite run is noisy
     assert mean <= bound * 1.25
@@ -120,14 +120,21 @@ def test_a_slow_trainer_makes_rollouts_stale_and_their_tokens_wasted() -> None:
     assert result.wasted_tokens > 0
 
 
-def test_the_grid_has_a_row_per_policy_and_the_lower_bound() -> None:
+def test_the_grid_has_a_row_per_policy_and_the_steady_state_reference() -> None:
     trainer = TrainerModel(groups_per_step=3, max_tokens=256, train_s=0.5)
     rows = run_grid(
         GPU, trainer, SyncModel(sync_s=1.0), ProxyModel(), quick=True, workloads=("uniform",),
         sizes=(2,),
     )  # fmt: skip
-    assert [r["policy"] for r in rows] == [*POLICIES, "lower_bound"]
+    assert [r["policy"] for r in rows] == [*POLICIES, "steady_state"]
     for r in rows:
         for key in ("workload", "replicas", "policy", "step_time_p50_s", "step_time_p99_s",
+                    "lower_bound_s", "of_lower_bound", "steady_state_s", "of_steady_state",
                     "hit_rate", "utilization", "preemptions", "wasted_tokens"):  # fmt: skip
             assert key in r
+
+
+def test_a_sync_that_does_not_freeze_the_fleet_costs_only_the_trainer() -> None:
+    frozen, _ = run()
+    flowing, _ = run(sync=SyncModel(sync_s=2.0, frozen=False))
+    assert flowing < frozen  # the fleet generates while the trainer waits for the sync
