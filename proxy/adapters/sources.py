@@ -3,7 +3,9 @@
 A source answers "which complete versions exist now": name -> (path as the replicas see it,
 fingerprint). A version is complete when its directory holds ``adapter_config.json`` and a
 weights file; TRL publishes with an atomic rename, and a bucket mount shows files as they land,
-so an incomplete directory is simply not reported yet. ``watcher.Watcher`` polls a source.
+so an incomplete directory is simply not reported yet. A dot-name is never a version (TRL's
+staging ``.<name>.tmp``, the mirror's ``.mirror`` and its own staging). ``watcher.Watcher`` polls
+a source.
 
 ``BucketSource.fetch`` downloads one version through the Hub API into the proxy's store (sizes
 checked against the listing, sha256 recorded as for an upload), so a proxy without a mount can
@@ -63,7 +65,11 @@ class DirectorySource:
     def _scan(self) -> Found:
         found: Found = {}
         try:
-            entries = [entry for entry in os.scandir(self.root) if entry.is_dir()]
+            entries = [
+                entry
+                for entry in os.scandir(self.root)
+                if entry.is_dir() and not entry.name.startswith(".")
+            ]
         except OSError:
             return found
         for entry in entries:
@@ -149,7 +155,7 @@ class BucketSource:
             if not isinstance(item, BucketFile) or not item.path.startswith(prefix):
                 continue
             parts = item.path[len(prefix) :].split("/")
-            if len(parts) != 2:
+            if len(parts) != 2 or parts[0].startswith("."):
                 continue
             mtime = int(item.mtime.timestamp() * 1e9) if item.mtime is not None else 0
             files.setdefault(parts[0], []).append((parts[1], int(item.size), mtime))
