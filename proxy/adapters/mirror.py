@@ -110,7 +110,7 @@ class Mirror:
         self._clock = clock
         self._failed = failed
         self._events = events or MirrorEvents()
-        self._copy_file = copy_file
+        self.copy_file = copy_file  # how one file is copied to the mirror (tests hold it)
         self._jobs: deque[_Copy | _Prune] = deque()
         self._wake = asyncio.Event()
         self._empty = asyncio.Event()  # no job left (what the drain at exit waits for)
@@ -260,8 +260,8 @@ class Mirror:
             self._events.failure("gave_up")
             log.error("adapter %s: not mirrored to %s after %d attempts", shown(copy.name),
                       self.mirror, MAX_ATTEMPTS)  # fmt: skip
-        copy.done.set()
         await asyncio.to_thread(shutil.rmtree, copy.snapshot, True)
+        copy.done.set()
 
     def _copy(self, copy: _Copy) -> None:
         """Snapshot -> ``M/.<name>.tmp`` -> renamed ``M/<name>`` (blocking; raises OSError)."""
@@ -271,7 +271,7 @@ class Mirror:
         self.mirror.mkdir(parents=True, exist_ok=True)
         tmp = self.mirror / f".{copy.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(copy.snapshot, tmp, copy_function=self._copy_file)
+        shutil.copytree(copy.snapshot, tmp, copy_function=self.copy_file)
         if final.exists():  # other bytes under this name: set aside, then replaced
             old = self.mirror / f".{copy.name}.old"
             shutil.rmtree(old, ignore_errors=True)
