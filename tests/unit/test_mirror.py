@@ -182,8 +182,9 @@ async def test_a_copy_that_always_fails_is_given_up_after_its_attempts(
 
     clock = FakeClock()
     mirror = make(dirs, clock, record := Recorder(), broken)
+    theirs = contents(write_version(bucket, "trl-policy-v1"))  # another writer's bytes
     write_version(local, "trl-policy-v1")
-    await mirror.saw("trl-policy-v1")
+    await mirror.scan()
     working(mirror)
     waiting = asyncio.create_task(landed(mirror, "trl-policy-v1"))
     await wait_for(lambda: clock.timers, what="the waiter")
@@ -192,7 +193,10 @@ async def test_a_copy_that_always_fails_is_given_up_after_its_attempts(
         clock.advance(mirror_module.RETRY_MAX_S)
     assert await waiting is False  # a waiter is told, not left to its deadline
     assert record.failures == ["copy"] * MAX_ATTEMPTS + ["gave_up"]
-    assert not (bucket / "trl-policy-v1").exists()
+    shutil.rmtree(local / "trl-policy-v1")
+    await mirror.scan()  # gone from the trainer's disk: the bucket's copy is not the mirror's
+    await wait_for(lambda: not mirror._jobs, what="the prune")
+    assert contents(bucket / "trl-policy-v1") == theirs
 
 
 async def test_a_backlog_past_its_bound_is_logged_and_counted_and_nothing_is_dropped(
