@@ -9,7 +9,8 @@ and the advisor's sampler (``http.status``, ``insight``); the HTTP edge (``http.
 clock tells time for all of them. The whole ``Proxy`` lives on the app under one key, ``PROXY``.
 
 Lifecycle (``Proxy.lifespan``, started in this order, stopped in reverse): the adapter store
-(the proxy's own receiver's, emptied at start), the upstream client (closed at exit), the
+(the proxy's own receiver's, emptied at start), the adapter mirror (``--adapters-local``: it
+lands what is left at exit), the upstream client (closed at exit), the
 adapter service and the source's watcher, the health loop (first probe round at once, so a
 fleet that is up is routable within milliseconds), the load scraper (each replica's /metrics),
 replica discovery, the advisor's sampler.
@@ -63,6 +64,7 @@ class Proxy:
         fleet, adapters = self.fleet, self.adapters
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(adapters.open_store())
+            await stack.enter_async_context(adapters.mirroring())  # drains after the rest stop
             stack.push_async_callback(fleet.client.close)
             stack.push_async_callback(adapters.service.close)  # after the watcher stops
             if adapters.watcher is not None:

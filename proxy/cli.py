@@ -47,6 +47,10 @@ _HELP = {
     "(needs the otel extra)",
     "access_log": "log one line per request: its X-Request-ID, method, path, status, replica, time",
     "supervise": "run the proxy as a child process and restart it on the same port if it dies",
+    "adapters_local": "the directory TRL saves adapter versions into on this machine (with "
+    "--adapters-mirror): pushed from there, each copied into the mirror in the background",
+    "adapters_mirror": "the bucket directory each version in --adapters-local is copied into "
+    "(TRL's <output-dir>/.vllm_lora); replicas without a receiver load from there",
     "forward_pause": "send TRL's /pause and /resume to every replica, freezing the fleet for each "
     "weight sync (default: the proxy answers them itself and the fleet keeps generating; "
     "LoRA syncs need no freeze)",

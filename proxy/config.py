@@ -43,8 +43,7 @@ from proxy.routing.settings import PolicySettings, PrefixSettings
 
 PositiveFloat = Annotated[float, Field(gt=0)]
 MIB = 1 << 20
-# A section field users set has its flat name as alias (the retry bounds have none: no setting);
-# code and tests may build a section by field name.
+# A section field's alias is its flat setting name (none: not a setting); code may use fields.
 _SECTION = ConfigDict(frozen=True, populate_by_name=True)
 
 
@@ -108,7 +107,8 @@ class ClientSettings(BaseModel):
 
 
 class AdapterSettings(BaseModel):
-    """Sources, load retries, pushing to replica receivers and the proxy's own receiver.
+    """Sources, load retries, pushing to replica receivers, the proxy's own receiver, and the
+    mirror (``proxy.adapters.mirror``: TRL saves into ``local``, each version copied to ``mirror``).
 
     Unset, ``watch_interval_s`` is 0.5 s (dir) or 2 s (bucket); ``window`` the smallest
     ``max_loras`` - 1; ``store`` ``<tmp>/rollout-proxy-<port>-adapters``, emptied at start."""
@@ -133,11 +133,15 @@ class AdapterSettings(BaseModel):
     store: Path | None = Field(None, alias="adapter_store")
     store_max_adapter_bytes: int = Field(1 << 30, ge=1, alias="adapter_store_max_adapter_bytes")
     store_max_bytes: int = Field(8 << 30, ge=1, alias="adapter_store_max_bytes")
+    local: Path | None = Field(None, alias="adapters_local")
+    mirror: Path | None = Field(None, alias="adapters_mirror")
 
     @model_validator(mode="after")
     def _one_source(self) -> AdapterSettings:
         if self.dir is not None and self.bucket is not None:
             raise ValueError("give --adapters-dir or --adapters-bucket, not both")
+        if (self.local is None) != (self.mirror is None):
+            raise ValueError("give --adapters-local and --adapters-mirror together, or neither")
         if self.bucket is not None:
             split_bucket(self.bucket)
         return self
@@ -218,9 +222,7 @@ class Settings(BaseSettings):
     discover: str | None = None
     discover_interval: PositiveFloat = 5.0
     discover_namespace: str | None = None
-    # Hosts the admin API may add as replicas (fnmatch patterns); empty: derived
-    # (proxy.fleet.hosts: the configured replicas' domains, *.hf.jobs when discovering, loopback
-    # only when the proxy listens there).
+    # Hosts the admin API may add as replicas (fnmatch patterns); empty: proxy.fleet.hosts's.
     replica_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     hub_endpoint: str | None = None
     health: HealthSettings = HealthSettings()

@@ -10,7 +10,9 @@ removed when a resume goes past it so the same step can be saved again cleanly.
 At a resume, the adapter versions the dead run published after its checkpoint are removed from
 ``<output_dir>/.vllm_lora`` before the proxy starts watching it: TRL publishes
 ``trl-policy-v<model_version + 1>`` next, and the proxy must not pre-load the dead run's copy of
-that name (it replaces it in place on replicas that still hold it). Standard library only.
+that name (it replaces it in place on replicas that still hold it). The same goes for the
+directory TRL saves into on the trainer's disk (``trainer_entry.lora_dir``), whose leftover
+mirror snapshots (``.mirror``) go too. Standard library only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ log = logging.getLogger("trainer_entry")
 _CHECKPOINT = re.compile(r"checkpoint-([0-9]+)")
 _VERSION = re.compile(r"\.?trl-policy-v([0-9]+)(?:\.tmp)?")
 LORA_DIR = ".vllm_lora"
+MIRROR_SNAPSHOTS = ".mirror"  # proxy.adapters.mirror.SNAPSHOTS (this module imports no proxy)
 
 
 class ResumeError(ValueError):
@@ -86,20 +89,26 @@ def choose(policy: Checkpoints, output_dir: Path) -> Path | None:
     return explicit
 
 
-def clear_stale(output_dir: Path, resume_from: Path | None) -> list[Path]:
+def clear_stale(
+    output_dir: Path, resume_from: Path | None, local: Path | None = None
+) -> list[Path]:
     """Remove what a dead run left past ``resume_from`` (all of it for a fresh start):
     incomplete checkpoints newer than it, and adapter versions newer than its ``model_version``
-    (staging folders included). Returns what was removed."""
+    (staging folders included) in the bucket's ``.vllm_lora`` and in ``local``, where TRL saves
+    on this machine (with the mirror's snapshots). Returns what was removed."""
     step = step_of(resume_from) if resume_from is not None else -1
     version = model_version(resume_from) if resume_from is not None else 0
     removed = [
         p for p in checkpoints(output_dir) if (step_of(p) or 0) > (step or 0) and not is_complete(p)
     ]
-    lora = output_dir / LORA_DIR
-    if lora.is_dir():
+    for lora in (output_dir / LORA_DIR, local):
+        if lora is None or not lora.is_dir():
+            continue
         for entry in lora.iterdir():
             match = _VERSION.fullmatch(entry.name)
-            if match and int(match.group(1)) > version:
+            if (match and int(match.group(1)) > version) or (
+                lora == local and entry.name == MIRROR_SNAPSHOTS
+            ):
                 removed.append(entry)
     for path in removed:
         if path.is_dir():

@@ -5,11 +5,15 @@ The command is the run's launcher, in this order:
 1. flags -> ``TrainerOptions`` (``trainer_entry.flags``; nothing heavy imported; exit 2 names a bad
    flag), and the ranks of this machine (``--num-processes``, default: its GPUs);
 2. node 0 only: the checkpoint to resume from (``--resume auto``: the newest complete one in
-   ``--output-dir``) and what a dead run left past it removed (``trainer_entry.checkpoints``);
-   then the proxy side, started once for the whole run:
+   ``--output-dir``), where TRL saves adapters (``trainer_entry.lora_dir``: ``--adapters-local``,
+   by default a fresh directory on this machine's disk, removed after the run) and what a dead
+   run left past the resume point removed from there and from the bucket
+   (``trainer_entry.checkpoints``); then the proxy side, started once for the whole run, which
+   pushes each version from the local directory and copies it into ``<output_dir>/.vllm_lora``
+   (the bucket the replicas mount) behind the sync:
 
    - ``--sidecar-replicas URL[,URL...]``: the proxy beside the trainer in front of the
-     replicas, watching ``<output_dir>/.vllm_lora`` (the bucket mount the replicas read); it
+     replicas, watching the directory TRL saves into; it
      sends ``Authorization: Bearer $HF_TOKEN`` to the replicas (``--replica-token-env`` names
      another variable), as HF Jobs' exposed ports demand; ``--sidecar-host 0.0.0.0
      --sidecar-port 8000`` makes it reachable from outside the job, TRL still talks to it on
@@ -31,13 +35,15 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
-from trainer_entry import checkpoints, sidecar
+from trainer_entry import checkpoints, lora_dir, sidecar
 from trainer_entry.flags import build_parser, options_from_args
 from trainer_entry.launch import MissingExtra, machine_gpus, run_ranks, with_processes
 from trainer_entry.options import TrainerOptions
@@ -53,12 +59,14 @@ DISCOVERY_WAIT_S = 15.0
 def proxy_for(options: TrainerOptions) -> Iterator[str]:
     """The base URL TRL should use, with whatever local proxy that needs running meanwhile."""
     topology = options.topology
+    bucket = options.output_dir / checkpoints.LORA_DIR
+    bucket.mkdir(parents=True, exist_ok=True)
+    mirror = sidecar.mirror_args(options.adapters_local, bucket)
     if topology.sidecar:
-        adapters = options.output_dir / ".vllm_lora"
-        adapters.mkdir(parents=True, exist_ok=True)
         port = topology.sidecar_port or sidecar.free_port()
         argv = sidecar.sidecar_command(
-            topology.sidecar_replicas, port, adapters, topology.proxy_args, topology.sidecar_host,
+            topology.sidecar_replicas, port, options.adapters_local or bucket,
+            (*mirror, *topology.proxy_args), topology.sidecar_host,
             discover=topology.sidecar_discover,
         )  # fmt: skip
         env = sidecar.upstream_token_env(os.environ, topology.replica_token_env)
@@ -68,7 +76,8 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
             yield sidecar.local_url(url)
         return
     assert topology.proxy_url is not None
-    argv = sidecar.relay_command(topology.proxy_url, sidecar.free_port(), topology.proxy_args)
+    extra = (*mirror, *topology.proxy_args)
+    argv = sidecar.relay_command(topology.proxy_url, sidecar.free_port(), extra)
     if topology.proxy_token_env is None:
         log.info("starting a local relay to %s (pushes adapters; no token)", topology.proxy_url)
         with sidecar.running(argv) as url:
@@ -113,7 +122,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollout-trainer: {exc}", file=sys.stderr)
         return 2
     log.info("resume point: %s", resume or "none, a fresh start")
-    checkpoints.clear_stale(options.output_dir, resume)
+    local, fresh = lora_dir.choose(options.adapters_local, options.adapters_in_bucket)
+    options = replace(options, adapters_local=local)
+    log.info("TRL saves adapters into %s", local or "the bucket (--adapters-in-bucket)")
+    checkpoints.clear_stale(options.output_dir, resume, local)
+    try:
+        return _run(options, gpus, resume)
+    finally:
+        if fresh and local is not None:  # the proxy has stopped: its mirror has drained
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _run(options: TrainerOptions, gpus: int, resume: Path | None) -> int:
+    """Node 0: the proxy side, the recipe resolved against it, and the ranks."""
     with proxy_for(options) as url:
         figures = figures_source(options)
         replicas = replicas_reported(figures[0] or url, figures[1])

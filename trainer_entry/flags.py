@@ -87,6 +87,19 @@ def _topology_flags(parser: argparse.ArgumentParser) -> None:
     add("--sidecar-host", default="127.0.0.1", help="sidecar: where the proxy listens")
     add("--sidecar-port", type=int, default=0, help="sidecar: its port (0: a free one)")
     add("--proxy-arg", action="append", default=[], help="passed to the local proxy (repeatable)")
+    add(
+        "--adapters-local",
+        type=Path,
+        default=None,
+        help="where TRL saves each adapter version on this machine (default: a fresh directory "
+        "in its temp dir); the local proxy pushes it from there and copies it into "
+        "<output-dir>/.vllm_lora in the background",
+    )
+    add(
+        "--adapters-in-bucket",
+        action="store_true",
+        help="TRL saves each adapter version straight into <output-dir>/.vllm_lora instead",
+    )
 
 
 def _world_flags(parser: argparse.ArgumentParser) -> None:
@@ -223,6 +236,8 @@ def options_from_args(
             parser.error("argument --proxy-token-env: only with --proxy-url")
         if args.node_rank == 0 and not environ.get(args.proxy_token_env):
             parser.error(f"argument --proxy-token-env: ${args.proxy_token_env} is not set")
+    if args.adapters_local is not None and args.adapters_in_bucket:
+        parser.error("argument --adapters-in-bucket: not with --adapters-local")
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
@@ -264,4 +279,6 @@ def options_from_args(
         seed=args.seed,
         report_to=args.report_to,
         server_timeout_s=args.server_timeout,
+        adapters_local=args.adapters_local,
+        adapters_in_bucket=args.adapters_in_bucket,
     )

@@ -99,6 +99,10 @@ class TrainerOptions:
     report_to: str = "none"
     server_timeout_s: float = 240.0
     resume_from: Path | None = None  # the launcher's choice (``Checkpoints.resume`` resolved)
+    # Where TRL saves each adapter version (``trainer_entry.lora_dir``): the flag, then node 0's
+    # launcher's choice; None with ``adapters_in_bucket`` (TRL's own ``<output_dir>/.vllm_lora``).
+    adapters_local: Path | None = None
+    adapters_in_bucket: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=str)

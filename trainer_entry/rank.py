@@ -5,8 +5,9 @@ recipe, resume point) and trains. Importing this module ties the process to the 
 (``trainer_entry.lifeline``); TRL's rollout worker, a ``spawn`` child of rank 0, imports it too
 and so ends with the launcher as well.
 
-Exit codes: 0 trained; 2 bad input (a dataset or template the trainer cannot use: one line says
-what to pass); 3 out of GPU memory (one line says which knob to turn).
+Exit codes: 0 trained; 2 bad input (a dataset or template the trainer cannot use, a TRL whose
+trainer cannot save adapters locally: one line says what to pass); 3 out of GPU memory (one
+line says which knob to turn).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ OUT_OF_MEMORY_HINT = (
 
 def main() -> int:
     from trainer_entry.launch import EXIT_BAD_INPUT, EXIT_OUT_OF_MEMORY, rank_env
+    from trainer_entry.lora_dir import LoraDirMissing
     from trainer_entry.options import OPTIONS_ENV, TrainerOptions
     from trainer_entry.rewards import RewardError
     from trainer_entry.templates import TemplateError
@@ -49,7 +51,7 @@ def main() -> int:
         budget = options.recipe.token_budget
         log.error(OUT_OF_MEMORY_HINT.format(budget=budget, half=max(budget // 2, 1024)))
         return EXIT_OUT_OF_MEMORY
-    except (TemplateError, DatasetError, RewardError) as exc:
+    except (TemplateError, DatasetError, RewardError, LoraDirMissing) as exc:
         log.error("%s", exc)
         return EXIT_BAD_INPUT
     if os.environ.get("RANK", "0") == "0":

@@ -2,7 +2,7 @@
 
 Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a free port):
 
-- sidecar: the proxy in front of the replicas, watching TRL's ``<output_dir>/.vllm_lora``
+- sidecar: the proxy in front of the replicas, watching the directory TRL saves adapters into
   (``--adapters-dir``) so new versions reach every replica as soon as they are written, and
   sending the bearer token the replicas demand (HF Jobs' exposed ports answer 401 without one),
   taken from the trainer's ``HF_TOKEN`` and passed as the child's ``PROXY_UPSTREAM_TOKEN``;
@@ -11,6 +11,11 @@ Two uses, one mechanism (``python -m proxy`` with ``--host 127.0.0.1`` and a fre
   replicas), and with a token adds ``Authorization: Bearer <token>`` on every request (TRL's
   clients cannot send headers; exposed HF Job ports demand a token). The token travels in the
   child's environment (``PROXY_UPSTREAM_TOKEN``), never on its command line.
+
+Either way, when TRL saves on the trainer's disk (``trainer_entry.lora_dir``), the proxy is told
+so (``mirror_args``): ``--adapters-local`` that directory, ``--adapters-mirror`` TRL's
+``<output_dir>/.vllm_lora`` in the bucket, where it copies each version behind the sync
+(``proxy.adapters.mirror``); the sidecar watches the local directory.
 
 ``running(...)`` starts the child, waits for its ``proxy ready on URL`` line, copies its output
 to ours with a ``[proxy]`` prefix (so its pipe never fills), and stops it on exit: SIGTERM, then
@@ -67,6 +72,14 @@ def sidecar_command(
         *("--adapters-dir", str(adapters_dir), "--policy", "prefix", "--supervise"),
         *extra,
     ]
+
+
+def mirror_args(local: Path | None, bucket: Path) -> list[str]:
+    """The proxy's flags for adapters TRL saves into ``local`` (none: straight into the
+    bucket), to be copied into ``bucket`` (``<output_dir>/.vllm_lora``)."""
+    if local is None:
+        return []
+    return ["--adapters-local", str(local), "--adapters-mirror", str(bucket)]
 
 
 UPSTREAM_TOKEN = "PROXY_UPSTREAM_TOKEN"

@@ -23,6 +23,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer, async
 
 from trainer_entry.cpu_shims import apply_cpu_shims
 from trainer_entry.fsdp import fsdp_on_cpu, untie_if_needed
+from trainer_entry.lora_dir import redirect
 from trainer_entry.options import TrainerOptions
 from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.rewards import reward_functions
@@ -185,6 +186,11 @@ def run(
     accelerator = trainer.accelerator
     log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
              accelerator.distributed_type)  # fmt: skip
+    if options.adapters_local is not None and not options.adapters_in_bucket:
+        saved = redirect(trainer, options.adapters_local)
+        if accelerator.is_main_process:
+            log.info("TRL saves each adapter version into %s (the proxy mirrors it into the "
+                     "bucket's .vllm_lora)", saved)  # fmt: skip
     if options.checkpoints.save_minutes > 0:
         trainer.add_callback(SaveByClock(options.checkpoints.save_minutes, accelerator))
     figures_url, token = figures

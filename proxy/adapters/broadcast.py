@@ -16,6 +16,13 @@ every replica that needs them at once (``push``), each replica loading from its 
 soon as its own push is done. A replica whose push fails (no receiver, refused, unreachable, or
 vLLM cannot find the copy) loads from the mount path as above: per replica, counted by cause
 (``on_pushed``). A rolled-back push is unloaded too, so the receiver deletes its copy.
+
+A load from the mount path first waits, within the same deadline, until ``mounted(version,
+deadline)`` says the bucket holds the version: with ``--adapters-local`` TRL saves on the
+trainer's disk and the mirror (``mirror``) copies each version into the bucket behind the sync,
+so a replica without a receiver must not be sent the bucket path before that copy has landed.
+A version the mirror gave up on (or that did not land in time) is ``lagging``, as a mount that
+never caught up.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -42,6 +49,8 @@ from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 log = logging.getLogger("proxy.adapters")
 
 Status = Literal["ok", "lagging", "failed", "unreachable"]
+# mounted(version, deadline): until the bucket holds the version (True), or not by the deadline.
+Mounted = Callable[[Version, float], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,7 @@ class Broadcaster:
         retry: RetryPolicy,
         pusher: Pusher | None = None,
         on_pushed: Callable[[Replica, Pushed], None] | None = None,
+        mounted: Mounted | None = None,
     ) -> None:
         self.pool = pool
         self.client = client
@@ -81,6 +91,7 @@ class Broadcaster:
         self.retry = retry
         self.pusher = pusher
         self._on_pushed = on_pushed or (lambda replica, pushed: None)
+        self._mounted = mounted
 
     async def load_on(
         self,
@@ -193,7 +204,7 @@ class Broadcaster:
         push: asyncio.Task[Pushed] | None = None,
     ) -> Outcome:
         """Load ``version`` on ``replica`` from its pushed copy when ``push`` delivers one, else
-        (or when vLLM cannot find that copy) from the mount path."""
+        (or when vLLM cannot find that copy) from the mount path, once the bucket holds it."""
         if push is not None:
             pushed = await push
             if pushed.path is not None:
@@ -209,6 +220,11 @@ class Broadcaster:
                 "replica %s loads %s from the mount: push %s (%s)",
                 replica.id, shown(version.name), pushed.cause, pushed.detail,
             )  # fmt: skip
+        if self._mounted is not None:
+            started = self.clock.monotonic()
+            if not await self._mounted(version, deadline):
+                elapsed = self.clock.monotonic() - started
+                return Outcome(replica, "lagging", None, 0, elapsed)
         return await self.load_on(replica, version, deadline, replace=replace)
 
     def _eject(self, replica: Replica, error: str) -> None:

@@ -1,5 +1,6 @@
 """The adapters room assembled: the registry, the proxy's receiver store, the pusher, the
-broadcaster, the service and the source's watcher, made from the settings in one place.
+mirror (``--adapters-local``), the broadcaster, the service and the source's watcher, made from
+the settings in one place.
 
 The store is the proxy's own receiver's (a relay pushes adapters into this proxy): emptied at
 start and, unless ``--adapter-store`` named it, removed at exit (``Adapters.open_store``).
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.mirror import Mirror, MirrorEvents
 from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.registry import Registry
@@ -39,6 +41,7 @@ class Adapters:
     receiver: Receiver  # the proxy's own receiver (its store)
     watcher: Watcher | None  # None without --adapter-dir / --adapter-bucket
     named_store: bool  # --adapter-store named the store: kept at exit
+    mirror: Mirror | None = None  # None without --adapters-local / --adapters-mirror
 
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[None]:
@@ -51,6 +54,17 @@ class Adapters:
             self.receiver.close()
             if not self.named_store:
                 await asyncio.to_thread(shutil.rmtree, store.root, True)
+
+    @asynccontextmanager
+    async def mirroring(self) -> AsyncIterator[None]:
+        """The mirror's scan and worker, when there is one (``Mirror.running``)."""
+        if self.mirror is None:
+            yield
+            return
+        log.info("mirroring adapter versions from %s into %s", self.mirror.local,
+                 self.mirror.mirror)  # fmt: skip
+        async with self.mirror.running():
+            yield
 
 
 def build_adapters(
@@ -77,10 +91,17 @@ def build_adapters(
         elif outcome.cause is not None:
             metrics.push.record_fallback(outcome.cause)
 
+    mirror = None
+    if config.local is not None and config.mirror is not None:
+        events = MirrorEvents(metrics.mirror.record_landed, metrics.mirror.record_failure)
+        interval = config.watch_interval_s or 0.5
+        mirror = Mirror(config.local, config.mirror, clock, failed, interval_s=interval,
+                        events=events)  # fmt: skip
     registry = Registry(window_override=config.window)
     broadcaster = Broadcaster(
-        members.pool, members.client, registry, clock, retry, pusher, on_pushed=pushed
-    )
+        members.pool, members.client, registry, clock, retry, pusher, on_pushed=pushed,
+        mounted=mirror.mounted if mirror is not None else None,
+    )  # fmt: skip
     source = build_source(config, settings.hub_endpoint)
     service = AdapterService(
         broadcaster,
@@ -94,10 +115,11 @@ def build_adapters(
         failed=failed,
         store=store,
         fetch=_fetcher(source, store),
+        mirror=mirror,
     )
     watcher = None if source is None else Watcher(source, clock, service.source_changed, failed)
     receiver = Receiver(store, Limits(max_adapter_bytes=config.store_max_adapter_bytes))
-    return Adapters(service, receiver, watcher, config.store is not None)
+    return Adapters(service, receiver, watcher, config.store is not None, mirror)
 
 
 def store_path(settings: Settings) -> Path:

@@ -18,7 +18,9 @@ Where a version's bytes come from, to push them (``broadcast``): the proxy's own
 when the path is one of its entries (a relay pushed it here; the replicas' mount shows it at
 the upload's origin), else the path itself when the proxy can read it (beside the trainer, or
 through its own mount). A version the proxy cannot read loads from the mount only. A name no
-longer wanted anywhere is dropped from the proxy's store.
+longer wanted anywhere is dropped from the proxy's store. With a ``Mirror``, a path in its local
+directory (TRL's, on the trainer's disk) is snapshotted for the bucket at once and mounts at
+its bucket copy (``Version.mount``): pushed from the local path, loaded from the bucket's.
 No aiohttp here: this is a service, not the edge.
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 
 from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
+from proxy.adapters.mirror import Mirror
 from proxy.adapters.push import Pusher
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
@@ -72,6 +75,7 @@ class AdapterService:
         failed: Failed,
         store: Store | None = None,
         fetch: Callable[[str, str], Entry | None] | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         self.broadcaster = broadcaster
         self.registry = registry  # the broadcaster's too: it carries out the registry's plans
@@ -82,6 +86,7 @@ class AdapterService:
         # fetch(name, mount path): download a version this proxy cannot read into ``store``
         # (the Hub bucket source); None when that path is not one of the source's.
         self._fetch = fetch
+        self.mirror = mirror  # copies what TRL saves on the trainer's disk into the bucket
         self.metrics = metrics
         self._info = info  # re-reads a replica's models (reconciling one that lost an adapter)
         self._failed = failed  # reports an exception a background task of ours survived
@@ -138,8 +143,18 @@ class AdapterService:
         entry = await asyncio.to_thread(self.store.lookup, path) if self.store else None
         if entry is not None:
             return Version(name, path, "client", mount=entry.origin, files=str(entry.path))
+        mount = await self._mirrored(name, path)
         files = await asyncio.to_thread(fingerprint, Path(path))
-        return Version(name, path, "client", files, files=path if files is not None else None)
+        readable = path if files is not None else None
+        return Version(name, path, "client", files, mount=mount, files=readable)
+
+    async def _mirrored(self, name: str, path: str) -> str | None:
+        """The bucket path of a version the mirror copies there (seen now), else None."""
+        mirror = self.mirror
+        if mirror is None or mirror.covers(path) != name:
+            return None
+        await mirror.saw(name)
+        return mirror.target(name)
 
     async def _fetched(self, version: Version) -> Version:
         """A version to push that this proxy cannot read: its copy, downloaded once."""
@@ -275,7 +290,10 @@ class AdapterService:
                 self._unload_later(self._unload_everywhere(name))
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
-            version = Version(name, path, "bucket", files, files=path if readable else None)
+            mount = await self._mirrored(name, path)
+            version = Version(
+                name, path, "bucket", files, mount=mount, files=path if readable else None
+            )
             wanted = self.registry.wanted(name)
             if wanted is not None and wanted.same_files(version):
                 continue
@@ -331,6 +349,7 @@ class AdapterService:
             "wanted": len(self.registry.versions),
             "loading": len(self._pending),
             "newest": self.registry.newest() or 0,
+            "mirroring": self.mirror.backlog if self.mirror is not None else 0,
         }
 
     def status(self) -> dict[str, Any]:

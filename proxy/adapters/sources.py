@@ -6,6 +6,7 @@ weights file; TRL publishes with an atomic rename, and a bucket mount shows file
 so an incomplete directory is simply not reported yet. A dot-name is never a version: TRL 1.16
 stages each save as ``.<name>.tmp`` beside it (``save_lora_adapter``) and renames it into place;
 a watcher that took the staging directory for a version would load it, and then find it gone.
+The mirror keeps its snapshots under ``.mirror`` and stages its copies as dot-names too.
 ``watcher.Watcher`` polls a source.
 
 ``BucketSource.fetch`` downloads one version through the Hub API into the proxy's store (sizes

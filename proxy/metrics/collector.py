@@ -135,7 +135,8 @@ class StateCollector(Collector):
         yield tracked
         versions = GaugeMetricFamily(
             PREFIX + "adapter_versions",
-            "Adapter versions: wanted on the fleet, loading, and the newest version number",
+            "Adapter versions: wanted on the fleet, loading, mirroring (seen on the trainer's "
+            "disk, not yet in the bucket), and the newest version number",
             labels=["kind"],
         )
         for kind, value in sorted(sources.adapters().items()):

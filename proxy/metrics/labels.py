@@ -33,7 +33,7 @@ BAD_INPUT_KINDS = (
     "other",
 )
 CONTROL_ACTIONS = ("pause", "resume", "reset_prefix_cache")
-BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters", "advisor", "load")
+BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters", "mirror", "advisor", "load")
 # Bucket bounds, each named once (the families in proxy.metrics.families refer to them).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 OVERHEAD_BUCKETS = (

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from proxy.fleet.pool import ReplicaPool
 from proxy.metrics.collector import StateCollector, StateSources
 from proxy.metrics.families import FAMILIES, Children, create
+from proxy.metrics.mirror import MirrorMetrics
 from proxy.metrics.push import PushMetrics
 from proxy.metrics.tally import Spread, Tally, TallyCollector
 
@@ -64,6 +65,7 @@ class Metrics:
             if isinstance(metric, Tally | Spread):
                 tallies.append(metric)
         self.push = PushMetrics(self.registry, (replica.id for replica in pool))
+        self.mirror = MirrorMetrics(self.registry)
         self._state = StateCollector(pool, sources or StateSources())
         self.registry.register(self._state)
         # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).

@@ -129,3 +129,58 @@ def test_a_remote_proxy_is_always_reached_through_a_local_relay(
         assert _decided(url)["routable"] is True
     (relay,) = launched
     assert relay[relay.index("--replicas") + 1] == remote
+
+
+def _landed(path: Path, timeout_s: float = 20.0) -> None:
+    """Until ``path`` is a directory (the mirror renames it into place whole). Bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not path.is_dir():
+        assert time.monotonic() < deadline, f"{path} never landed"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("topology", ["sidecar", "relay"])
+def test_the_local_proxy_mirrors_what_trl_saves_locally_into_the_bucket(
+    topology: str, tmp_path: Path, servers: BackgroundServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL saves on the trainer's disk (``--adapters-local``); the sidecar or the relay is told
+    where the bucket's ``.vllm_lora`` is and copies each version there."""
+    from tests.support.adapters import write_adapter
+
+    upstream = servers.start(build_sim_app(SimSettings()))
+    monkeypatch.delenv("PROXY_UPSTREAM_TOKEN", raising=False)
+    launched: list[list[str]] = []
+    real_running = sidecar.running
+
+    def running(argv: list[str], **kwargs: Any) -> Any:
+        launched.append(list(argv))
+        return real_running(argv, **kwargs)
+
+    monkeypatch.setattr(sidecar, "running", running)
+    local, bucket = tmp_path / "disk", tmp_path / "run" / ".vllm_lora"
+    local.mkdir()
+    where = ("--sidecar-replicas",) if topology == "sidecar" else ("--proxy-url",)
+    parser = build_parser()
+    argv = [
+        *("--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path / "run")),
+        *(*where, upstream, *FAST, "--adapters-local", str(local)),
+    ]
+    with proxy_for(options_from_args(parser.parse_args(argv), parser)) as url:
+        assert _decided(url)["routable"] is True
+        path = write_adapter(local, "trl-policy-v1")
+        body = json.dumps({"lora_name": "trl-policy-v1", "lora_path": str(path)}).encode()
+        request = urllib.request.Request(f"{url}/v1/load_lora_adapter", data=body,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=20) as response:
+            assert response.status == 200
+        _landed(bucket / "trl-policy-v1")
+    (proxy,) = launched
+    assert proxy[proxy.index("--adapters-local") + 1] == str(local)
+    assert proxy[proxy.index("--adapters-mirror") + 1] == str(bucket)
+    if topology == "sidecar":  # it watches where TRL saves; the relay watches nothing
+        assert proxy[proxy.index("--adapters-dir") + 1] == str(local)
+    else:
+        assert "--adapters-dir" not in proxy
+    assert {p.name for p in (bucket / "trl-policy-v1").iterdir()} == {
+        p.name for p in path.iterdir()
+    }

@@ -111,3 +111,81 @@ def test_out_of_gpu_memory_is_one_line_naming_the_knobs(
         "out of GPU memory at --token-budget 16384 tokens per rank: lower --token-budget "
         "(e.g. 8192), turn on --gradient-checkpointing"
     ) in caplog.text
+
+
+class _NoWorker:
+    """TRL's injected rollout worker (a stub: this test drives the syncs itself)."""
+
+    rollout_buffer = None
+
+    def update_model_version(self, version: int) -> None:
+        self.version = version
+
+
+@pytest.mark.filterwarnings("ignore:TRL currently supports vLLM versions:UserWarning")
+def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
+    tiny: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRL's own ``_sync_weight_lora`` (save, load through the sidecar proxy, unload, delete), on
+    a real AsyncGRPOTrainer redirected to the trainer's disk: every version lands complete in
+    ``<output_dir>/.vllm_lora`` through the mirror, where TRL itself wrote nothing, the replica
+    without a receiver loads that bucket copy, and the version TRL deletes locally is pruned."""
+    import time
+    from dataclasses import replace
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from replica_entry.sim import SimSettings, build_sim_app
+    from tests.support.background import BackgroundServers
+    from trainer_entry import sidecar, train
+    from trainer_entry.cpu_shims import apply_cpu_shims
+    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.lora_dir import redirect
+    from trainer_entry.rewards import reward_functions
+
+    output, local = tmp_path / "run", tmp_path / "disk"
+    bucket = output / ".vllm_lora"
+    local.mkdir()
+    servers = BackgroundServers()
+    try:
+        replica = servers.start(build_sim_app(SimSettings(adapter_receiver=False)))
+        argv = sidecar.sidecar_command(
+            [replica], sidecar.free_port(), local,
+            [*sidecar.mirror_args(local, bucket), "--health-interval", "0.05"],
+        )  # fmt: skip
+        with sidecar.running(argv) as url:
+            parser = build_parser()
+            flags = ["--model", str(tiny["model"]), "--dataset", str(tiny["data"]),
+                     "--output-dir", str(output), "--sidecar-replicas", replica,
+                     "--max-staleness", "0", "--adapters-local", str(local)]  # fmt: skip
+            options = options_from_args(parser.parse_args(flags), parser)
+            options = replace(options, recipe=options.recipe.resolved(1, 1))
+            apply_cpu_shims()
+            from transformers import AutoTokenizer
+            from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+            trainer = AsyncGRPOTrainer(
+                model=options.model,
+                reward_funcs=reward_functions(options.rewards, []),
+                args=train.build_config(options, url),
+                train_dataset=train.load_prompts(options),
+                processing_class=AutoTokenizer.from_pretrained(options.model),
+                peft_config=train.build_lora(options),
+                weight_transfer=object(),  # TRL probes no server for an injected one
+                rollout_worker=_NoWorker(),
+            )
+            assert trainer._lora_dir == str(bucket)  # TRL's own choice
+            assert redirect(trainer, local) == str(local)
+            for version in (1, 2, 3):  # max_staleness 0: at v3 TRL deletes v1 locally
+                trainer._sync_weight_lora(time.time())
+                assert trainer.model_version == version  # TRL's load answered 200
+                name = f"trl-policy-v{version}"
+                saved = {p.name: p.read_bytes() for p in (local / name).iterdir()}
+                assert {p.name: p.read_bytes() for p in (bucket / name).iterdir()} == saved
+            assert not (local / "trl-policy-v1").exists()
+            deadline = time.monotonic() + 20
+            while (bucket / "trl-policy-v1").exists():  # the mirror's scan prunes it
+                assert time.monotonic() < deadline, "trl-policy-v1 never pruned from the bucket"
+                time.sleep(0.05)
+            assert sorted(p.name for p in bucket.iterdir()) == ["trl-policy-v2", "trl-policy-v3"]
+    finally:
+        servers.close()

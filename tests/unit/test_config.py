@@ -121,3 +121,23 @@ def test_a_replica_url_with_credentials_is_refused_and_never_shown(
     assert "--replicas" in err and "--upstream-token" in err
     assert "s3cr3t" not in err and "alice" not in err
     assert "http://***@replica:8000" in err
+
+
+@pytest.mark.parametrize("given", [["--adapters-local", "/tmp/a"], ["--adapters-mirror", "/b"]])
+def test_the_mirror_needs_both_its_directories(
+    given: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        load_settings(given)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid setting --adapters (PROXY_ADAPTERS)" in err
+    assert "give --adapters-local and --adapters-mirror together, or neither" in err
+
+
+def test_the_mirror_with_both_directories(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROXY_PORT", raising=False)
+    settings = load_settings(["--adapters-local", "/tmp/a", "--adapters-mirror", "/lora/r/x"])
+    adapters = settings.adapters
+    assert (adapters.local, adapters.mirror) == (Path("/tmp/a"), Path("/lora/r/x"))
+    assert load_settings([]).adapters.local is None
