@@ -46,6 +46,10 @@ from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
 from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
 
+# An unload is one call between two engine steps; a replica that takes longer is ejected (and
+# readmitted in step), so that no later load waits on it for long.
+UNLOAD_TIMEOUT_S = 30.0
+
 log = logging.getLogger("proxy.adapters")
 
 Status = Literal["ok", "lagging", "failed", "unreachable"]
@@ -92,6 +96,8 @@ class Broadcaster:
         self.pusher = pusher
         self._on_pushed = on_pushed or (lambda replica, pushed: None)
         self._mounted = mounted
+        # Waits for the unloads a load must not overtake on a replica (the service's Unloads).
+        self.before_load: Callable[[Replica, int | None], Awaitable[None]] = _no_unloads
 
     async def load_on(
         self,
@@ -155,7 +161,9 @@ class Broadcaster:
         """Unload ``name``; True when the replica no longer has it (404 counts)."""
         body = orjson.dumps({"lora_name": name})
         try:
-            reply = await self.client.call(replica, "POST", "/v1/unload_lora_adapter", body=body)
+            reply = await self.client.call(
+                replica, "POST", "/v1/unload_lora_adapter", body=body, timeout_s=UNLOAD_TIMEOUT_S
+            )
         except TRANSPORT_ERRORS as exc:
             if not is_local(exc):
                 self._eject(replica, f"unreachable during adapter unload ({type(exc).__name__})")
@@ -202,9 +210,13 @@ class Broadcaster:
         *,
         replace: bool = False,
         push: asyncio.Task[Pushed] | None = None,
+        before: int | None = None,
     ) -> Outcome:
         """Load ``version`` on ``replica`` from its pushed copy when ``push`` delivers one, else
-        (or when vLLM cannot find that copy) from the mount path, once the bucket holds it."""
+        (or when vLLM cannot find that copy) from the mount path, once the bucket holds it;
+        first, every unload answered before this load (``before``: its number; None, every
+        one) is over there."""
+        await self.before_load(replica, before)
         if push is not None:
             pushed = await push
             if pushed.path is not None:
@@ -254,7 +266,7 @@ class Broadcaster:
                     return False
         return True
 
-    async def load_fleet(self, version: Version) -> list[Outcome]:
+    async def load_fleet(self, version: Version, before: int | None = None) -> list[Outcome]:
         """Load ``version`` on every routable replica at once; roll back if any fails: where
         the name was served before (an in-place replace), back to the files it was served
         from, never to nothing; elsewhere by unloading it."""
@@ -269,7 +281,7 @@ class Broadcaster:
         try:
             outcomes = list(
                 await asyncio.gather(
-                    *(self._ensure(r, version, deadline, pushes.get(r.id)) for r in targets)
+                    *(self._ensure(r, version, deadline, pushes.get(r.id), before) for r in targets)
                 )
             )
         finally:
@@ -311,16 +323,21 @@ class Broadcaster:
         version: Version,
         deadline: float,
         push: asyncio.Task[Pushed] | None,
+        before: int | None,
     ) -> Outcome:
         if self._holds(replica, version):
             return Outcome(replica, "ok", None, 0)
         replace = self.registry.holds(replica.id, version.name)
-        return await self.deliver(replica, version, deadline, replace=replace, push=push)
+        return await self.deliver(
+            replica, version, deadline, replace=replace, push=push, before=before
+        )
 
-    async def unload_fleet(self, name: str) -> list[tuple[Replica, bool]]:
-        targets = [r for r in self.pool if r.routable or self.registry.holds(r.id, name)]
-        done = await asyncio.gather(*(self.unload_on(r, name) for r in targets))
-        return list(zip(targets, done, strict=True))
+    def unload_targets(self, name: str) -> list[Replica]:
+        return [r for r in self.pool if r.routable or self.registry.holds(r.id, name)]
+
+
+async def _no_unloads(replica: Replica, before: int | None) -> None:
+    return None
 
 
 async def _done(pushed: Pushed) -> Pushed:

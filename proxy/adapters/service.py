@@ -27,12 +27,11 @@ No aiohttp here: this is a service, not the edge.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,8 @@ from proxy.adapters.push import Pusher
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
 from proxy.adapters.store import Entry, Store
+from proxy.adapters.turns import Turn, Turns
+from proxy.adapters.unloads import PendingUnload, Unloads
 from proxy.adapters.wire import shown
 from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
@@ -56,7 +57,7 @@ log = logging.getLogger("proxy.adapters")
 
 _RETIRED_REMEMBERED = 256  # names of versions the proxy retired itself, kept for TRL's unloads
 # On shutdown the unloads already answered get this long to reach the replicas (each call is
-# itself bounded by the control timeout); what is left is cancelled.
+# bounded by broadcast.UNLOAD_TIMEOUT_S); what is left is cancelled.
 UNLOAD_DRAIN_S = 10.0
 
 
@@ -94,8 +95,10 @@ class AdapterService:
         self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
         self._reconciling: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._unloading: set[asyncio.Task[None]] = set()  # unloads every later load waits for
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._unloading: set[asyncio.Task[None]] = set()  # answered, being carried out
+        self._unloads = Unloads(self.broadcaster.unload_on)
+        self.broadcaster.before_load = self._unloads.cleared
+        self._turns = Turns()  # one load or unload of a name at a time, in arrival order
         # Versions the proxy retired itself (window moved on, directory gone): TRL's later
         # unload of one is answered 200, as if it had done it.
         self._retired: deque[str] = deque(maxlen=_RETIRED_REMEMBERED)
@@ -180,7 +183,9 @@ class AdapterService:
         pending = self._pending.get(version.name)
         if pending is not None and pending[0].same_files(version):
             return pending[1]
-        task = asyncio.create_task(self._load(version), name=f"load {version.name}")
+        turn, before = self._turns.take(version.name), self._unloads.seq
+        task = asyncio.create_task(self._load(version, turn, before), name=f"load {version.name}")
+        task.add_done_callback(lambda _: turn.abandon())
         self._pending[version.name] = (version, task)
         task.add_done_callback(lambda _: self._done(version.name, task))
         return task
@@ -189,24 +194,11 @@ class AdapterService:
         if self._pending.get(name, (None, None))[1] is task:
             del self._pending[name]
 
-    @contextlib.asynccontextmanager
-    async def _exclusive(self, name: str) -> AsyncIterator[None]:
-        """One load or unload of a given name at a time, in arrival order (asyncio.Lock is FIFO)."""
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        try:
-            async with lock:
-                yield
-        finally:
-            if not lock.locked() and self._locks.get(name) is lock:
-                del self._locks[name]
+    async def _load(self, version: Version, turn: Turn, before: int) -> list[Outcome]:
+        async with turn:  # its place among this name's loads and unloads, taken at arrival
+            return await self._load_now(version, before)
 
-    async def _load(self, version: Version) -> list[Outcome]:
-        if self._unloading:  # every unload that came before, done first (in order)
-            await asyncio.wait(list(self._unloading))
-        async with self._exclusive(version.name):
-            return await self._load_now(version)
-
-    async def _load_now(self, version: Version) -> list[Outcome]:
+    async def _load_now(self, version: Version, before: int) -> list[Outcome]:
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
             version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
@@ -214,16 +206,16 @@ class AdapterService:
         previous = self.registry.wanted(version.name)  # an in-place replace rolls back to it
         for name in self.registry.add(version):
             self._retired.append(name)
-            self._unload_later(self._unload_everywhere(name))
+            self._unload_later(name, retired=True)
         started = time.perf_counter()
-        outcomes = await self.broadcaster.load_fleet(version)
+        outcomes = await self.broadcaster.load_fleet(version, before)
         seconds = time.perf_counter() - started
         ok = all(o.status in ("ok", "unreachable") for o in outcomes)
         if not ok:  # refused or never visible: rolled back to what was served, or to nothing
             if previous is not None and not previous.same_files(version):
                 for name in self.registry.add(previous):
                     self._retired.append(name)
-                    self._unload_later(self._unload_everywhere(name))
+                    self._unload_later(name, retired=True)
             else:
                 self.registry.remove(version.name)
         # With no replica reachable yet the version stays wanted: replicas get it on admission.
@@ -239,39 +231,42 @@ class AdapterService:
         return outcomes
 
     async def unload(self, body: bytes) -> UnloadResult:
-        """TRL's unload: answered at once, carried out in the background, in order."""
+        """TRL's unload: answered at once, carried out in the background (in its turn among
+        this name's loads and unloads, and on each replica before any later load there)."""
         name, _ = parse_adapter_request(body, need_path=False)
         known = (
             name in self.registry.versions
+            or name in self._pending
             or name in self._retired
             or any(name in r.adapters for r in self._pool)
         )
-        self._unload_later(self._unload_now(name))
+        if known:  # a name nothing holds needs no call (vLLM's own answer is the 404)
+            self._unload_later(name, retired=False)
         return UnloadResult(name, known)
-
-    async def _unload_now(self, name: str) -> None:
-        async with self._exclusive(name):
-            self.registry.remove(name)
-            await self.broadcaster.unload_fleet(name)
-            await self._drop_stored(name)
 
     async def settled(self) -> None:
         """Until every unload answered so far has been carried out."""
         while self._unloading:
             await asyncio.wait(list(self._unloading))
 
-    def _unload_later(self, unload: Coroutine[Any, Any, None]) -> None:
-        """Carry out ``unload`` in the background; every load started later waits for it."""
-        task = asyncio.create_task(unload)
+    def _unload_later(self, name: str, *, retired: bool) -> None:
+        """Unload ``name`` everywhere in the background. ``retired``: the window moved on (or
+        the source lost it): skipped if a later load wanted it again."""
+        turn, pending = self._turns.take(name), self._unloads.queue(name)
+        task = asyncio.create_task(self._unload(name, turn, pending, retired))
         self._unloading.add(task)
         task.add_done_callback(self._unloading.discard)
+        task.add_done_callback(lambda _: turn.abandon())
+        task.add_done_callback(lambda _: self._unloads.abandon(pending))
         task.add_done_callback(self._report)
 
-    async def _unload_everywhere(self, name: str) -> None:
-        async with self._exclusive(name):
-            if name not in self.registry.versions:  # a later load may have wanted it again
-                await self.broadcaster.unload_fleet(name)
-                await self._drop_stored(name)
+    async def _unload(self, name: str, turn: Turn, pending: PendingUnload, retired: bool) -> None:
+        async with turn:
+            if retired and name in self.registry.versions:
+                return
+            self.registry.remove(name)
+            await self._unloads.run(pending, self.broadcaster.unload_targets(name))
+            await self._drop_stored(name)
 
     async def _drop_stored(self, name: str) -> None:
         if self.store is not None:
@@ -287,7 +282,7 @@ class AdapterService:
                 log.info("adapter %s disappeared from the source: dropping it", shown(name))
                 self.registry.remove(name)
                 self._retired.append(name)
-                self._unload_later(self._unload_everywhere(name))
+                self._unload_later(name, retired=True)
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
             mount = await self._mirrored(name, path)
@@ -359,6 +354,7 @@ class AdapterService:
             "wanted": sorted(self.registry.versions, key=_number),
             "loading": sorted(self._pending),
             "unloading": len(self._unloading),
+            "unloads_owed": self._unloads.owed(),
             "newest": self.registry.newest(),
             # Pushing on or off, and which replicas have a receiver (as last probed).
             "push": pusher is not None,
@@ -378,6 +374,10 @@ class AdapterService:
             self._failed("adapters", exc)
 
     async def close(self) -> None:
+        loads = [*self._reconciling.values(), *(task for _, task in self._pending.values())]
+        for task in loads:  # no load starts on a replica during the shutdown
+            task.cancel()
+        await asyncio.gather(*loads, return_exceptions=True)
         if self._unloading:  # answered to TRL already: carry them out if the replicas answer
             await asyncio.wait(list(self._unloading), timeout=UNLOAD_DRAIN_S)
         tasks = [

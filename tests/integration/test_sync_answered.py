@@ -77,17 +77,26 @@ async def test_unload_is_answered_at_once_and_done_before_a_later_load(tmp_path:
             return "trl-policy-v1" not in await listed(stack, 1)
 
         await eventually(gone_from_replica_1, what="the unload on replica 1")
-        # A load that comes later waits for that unload everywhere, replica 0's included.
+        # A load that comes later waits, on each replica, for the unloads answered before it
+        # there: replica 1 (done) loads it at once, replica 0 only after its unload.
         v2 = write_adapter(tmp_path, "trl-policy-v2")
         later = asyncio.create_task(
             post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", v2))
         )
+
+        async def on_replica_1() -> bool:
+            return "trl-policy-v2" in _calls(stack, 1, "/v1/load_lora_adapter")
+
+        await eventually(on_replica_1, what="the load on replica 1, which owes no unload")
         done, _ = await asyncio.wait({later}, timeout=FROZEN_WAIT_S)
-        assert not done
-        assert "trl-policy-v2" not in _calls(stack, 1, "/v1/load_lora_adapter")
+        assert not done  # all or nothing: replica 0 has not loaded it
         stack.relays[0].thaw()
         status, body, _ = await later
         assert status == 200, body
+        calls = [(r.path, r.model) for r in stack.sims[0].state.records if r.model]
+        assert calls.index(("/v1/unload_lora_adapter", "trl-policy-v1")) < calls.index(
+            ("/v1/load_lora_adapter", "trl-policy-v2")
+        )
         for i in range(2):
             assert _calls(stack, i, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
             assert "trl-policy-v2" in await listed(stack, i)
@@ -112,3 +121,39 @@ async def test_an_answered_unload_is_carried_out_on_shutdown(tmp_path: Path) -> 
         await closing
         assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
         assert "trl-policy-v1" not in await listed(stack, 0)
+
+
+async def test_a_load_and_a_later_unload_of_its_name_keep_their_order(tmp_path: Path) -> None:
+    """TRL's last word on a name is what holds, whatever the replicas answer first: an unload
+    that arrives while the load of its name waits (here on a replica that still owes an older
+    unload) runs after that load, not before it."""
+    async with run_stack(2, relays=True) as stack:
+        v1 = write_adapter(tmp_path, "trl-policy-v1")
+        assert (await post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", v1)))[
+            0
+        ] == 200
+        stack.relays[0].freeze()
+        assert (await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v1"}))[
+            0
+        ] == 200
+        v2 = write_adapter(tmp_path, "trl-policy-v2")
+        loading = asyncio.create_task(
+            post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", v2))
+        )
+
+        async def on_replica_1() -> bool:
+            return "trl-policy-v2" in _calls(stack, 1, "/v1/load_lora_adapter")
+
+        await eventually(on_replica_1, what="the load on replica 1")
+        status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v2"})
+        assert status == 200  # the name is being loaded: known
+        stack.relays[0].thaw()
+        assert (await loading)[0] == 200
+        await stack.proxy_app[PROXY].adapters.service.settled()
+        for i in range(2):
+            assert "trl-policy-v2" not in await listed(stack, i)
+            calls = [(r.path, r.model) for r in stack.sims[i].state.records if r.model]
+            assert calls.index(("/v1/load_lora_adapter", "trl-policy-v2")) < calls.index(
+                ("/v1/unload_lora_adapter", "trl-policy-v2")
+            )
+        assert "trl-policy-v2" not in stack.proxy_app[PROXY].adapters.service.versions
