@@ -45,7 +45,9 @@ def proxy_figures(status: Mapping[str, Any]) -> list[str]:
         )
         lines += _push_figures(adapters)
     if status.get("paused"):
-        lines.append("paused: yes (the trainer is syncing weights)")
+        lines.append("paused: yes (the trainer is syncing weights; the fleet is frozen)")
+    elif (status.get("syncs") or {}).get("open"):
+        lines.append("syncing: yes (the trainer is syncing weights; the fleet keeps generating)")
     return lines
 
 

@@ -4,7 +4,9 @@ Many runs on HF Jobs have no Prometheus: their user watches the trainer's log an
 (``--report-to``). So at each logging step the trainer asks the proxy (``/proxy/status``, one
 GET with a short timeout, its failures ignored: figures are a courtesy, never a reason to stop
 training) and adds, under ``proxy/``: the prefix-cache hit ratio, the reuse that was available
-and affinity efficiency, the last weight sync's paused seconds and the paused share of the run,
+and affinity efficiency, the last weight sync's window (pause to resume; ``proxy/sync_window_s``,
+called ``proxy/sync_paused_s`` before the fleet kept generating through it) and the share of the
+run the fleet stood frozen,
 the replicas routable, and the advisor's verdict.
 """
 

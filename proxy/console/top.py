@@ -127,7 +127,8 @@ def summary_lines(snap: Snapshot) -> list[str]:
         f"latency p50 {_ms(f.p50_s)} p99 {_ms(f.p99_s)}  (over {f.seconds:.0f} s)",
         f"cache hit ratio {_pct(quality.get('hit_ratio', f.hit_ratio))}  available "
         f"{_pct(quality.get('available'))}  affinity efficiency {_pct(quality.get('efficiency'))}",
-        f"paused {'yes' if s.get('paused') else 'no'}  syncs {syncs.get('count', 0)}  last sync "
+        f"syncing {_yes(syncs.get('open'))}  paused {_yes(s.get('paused'))}"
+        f"  pause {syncs.get('pause', '-')}  syncs {syncs.get('count', 0)}  last sync "
         f"{_num(syncs.get('last_s'))} s  paused share {_pct(syncs.get('paused_share'))}",
     ]
     advice = s.get("advice") or {}
@@ -269,3 +270,7 @@ def main(argv: Sequence[str]) -> int:
               "(or use --once)", file=sys.stderr)  # fmt: skip
         return 2
     return asyncio.run(_live(reader, args.interval))
+
+
+def _yes(flag: object) -> str:
+    return "yes" if flag else "no"

@@ -14,10 +14,14 @@ worker names the version in every request (``AsyncRolloutWorker._request_model``
 each group keeps the version it started with (``RolloutGroup.model_version``) for TRL's
 staleness check. So a request running through the sync runs on the version it named, which
 stays loaded (the unload of ``v(N - max_staleness - 1)`` comes after the resume and names a
-version TRL's staleness check already drops), and no request can name vN before the load that
-serves it answered: freezing the fleet protects nothing, it only stops generation for the
-length of the sync. With ``--forward-pause`` the proxy sends both to every replica as before
-(for anyone who wants the fleet frozen; a replica that joins meanwhile gets the pause replayed).
+version TRL's staleness check drops once ``model_version`` moves to N a moment later), and
+no request can name vN before the load that serves it answered: freezing the fleet protects
+nothing, it only stops generation for the length of the sync. This holds for TRL's own
+clients; a client that pauses to change weights by another route (an injected
+``weight_transfer``) needs ``--forward-pause``, which sends both to every replica as before (a
+replica that joins meanwhile gets the pause replayed). The trainer's relay forwards them to the
+proxy in front of the fleet, which decides: a window counts as frozen only when a replica froze
+(a proxy answers ``"fleet": "generating"``).
 
 Fanned out, every replica must answer 200; the edge turns the outcomes into one aggregated answer
 (``proxy.http.responses.Redactor.control_answer``). A replica that cannot be reached is ejected
@@ -31,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+
+import orjson
 
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -104,7 +110,20 @@ class FanOut:
             started = time.perf_counter()
             outcomes = await self.send(targets, path_qs, None)
             self._metrics.record_control(path.lstrip("/"), time.perf_counter() - started)
-            window = self._fleet.control_applied(path, query)
+            # A proxy upstream (the trainer's relay forwards to one) answers without freezing.
+            frozen = not all(_generating(o.reply) for o in outcomes)
+            window = self._fleet.control_applied(path, query, frozen=frozen)
             if window is not None:
-                self._metrics.record_sync_window(window, frozen=True)
+                self._metrics.record_sync_window(window, frozen=frozen)
             return outcomes
+
+
+def _generating(reply: Reply | None) -> bool:
+    """A proxy's own answer to a pause or resume: its fleet kept generating."""
+    if reply is None or reply.status != 200:
+        return False
+    try:
+        answer = orjson.loads(reply.body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(answer, dict) and answer.get("fleet") == "generating"

@@ -79,6 +79,11 @@ class FleetSync:
         """The replicas are frozen now (a forwarded ``/pause`` not yet resumed)."""
         return self._pause_query is not None
 
+    @property
+    def syncing(self) -> bool:
+        """A sync window is open (TRL paused, not yet resumed), frozen or not."""
+        return self._window_since is not None
+
     def control_applied(self, path: str, query: str, *, frozen: bool = True) -> float | None:
         """``/pause``, ``/resume`` or ``/reset_prefix_cache`` was carried out: remember it.
 

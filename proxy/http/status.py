@@ -101,6 +101,7 @@ class Status:
             "quality": self.metrics.quality(),
             "syncs": {
                 "pause": "forwarded" if fleet.forward_pause else "answered",
+                "open": fleet.syncing,
                 "count": fleet.syncs,
                 "last_s": fleet.last_window_s,
                 "paused_s": round(paused, 3),

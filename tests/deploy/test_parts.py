@@ -138,8 +138,12 @@ def test_proxy_figures_skip_what_the_status_lacks() -> None:
     assert lines == [
         "routing: policy least_loaded, queued 2",
         "adapters: newest none yet, 0 wanted, 0 loading, window 3",
-        "paused: yes (the trainer is syncing weights)",
+        "paused: yes (the trainer is syncing weights; the fleet is frozen)",
     ]
+    answered = proxy_figures({"policy": "prefix", "paused": False, "syncs": {"open": True}})
+    assert answered[-1] == (
+        "syncing: yes (the trainer is syncing weights; the fleet keeps generating)"
+    )
 
 
 def test_install_wraps_the_entry_point() -> None:

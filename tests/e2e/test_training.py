@@ -147,12 +147,14 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
     assert [r.version for r in rows] == synced
     phases = report_sync_phases(trainer_log, proxy_metrics, "push, 2 replicas generating")
     assert [v for row in phases for v in row.versions] == synced
-    # The fleet never stood still: TRL's pause and resume were answered by the trainer's relay
-    # (its paused share is 0 on every line TRL logged), none reached this proxy or a replica.
+    # The fleet never stood still: the trainer's relay handed each pause and resume to this
+    # proxy, which answered them (every sync a window, none frozen) and sent none to a replica
+    # (below); TRL's log shows the windows and a paused share of 0.
+    assert metric_sum(proxy_metrics, "rollout_proxy_sync_window_seconds_count") == len(synced)
+    assert metric_sum(proxy_metrics, "rollout_proxy_paused_seconds_total") == 0
+    assert "'proxy/sync_window_s'" in trainer_log
     shares = re.findall(r"'proxy/paused_share': '([0-9.]+)'", trainer_log)
     assert shares and {float(share) for share in shares} == {0.0}, shares
-    assert metric_sum(proxy_metrics, "rollout_proxy_sync_window_seconds_count") == 0
-    assert metric_sum(proxy_metrics, "rollout_proxy_paused_seconds_total") == 0
     assert metric_sum(proxy_metrics, "rollout_proxy_sync_paused_seconds_count") == 0
     # Every version reached every replica by push: no replica fell back to the mount.
     assert metric_sum(proxy_metrics, "rollout_proxy_adapter_push_fallbacks_total") == 0
@@ -303,7 +305,7 @@ def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: P
             text = log.read_text()
             between = text.count("Weight sync: done") == text.count("Weight sync: pausing")
             status = get_json(url + "/proxy/status")
-            if not between or status["paused"] or status["adapters"]["loading"]:
+            if not between or status["syncs"]["open"] or status["adapters"]["loading"]:
                 continue  # a sync has begun: try after the next one
             old_pid = status["pid"]
             os.kill(old_pid, signal.SIGKILL)

@@ -46,8 +46,10 @@ async def topology(tmp_path: Path) -> AsyncIterator[Topology]:
             )
         )
         remote = await exits.enter_async_context(serve(remote_app))
-        relay_app = build_app(
-            Settings.model_validate({"replicas": [remote], "upstream_token": KEY, **FAST_HEALTH})
+        relay_app = build_app(  # as trainer_entry.sidecar.relay_command starts it
+            Settings.model_validate(
+                {"replicas": [remote], "upstream_token": KEY, "forward_pause": True, **FAST_HEALTH}
+            )
         )
         relay = await exits.enter_async_context(serve(relay_app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
@@ -115,3 +117,20 @@ async def test_the_remote_proxys_receiver_demands_its_api_key(tmp_path: Path) ->
             t.session, t.remote, "trl-policy-v1", body, Authorization=f"Bearer {KEY}"
         )
         assert status == 201
+
+
+async def test_the_relay_hands_trls_pause_to_the_remote_proxy_which_keeps_the_fleet_going(
+    tmp_path: Path,
+) -> None:
+    """TRL pauses the relay; the remote proxy in front of the fleet answers it (the replicas
+    keep generating) and keeps the sync window, which the trainer's log reads from it."""
+    async with topology(tmp_path) as t:
+        for path in ("/pause?mode=keep", "/resume"):
+            async with t.session.post(t.relay + path) as response:
+                assert response.status == 200, await response.text()
+        assert not any(sim.state.engine.gate.paused for sim in t.sims)
+        assert not [r for sim in t.sims for r in sim.state.records if r.path == "/pause"]
+        remote = t.remote_app[PROXY].fleet.sync
+        relay = t.relay_app[PROXY].fleet.sync
+        assert (remote.syncs, remote.paused_seconds()) == (1, 0.0)
+        assert (relay.syncs, relay.paused_seconds()) == (1, 0.0)  # nothing froze downstream
