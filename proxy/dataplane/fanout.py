@@ -19,9 +19,10 @@ no request can name vN before the load that serves it answered: freezing the fle
 nothing, it only stops generation for the length of the sync. This holds for TRL's own
 clients; a client that pauses to change weights by another route (an injected
 ``weight_transfer``) needs ``--forward-pause``, which sends both to every replica as before (a
-replica that joins meanwhile gets the pause replayed). The trainer's relay forwards them to the
-proxy in front of the fleet, which decides: a window counts as frozen only when a replica froze
-(a proxy answers ``"fleet": "generating"``).
+replica that joins meanwhile gets the pause replayed). The trainer's relay answers them too (one
+round trip less per sync; the proxy in front of the fleet then sees no window); forwarded to a
+proxy, a window counts as frozen only when a replica froze (a proxy answers ``"fleet":
+"generating"``).
 
 Fanned out, every replica must answer 200; the edge turns the outcomes into one aggregated answer
 (``proxy.http.responses.Redactor.control_answer``). A replica that cannot be reached is ejected

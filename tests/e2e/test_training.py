@@ -147,12 +147,10 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
     assert [r.version for r in rows] == synced
     phases = report_sync_phases(trainer_log, proxy_metrics, "push, 2 replicas generating")
     assert [v for row in phases for v in row.versions] == synced
-    # The fleet never stood still: the trainer's relay handed each pause and resume to this
-    # proxy, which answered them (every sync a window, none frozen) and sent none to a replica
-    # (below); TRL's log shows the windows and a paused share of 0.
-    assert metric_sum(proxy_metrics, "rollout_proxy_sync_window_seconds_count") == len(synced)
+    # The fleet never stood still: the trainer's relay answered each pause and resume itself
+    # (this proxy saw none), none reached a replica (below); TRL's log shows a paused share 0.
+    assert metric_sum(proxy_metrics, "rollout_proxy_sync_window_seconds_count") == 0
     assert metric_sum(proxy_metrics, "rollout_proxy_paused_seconds_total") == 0
-    assert "'proxy/sync_window_s'" in trainer_log
     shares = re.findall(r"'proxy/paused_share': '([0-9.]+)'", trainer_log)
     assert shares and {float(share) for share in shares} == {0.0}, shares
     assert metric_sum(proxy_metrics, "rollout_proxy_sync_paused_seconds_count") == 0

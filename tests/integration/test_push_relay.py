@@ -37,7 +37,7 @@ class Topology:
 
 
 @asynccontextmanager
-async def topology(tmp_path: Path) -> AsyncIterator[Topology]:
+async def topology(tmp_path: Path, *, relay_forwards: bool = False) -> AsyncIterator[Topology]:
     async with AsyncExitStack() as exits:
         sims = [await exits.enter_async_context(run_sim(**NEVER)) for _ in range(2)]
         remote_app = build_app(
@@ -46,11 +46,8 @@ async def topology(tmp_path: Path) -> AsyncIterator[Topology]:
             )
         )
         remote = await exits.enter_async_context(serve(remote_app))
-        relay_app = build_app(  # as trainer_entry.sidecar.relay_command starts it
-            Settings.model_validate(
-                {"replicas": [remote], "upstream_token": KEY, "forward_pause": True, **FAST_HEALTH}
-            )
-        )
+        given = {"replicas": [remote], "upstream_token": KEY, "forward_pause": relay_forwards}
+        relay_app = build_app(Settings.model_validate({**given, **FAST_HEALTH}))
         relay = await exits.enter_async_context(serve(relay_app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         await wait_for(
@@ -119,12 +116,12 @@ async def test_the_remote_proxys_receiver_demands_its_api_key(tmp_path: Path) ->
         assert status == 201
 
 
-async def test_the_relay_hands_trls_pause_to_the_remote_proxy_which_keeps_the_fleet_going(
+async def test_a_relay_forwarding_the_pause_to_a_proxy_counts_nothing_frozen(
     tmp_path: Path,
 ) -> None:
-    """TRL pauses the relay; the remote proxy in front of the fleet answers it (the replicas
-    keep generating) and keeps the sync window, which the trainer's log reads from it."""
-    async with topology(tmp_path) as t:
+    """A relay with ``--forward-pause`` hands TRL's pause to the remote proxy, which answers it
+    (its replicas keep generating): both keep the window, neither counts it frozen."""
+    async with topology(tmp_path, relay_forwards=True) as t:
         for path in ("/pause?mode=keep", "/resume"):
             async with t.session.post(t.relay + path) as response:
                 assert response.status == 200, await response.text()
@@ -134,3 +131,12 @@ async def test_the_relay_hands_trls_pause_to_the_remote_proxy_which_keeps_the_fl
         relay = t.relay_app[PROXY].fleet.sync
         assert (remote.syncs, remote.paused_seconds()) == (1, 0.0)
         assert (relay.syncs, relay.paused_seconds()) == (1, 0.0)  # nothing froze downstream
+
+
+async def test_the_relay_answers_trls_pause_itself(tmp_path: Path) -> None:
+    async with topology(tmp_path) as t:
+        for path in ("/pause?mode=keep", "/resume"):
+            async with t.session.post(t.relay + path) as response:
+                assert response.status == 200, await response.text()
+        assert (t.relay_app[PROXY].fleet.sync.syncs, t.remote_app[PROXY].fleet.sync.syncs) == (1, 0)
+        assert not any(sim.state.engine.gate.paused for sim in t.sims)
