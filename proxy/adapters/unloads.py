@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from proxy.fleet.replica import Replica
 log = logging.getLogger("proxy.adapters")
 
 MAX_OWED = 64  # names a replica may owe an unload of
+SLOW_WAIT_S = 1.0  # a load that waits longer than this for unloads says so in the log
 
 
 @dataclass(eq=False)
@@ -79,6 +81,14 @@ class Unloads:
     async def cleared(self, replica: Replica, before: int | None = None) -> None:
         """Until every unload numbered up to ``before`` (every one so far when None) is over
         on ``replica``, and what it owes has been retried once."""
+        started = time.perf_counter()
+        await self._earlier(replica, before)
+        waited = time.perf_counter() - started
+        if waited > SLOW_WAIT_S:
+            log.info("replica %s: a load waited %.2f s for the unloads before it", replica.id,
+                     waited)  # fmt: skip
+
+    async def _earlier(self, replica: Replica, before: int | None) -> None:
         for seq in sorted(self._open):
             unload = self._open.get(seq)
             if unload is None or (before is not None and seq > before):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from tests.e2e.support import metric_sum
 
-_PROXY_LOAD = re.compile(r"adapter (trl-policy-v\d+) loaded on \d+ replica\(s\) in ([0-9.]+) s")
+PROXY_LOAD = re.compile(r"adapter (trl-policy-v\d+) loaded on \d+ replica\(s\) in ([0-9.]+) s")
 _DONE = "Weight sync: done"
 _LOGGED = re.compile(r"\{'[^{}]*'perf/weight_sync_s'[^{}]*\}")
 _PHASES = ("sync_s", "sync_pause_s", "sync_barrier_s", "sync_transfer_s")  # perf/weight_...
@@ -46,7 +46,7 @@ def sync_phases(trainer_log: str, first: int = 1) -> list[SyncPhases]:
     """TRL's phases per log line, in order, with the versions synced since the line before
     (numbered from ``first``: a resumed run goes on from its checkpoint's version)."""
     # The proxy's lines come through a pipe and may land after TRL's line for the same sync.
-    proxy = {name: float(seconds) for name, seconds in _PROXY_LOAD.findall(trainer_log)}
+    proxy = {name: float(seconds) for name, seconds in PROXY_LOAD.findall(trainer_log)}
     pending: list[str] = []
     done = first - 1
     rows = []

@@ -30,7 +30,7 @@ from tests.e2e.support import (
     versions,
     wait_or_kill,
 )
-from tests.e2e.sync_report import report_sync_phases
+from tests.e2e.sync_report import PROXY_LOAD, report_sync_phases
 from trainer_entry import sidecar
 
 # The CPU build's KV block is 32 tokens; a group has 4 rollouts, so a block followed by more
@@ -80,7 +80,6 @@ def _completions(log_events: list[Event]) -> list[Event]:
 
 _TRANSFER = re.compile(r"Weight sync: resuming vLLM\.\.\. \(transfer took ([0-9.]+)s\)")
 _TOTAL = re.compile(r"Weight sync: done\. Total ([0-9.]+)s")
-_PROXY_LOAD = re.compile(r"adapter (trl-policy-v\d+) loaded on \d+ replica\(s\) in ([0-9.]+) s")
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ class SyncTime:
 def report_sync_times(trainer_log: str, title: str) -> list[SyncTime]:
     """The sync time of every step, from TRL's log lines and the proxy's; printed (``make e2e``
     shows the output of passed tests) and returned."""
-    proxy = {name: float(seconds) for name, seconds in _PROXY_LOAD.findall(trainer_log)}
+    proxy = {name: float(seconds) for name, seconds in PROXY_LOAD.findall(trainer_log)}
     pairs = zip(_TRANSFER.findall(trainer_log), _TOTAL.findall(trainer_log), strict=False)
     rows = [
         SyncTime(f"trl-policy-v{n}", float(save), float(total), proxy.get(f"trl-policy-v{n}"))

@@ -200,7 +200,8 @@ def test_two_fsdp2_ranks_train_checkpoint_die_whole_and_resume_exactly(
     perf = report_perf(first_log + second_log, "2 FSDP2 ranks on CPU, 2 replicas")
     assert perf["perf/step_s"] > 0
     phases = report_sync_phases(second_log, "", "2 FSDP2 ranks, resumed", first=version + 1)
-    assert phases and phases[0].versions[0] == f"trl-policy-v{version + 1}"
+    # Each version TRL's log counts is one the proxy says it loaded (its own log lines).
+    assert phases and all(row.proxy_s is not None for row in phases), phases
     # The step count continues: one history from step 1 to 4, and the resumed run synced once
     # before its first step and once a step after the checkpoint's.
     step = checkpoints.step_of(resumed_from) or 0
