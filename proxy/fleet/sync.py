@@ -84,7 +84,7 @@ class FleetSync:
         """A sync window is open (TRL paused, not yet resumed), frozen or not."""
         return self._window_since is not None
 
-    def control_applied(self, path: str, query: str, *, frozen: bool = True) -> float | None:
+    def control_applied(self, path: str, query: str, *, frozen: bool) -> float | None:
         """``/pause``, ``/resume`` or ``/reset_prefix_cache`` was carried out: remember it.
 
         ``frozen``: it went to the replicas (else the proxy answered it from this state, and

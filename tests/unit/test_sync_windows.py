@@ -53,10 +53,10 @@ async def test_a_forwarded_pause_freezes_the_fleet_for_the_window() -> None:
 
 
 def _forwarded(sync: FleetSync, clock: FakeClock) -> None:
-    sync.control_applied("/pause", "mode=keep")
+    sync.control_applied("/pause", "mode=keep", frozen=True)
     assert _frozen(sync)
     clock.now += 1.5
     assert sync.paused_seconds() == 1.5  # the open window counts
-    assert sync.control_applied("/resume", "") == 1.5
+    assert sync.control_applied("/resume", "", frozen=True) == 1.5
     assert not _frozen(sync)
     assert (sync.syncs, sync.paused_seconds()) == (1, 1.5)
