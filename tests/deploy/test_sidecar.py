@@ -43,6 +43,19 @@ def _decided(base_url: str, timeout_s: float = 20.0) -> dict[str, Any]:
         time.sleep(0.05)
 
 
+def _launches(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every proxy command the trainer starts, recorded (and started as it would be)."""
+    launched: list[list[str]] = []
+    real_running = sidecar.running
+
+    def running(argv: list[str], **kwargs: Any) -> Any:
+        launched.append(list(argv))
+        return real_running(argv, **kwargs)
+
+    monkeypatch.setattr(sidecar, "running", running)
+    return launched
+
+
 def _options(tmp_path: Path, replica: str, *extra: str) -> Any:
     parser = build_parser()
     argv = [
@@ -63,14 +76,7 @@ def test_the_sidecar_sends_hf_token_to_the_replicas(
     replica = servers.start(require_bearer(build_sim_app(SimSettings()), TOKEN))
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.delenv("PROXY_UPSTREAM_TOKEN", raising=False)
-    launched: list[list[str]] = []
-    real_running = sidecar.running
-
-    def running(argv: list[str], **kwargs: Any) -> Any:
-        launched.append(list(argv))
-        return real_running(argv, **kwargs)
-
-    monkeypatch.setattr(sidecar, "running", running)
+    launched = _launches(monkeypatch)
 
     with proxy_for(_options(tmp_path, replica)) as url:
         state = _decided(url)
@@ -111,14 +117,7 @@ def test_a_remote_proxy_is_always_reached_through_a_local_relay(
     proxy before it forwards TRL's load (the remote proxy has no mount of the trainer's)."""
     remote = servers.start(build_sim_app(SimSettings()))  # stands for the remote proxy
     monkeypatch.delenv("PROXY_UPSTREAM_TOKEN", raising=False)
-    launched: list[list[str]] = []
-    real_running = sidecar.running
-
-    def running(argv: list[str], **kwargs: Any) -> Any:
-        launched.append(list(argv))
-        return real_running(argv, **kwargs)
-
-    monkeypatch.setattr(sidecar, "running", running)
+    launched = _launches(monkeypatch)
     parser = build_parser()
     argv = [
         *("--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path / "run")),
@@ -149,14 +148,7 @@ def test_the_local_proxy_mirrors_what_trl_saves_locally_into_the_bucket(
 
     upstream = servers.start(build_sim_app(SimSettings()))
     monkeypatch.delenv("PROXY_UPSTREAM_TOKEN", raising=False)
-    launched: list[list[str]] = []
-    real_running = sidecar.running
-
-    def running(argv: list[str], **kwargs: Any) -> Any:
-        launched.append(list(argv))
-        return real_running(argv, **kwargs)
-
-    monkeypatch.setattr(sidecar, "running", running)
+    launched = _launches(monkeypatch)
     local, bucket = tmp_path / "disk", tmp_path / "run" / ".vllm_lora"
     local.mkdir()
     where = ("--sidecar-replicas",) if topology == "sidecar" else ("--proxy-url",)

@@ -23,6 +23,13 @@ def _calls(stack: Stack, i: int, path: str) -> list[str | None]:
     return [r.model for r in stack.sims[i].state.records if r.path == path]
 
 
+async def _loading_on(stack: Stack, i: int, name: str) -> None:
+    async def asked() -> bool:
+        return name in _calls(stack, i, "/v1/load_lora_adapter")
+
+    await eventually(asked, what=f"the load of {name} on replica {i}")
+
+
 async def test_pause_is_answered_while_requests_keep_flowing(tmp_path: Path) -> None:
     async with run_stack(2) as stack:
         status, body, _ = await post(stack, "/pause?mode=keep", b"")
@@ -84,10 +91,7 @@ async def test_unload_is_answered_at_once_and_done_before_a_later_load(tmp_path:
             post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", v2))
         )
 
-        async def on_replica_1() -> bool:
-            return "trl-policy-v2" in _calls(stack, 1, "/v1/load_lora_adapter")
-
-        await eventually(on_replica_1, what="the load on replica 1, which owes no unload")
+        await _loading_on(stack, 1, "trl-policy-v2")  # it owes no unload
         done, _ = await asyncio.wait({later}, timeout=FROZEN_WAIT_S)
         assert not done  # all or nothing: replica 0 has not loaded it
         stack.relays[0].thaw()
@@ -141,10 +145,7 @@ async def test_a_load_and_a_later_unload_of_its_name_keep_their_order(tmp_path: 
             post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v2", v2))
         )
 
-        async def on_replica_1() -> bool:
-            return "trl-policy-v2" in _calls(stack, 1, "/v1/load_lora_adapter")
-
-        await eventually(on_replica_1, what="the load on replica 1")
+        await _loading_on(stack, 1, "trl-policy-v2")
         status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v2"})
         assert status == 200  # the name is being loaded: known
         stack.relays[0].thaw()
