@@ -186,7 +186,7 @@ def run(
     accelerator = trainer.accelerator
     log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
              accelerator.distributed_type)  # fmt: skip
-    if options.adapters_local is not None and not options.adapters_in_bucket:
+    if options.adapters_local is not None:  # None: --adapters-in-bucket (lora_dir.choose)
         saved = redirect(trainer, options.adapters_local)
         if accelerator.is_main_process:
             log.info("TRL saves each adapter version into %s (the proxy mirrors it into the "

@@ -5,9 +5,10 @@
   raise ``BadAdapterRequest`` (400) or ``NoReplica`` (503). A load answers once every routable
   replica has the version (all or nothing). An unload is answered at once and carried out in
   the background (TRL ignores its answer, but its round trip counts in ``perf/weight_sync_s``):
-  every load that arrives later waits for every unload before it, so a replica never holds the
-  next version beside one already unloaded (vLLM's ``max_loras`` counts both, and evicts a
-  live one silently when full), and a later load of the same name comes after its unload.
+  a load that arrives later waits, on each replica, for the unloads answered before it there
+  (``unloads``), so a replica never holds the next version beside one already unloaded (vLLM's
+  ``max_loras`` counts both, and evicts a live one silently when full); the loads and unloads
+  of one name keep their arrival order (``turns``).
 - ``source_changed``: a watcher found new or changed versions (pre-loaded on every replica
   before anyone asks) or versions whose directory went away (dropped, never replayed).
 - ``admit``: a replica that joins or comes back is given the window before it takes traffic.

@@ -19,9 +19,10 @@ from deploy.cli import Runtime, main
 from deploy.install import wheel_filename
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 from tests.support.background import BackgroundServers
+from tests.support.bearer import require_bearer
 from tests.support.clock import SteppingClock as FakeClock
 from tests.support.hub_buckets import build_cas_app
-from tests.support.hub_jobs import JobsHub, build_jobs_hub_app, require_bearer
+from tests.support.hub_jobs import JobsHub, build_jobs_hub_app
 
 TOKEN = "hf_standin_0123456789abcdef"
 WHEEL_PATH = "r1/code/" + wheel_filename("0.1.0")

@@ -16,7 +16,7 @@ import pytest
 from replica_entry.sim import SimSettings, build_sim_app
 from tests.deploy.conftest import TOKEN
 from tests.support.background import BackgroundServers
-from tests.support.hub_jobs import require_bearer
+from tests.support.bearer import require_bearer
 from trainer_entry import sidecar
 from trainer_entry.cli import proxy_for
 from trainer_entry.flags import build_parser, options_from_args

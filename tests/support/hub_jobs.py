@@ -32,8 +32,9 @@ It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 m
 - the Buckets routes and the Xet storage: see ``tests.support.hub_buckets``.
 
 Every route needs ``Authorization: Bearer <token>``. A job with exposed ports lists the URL a
-test registered with ``JobsHub.expose`` (an app on loopback, guarded by ``require_bearer`` as the
-HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else the Hub's form.
+test registered with ``JobsHub.expose`` (an app on loopback, guarded by
+``bearer.require_bearer`` as the HF jobs proxy guards ``https://<id>--8000.hf.jobs``), else the
+Hub's form.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import datetime
 import itertools
 import json
 import re
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from tests.support.bearer import bearer_matches, refused
 from tests.support.hub_buckets import Buckets, add_bucket_routes
 
 TERMINAL = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
@@ -266,32 +267,10 @@ def build_jobs_hub_app(hub: JobsHub) -> web.Application:
     return app
 
 
-def require_bearer(app: web.Application, token: str) -> web.Application:
-    """Put HF's jobs-proxy check in front of ``app``: ``Authorization: Bearer <token>`` or 401."""
-
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not _bearer_matches(request, token):
-            return web.json_response(
-                {"error": "Invalid credentials in Authorization header"}, status=401
-            )
-        return await handler(request)
-
-    app.middlewares.insert(0, guard)
-    return app
-
-
-def _bearer_matches(request: web.Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
-
-
 @web.middleware
 async def _require_hub_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not _bearer_matches(request, request.app[JOBS_HUB].token):
-        return web.json_response(
-            {"error": "Invalid credentials in Authorization header"}, status=401
-        )
+    if not bearer_matches(request, request.app[JOBS_HUB].token):
+        return refused()
     return await handler(request)
 
 
