@@ -24,4 +24,15 @@ Objects made per request (a body's ``Peek``; the routing ``RouteRequest``, ``Sna
 ``@dataclass(slots=True)`` but not ``frozen``: a frozen dataclass's ``__init__`` sets each field
 through ``object.__setattr__``, ~0.25 us a field (CPython 3.11), on the measured request path.
 Their ``# made per request: not frozen`` comments point here.
+
+``__version__`` is the installed distribution's version, one source (pyproject.toml) for every
+program's ``--version``, ``/proxy/status`` and the ``rollout_proxy_build_info`` gauge.
 """
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("rollout-proxy")
+except PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
+    __version__ = "0+unknown"
+
