@@ -35,4 +35,3 @@ try:
     __version__ = version("rollout-proxy")
 except PackageNotFoundError:  # pragma: no cover - run from a source tree never installed
     __version__ = "0+unknown"
-
