@@ -22,14 +22,33 @@ class PrefixSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["prefix"] = "prefix"
-    load_factor: Annotated[float, Field(ge=1.0)] = 1.25
-    load_slack: Annotated[int, Field(ge=0)] = 8
-    vnodes: Annotated[int, Field(ge=1, le=4096)] = DEFAULT_VNODES
-    sticky_size: Annotated[int, Field(ge=0)] = 65_536
-    block_tokens: Annotated[int, Field(ge=1)] = _KEYS.block_tokens
-    chunk_bytes: Annotated[int, Field(ge=8)] = _KEYS.chunk_bytes
-    template_threshold: Annotated[int, Field(ge=1)] = _KEYS.threshold
-    max_tracked: Annotated[int, Field(ge=16)] = _KEYS.max_tracked
+    load_factor: Annotated[float, Field(ge=1.0)] = Field(
+        1.25,
+        description="prefix policy: spill above this x the mean load (and the slack)",
+        json_schema_extra={"metavar": "FACTOR"},
+    )
+    load_slack: Annotated[int, Field(ge=0)] = Field(
+        8, description="prefix policy: ... and this many requests' work over the least loaded"
+    )
+    vnodes: Annotated[int, Field(ge=1, le=4096)] = Field(
+        DEFAULT_VNODES, description="prefix policy: points per replica on the hash ring"
+    )
+    sticky_size: Annotated[int, Field(ge=0)] = Field(
+        65_536, description="prefix policy: keys whose replica is remembered"
+    )
+    block_tokens: Annotated[int, Field(ge=1)] = Field(
+        _KEYS.block_tokens, description="prefix policy: tokens per block of a prompt's key"
+    )
+    chunk_bytes: Annotated[int, Field(ge=8)] = Field(
+        _KEYS.chunk_bytes, description="prefix policy: bytes per block of a text prompt's key"
+    )
+    template_threshold: Annotated[int, Field(ge=1)] = Field(
+        _KEYS.threshold,
+        description="prefix policy: next blocks seen before a block counts as template",
+    )
+    max_tracked: Annotated[int, Field(ge=16)] = Field(
+        _KEYS.max_tracked, description="prefix policy: template candidates remembered"
+    )
 
     def key_settings(self) -> KeySettings:
         return KeySettings(

@@ -1,0 +1,68 @@
+"""Settings: one object, built once at the edge from flags, environment and a config file.
+
+Precedence, highest first: command-line flags, ``PROXY_*`` environment variables, the file named by
+``--config``/``PROXY_CONFIG`` (TOML or JSON), the defaults. Every field is validated at start;
+a bad value stops start-up with a message naming where it came from (the flag, the variable, or
+the file's key), the value and what is allowed; so does a variable or key that is no setting.
+Durations and sizes take units (``units``). Secrets are ``SecretStr``: their values never reach
+a repr, a log line or an error message.
+
+Modules: ``sections`` (what each component receives), ``settings`` (``Settings`` and its flat
+names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the
+environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser).
+Imports only ``proxy.routing`` of the proxy.
+"""
+
+from proxy.config.errors import as_flag, describe_error, origins
+from proxy.config.flags import build_parser
+from proxy.config.sections import (
+    MIB,
+    AdapterSettings,
+    ClientSettings,
+    HealthSettings,
+    LimitSettings,
+    LoadSettings,
+    UpstreamSettings,
+)
+from proxy.config.settings import Settings, env_name, field_of, flat_fields, flat_name
+from proxy.config.sources import check_environment, read_config_file
+from proxy.config.specs import (
+    DnsName,
+    JobsLabel,
+    check_replica_url,
+    hide_credentials,
+    parse_discover_spec,
+    split_bucket,
+)
+from proxy.config.units import Bytes, Seconds, parse_bytes, parse_seconds
+
+__all__ = [
+    "MIB",
+    "AdapterSettings",
+    "Bytes",
+    "ClientSettings",
+    "DnsName",
+    "HealthSettings",
+    "JobsLabel",
+    "LimitSettings",
+    "LoadSettings",
+    "Seconds",
+    "Settings",
+    "UpstreamSettings",
+    "as_flag",
+    "build_parser",
+    "check_environment",
+    "check_replica_url",
+    "describe_error",
+    "env_name",
+    "field_of",
+    "flat_fields",
+    "flat_name",
+    "hide_credentials",
+    "origins",
+    "parse_bytes",
+    "parse_discover_spec",
+    "parse_seconds",
+    "read_config_file",
+    "split_bucket",
+]

@@ -1,0 +1,91 @@
+"""Where settings come from besides flags: ``PROXY_*`` variables and the config file.
+
+Both are read by flat name and checked the same way: a name that is no setting stops start-up
+(exit 2) with the closest setting's name. An error, not a warning: a misspelled ``PROXY_POLCY``
+ignored would leave the default running where the user asked for something else, as a
+misspelled key in the file would. The values stay as written (strings, TOML's types) for
+``Settings`` to validate, as a flag's are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import create_model
+from pydantic_settings import BaseSettings, EnvSettingsSource
+
+PREFIX = "PROXY_"
+
+
+def _unknown(kind: str, given: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(given, list(known), n=1)
+    hint = f"did you mean {close[0]}?" if close else "rollout-proxy --help lists the settings"
+    return f"unknown {kind} {given}: {hint}"
+
+
+def check_environment(names: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
+    """ValueError, one line per ``PROXY_*`` variable that names no setting."""
+    known = [PREFIX + name.upper() for name in names]
+    given = os.environ if environ is None else environ
+    lines = [
+        _unknown("environment variable", variable, known)
+        for variable in sorted(given)
+        if variable.startswith(PREFIX) and variable not in known
+    ]
+    if lines:
+        raise ValueError("\n".join(lines))
+
+
+class FlatEnvSource(EnvSettingsSource):
+    """``PROXY_<FLAT NAME>`` variables, found by the library's env source on a model of every flat
+    name typed ``str``: matched case-sensitively, as ``os.environ`` is on Linux (its default would
+    take ``proxy_port`` too), values left strings, keys made flat. Unknown names are refused."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = list(names)
+        model = _flat_model(tuple(name.upper() for name in self.names))
+        super().__init__(model, env_prefix=PREFIX, case_sensitive=True)
+
+    def __call__(self) -> dict[str, Any]:
+        check_environment(self.names)
+        return {name.lower(): value for name, value in super().__call__().items()}
+
+
+_MODELS: dict[tuple[str, ...], type[BaseSettings]] = {}
+
+
+def _flat_model(fields: tuple[str, ...]) -> type[BaseSettings]:
+    """The model the library's env source reads against (made once per set of names)."""
+    if fields not in _MODELS:
+        spec: dict[str, Any] = {name: (str | None, None) for name in fields}
+        _MODELS[fields] = create_model("FlatNames", __base__=BaseSettings, **spec)
+    return _MODELS[fields]
+
+
+def read_config_file(path: Path, names: Iterable[str]) -> dict[str, Any]:
+    """Load a TOML or JSON config file of flat setting names. Raises ValueError with the reason.
+
+    Read here, not by the library's ``TomlConfigSettingsSource``/``JsonConfigSettingsSource``:
+    they skip a missing file, take an empty JSON file for no settings and raise the parser's error
+    without the file's name. The values go on through the library's ``InitSettingsSource``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config file {path} is not valid TOML/JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold a table of settings")
+    known = list(names)
+    unknown = [_unknown("setting", key, known) for key in sorted(set(data) - set(known))]
+    if unknown:
+        raise ValueError(f"config file {path}: " + f"\nconfig file {path}: ".join(unknown))
+    return data
