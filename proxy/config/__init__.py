@@ -10,7 +10,7 @@ a repr, a log line or an error message.
 Modules: ``sections`` (what each component receives), ``settings`` (``Settings`` and its flat
 names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the
 environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser).
-Imports only ``proxy.routing`` of the proxy.
+It may import only ``proxy.routing`` of the proxy.
 """
 
 from proxy.config.errors import as_flag, describe_error, origins
