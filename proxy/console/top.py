@@ -42,6 +42,22 @@ class Snapshot:
     figures: Figures
 
 
+def proxy_url(text: str) -> str:
+    """``HOST:PORT`` or a URL -> the proxy's base URL (``http://`` unless given); ValueError
+    saying the shape wanted. ``urlsplit`` alone reads ``localhost:9100`` as scheme ``localhost``."""
+    url = text.strip() if "://" in text else "http://" + text.strip()
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018  (urlsplit checks the port only when asked)
+    except ValueError:
+        parts = urlsplit("")
+    if parts.scheme not in ("http", "https") or not parts.hostname or " " in url:
+        raise ValueError(
+            f"{text!r} is not a proxy's address: give HOST:PORT or http(s)://HOST:PORT"
+        )
+    return url
+
+
 def token_variable(url: str, explicit: str | None) -> str:
     if explicit is not None:
         return explicit
@@ -252,15 +268,22 @@ async def _once(reader: Reader) -> int:
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="rollout-proxy top", description=__doc__.split("\n\n")[0])
-    parser.add_argument("url", nargs="?", default=DEFAULT_URL, help=f"default {DEFAULT_URL}")
+    parser.add_argument(
+        "url", nargs="?", default=DEFAULT_URL, help=f"HOST:PORT or a URL (default {DEFAULT_URL})"
+    )
     parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     parser.add_argument("--token-env", default=None, help="variable holding the bearer token")
     args = parser.parse_args(list(argv))
     if args.interval <= 0:
         parser.error("argument --interval: must be > 0")
-    variable = token_variable(args.url, args.token_env)
-    reader = Reader(args.url, os.environ.get(variable))
+    try:
+        url = proxy_url(args.url)
+    except ValueError as exc:
+        print(f"rollout-proxy top: {exc}", file=sys.stderr)
+        return 2
+    variable = token_variable(url, args.token_env)
+    reader = Reader(url, os.environ.get(variable))
     if args.once:
         return asyncio.run(_once(reader))
     try:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy import __version__
 from proxy.adapters.service import AdapterService
 from proxy.clock import Clock
 from proxy.dataplane.forward import Forwarder
@@ -86,6 +87,7 @@ class Status:
         fleet, limiter = self.fleet, self.limiter
         paused = fleet.paused_seconds()
         return {
+            "version": __version__,
             "policy": self.policy.name,
             "routing": self.policy.stats(),
             "inflight": limiter.inflight,

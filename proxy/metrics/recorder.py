@@ -11,16 +11,30 @@ from fixed sets (``labels``) or configuration (replica ids), never from request 
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 
+from proxy import __version__
 from proxy.fleet.pool import ReplicaPool
 from proxy.metrics.collector import StateCollector, StateSources
 from proxy.metrics.families import FAMILIES, Children, create
 from proxy.metrics.mirror import MirrorMetrics
 from proxy.metrics.push import PushMetrics
 from proxy.metrics.tally import Spread, Tally, TallyCollector
+
+# No ``<counter>_created`` / ``<histogram>_created`` series: a timestamp per child, most of an
+# idle scrape's lines, that no dashboard of the proxy reads (process start is ``/proxy/status``'s
+# ``uptime_s``). prometheus_client's switch is process-wide; it holds before any metric is made.
+disable_created_metrics()
 
 
 class Metrics:
@@ -58,6 +72,9 @@ class Metrics:
 
     def __init__(self, pool: ReplicaPool, sources: StateSources | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        # What is running, as exporters say it: ``rollout_proxy_build_info{version, python} 1``.
+        build = Info("rollout_proxy_build", "The proxy's version", registry=self.registry)
+        build.info({"version": __version__, "python": platform.python_version()})
         tallies: list[Tally | Spread] = []
         for family in FAMILIES:  # prometheus_client's register as they are made, in this order
             metric = create(family, self.registry)
