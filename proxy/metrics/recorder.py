@@ -34,7 +34,7 @@ from proxy.metrics.tally import Spread, Tally, TallyCollector
 # No ``<counter>_created`` / ``<histogram>_created`` series: a timestamp per child, most of an
 # idle scrape's lines, that no dashboard of the proxy reads (process start is ``/proxy/status``'s
 # ``uptime_s``). prometheus_client's switch is process-wide; it holds before any metric is made.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class Metrics:
