@@ -113,7 +113,7 @@ def test_a_prefix_setting_under_another_policy(capsys: pytest.CaptureFixture[str
 
 def test_an_extra_field_is_explained() -> None:
     with pytest.raises(ValidationError) as info:
-        Settings(**{"bogus": 1})
+        Settings.model_validate({"bogus": 1})
     line = describe_error(info.value)
     assert "no such setting here (rollout-proxy --help lists them)" in line
     assert "Extra inputs" not in line
