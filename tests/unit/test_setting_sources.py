@@ -16,9 +16,15 @@ from proxy.config import Settings, describe_error, env_name, flat_fields
 ROOT = Path(__file__).resolve().parents[2]
 
 
+async def _never_serve(settings: Settings) -> None:
+    raise AssertionError("the settings were taken: the proxy would have started")
+
+
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("proxy.cli.serve", _never_serve)  # settings it took would serve forever
+        with pytest.raises(SystemExit) as info:
+            main(argv)
     assert info.value.code == 2
     return capsys.readouterr().err
 
