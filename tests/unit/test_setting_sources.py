@@ -131,3 +131,13 @@ def test_a_settings_own_check_keeps_naming_the_flag(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         load_settings(["--adapters-local", "/tmp/a"])
     assert "give --adapters-local and --adapters-mirror together" in capsys.readouterr().err
+
+
+def test_a_variable_over_the_file_is_named_as_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "proxy.toml"
+    config.write_text("kv_high = 0.5\n")
+    monkeypatch.setenv("PROXY_KV_HIGH", "2")
+    err = refused(["--config", str(config)], capsys)
+    assert "invalid setting PROXY_KV_HIGH: got '2'" in err
