@@ -1,7 +1,7 @@
 """Command line: argv + environment + config file -> Settings -> uvloop -> serve until SIGTERM.
 
-Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names the field, the value
-and what is allowed).
+Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names where it was given,
+the value and what is allowed) or a ``PROXY_*`` variable that is no setting.
 """
 
 from __future__ import annotations
