@@ -259,6 +259,9 @@ def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
     assert "python -m deploy status --run-name r1" in missing.err
 
 
+REFUSED = "probe answered HTTP 401 (check --upstream-token)"  # the proxy's reason
+
+
 def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) -> None:
     urls = stand.fleet(2)
     assert stand.cli(*UP, "--replicas", "2").code == 0
@@ -271,8 +274,7 @@ def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) 
     trainer_url = stand.hub.exposed["r1-trainer"]
     assert f"RUNNING  {trainer_url} unhealthy (HTTP 503)" in result.out
     assert (
-        f"replicas: 0/2 routable ({urls[0]} pending: probe answered HTTP 401 (check --upstream-token), "
-        f"{urls[1]} pending: probe answered HTTP 401 (check --upstream-token))"
+        f"replicas: 0/2 routable ({urls[0]} pending: {REFUSED}, {urls[1]} pending: {REFUSED})"
     ) in result.out
     assert result.out.count(" healthy") == 2  # the replicas themselves answer deploy's probe
     # JobInfo.retry, as the client reads it: the runs HF Jobs may add to the first.
