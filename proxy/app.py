@@ -35,7 +35,7 @@ from proxy.fleet.discovery import Resolver, resolve
 from proxy.fleet.outage import NO_REPLICA_GRACE_S, Outage
 from proxy.fleet.room import Fleet, build_fleet, members
 from proxy.http.room import Edge, build_edge
-from proxy.http.server import serving
+from proxy.http.server import CannotListen, serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
@@ -165,21 +165,30 @@ async def _running(loop: Coroutine[Any, Any, None], name: str) -> AsyncIterator[
             await task
 
 
-def serve(
+@contextlib.asynccontextmanager
+async def serve(
     app: web.Application,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
     shutdown_timeout: float = 2.0,
-) -> contextlib.AbstractAsyncContextManager[str]:
-    """Serve an app ``build_app`` made, with its connection guard and client-error log."""
+) -> AsyncIterator[str]:
+    """Serve an app ``build_app`` made, with its connection guard and client-error log.
+
+    A port that cannot be opened raises ``CannotListen`` before the app starts; the upstream
+    client, made with the app, is closed then too (its session would be reported unclosed)."""
     proxy = app[PROXY]
-    return serving(
-        app,
-        proxy.edge.guard,
-        proxy.edge.client_log,
-        proxy.settings.client,
-        host=host,
-        port=port,
-        shutdown_timeout=shutdown_timeout,
-    )
+    try:
+        async with serving(
+            app,
+            proxy.edge.guard,
+            proxy.edge.client_log,
+            proxy.settings.client,
+            host=host,
+            port=port,
+            shutdown_timeout=shutdown_timeout,
+        ) as url:
+            yield url
+    except CannotListen:  # raised before the app started: its lifespan closes nothing
+        await proxy.fleet.client.close()
+        raise

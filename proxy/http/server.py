@@ -315,36 +315,45 @@ async def serving(
 ) -> AsyncIterator[str]:
     """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up.
 
-    The listener is ours, every connection through ``guard.factory(runner.server)``; on the way
-    out it stops accepting first, then ``runner.cleanup()`` closes the open connections and
-    runs the app's cleanup (the order an aiohttp site keeps). A port that cannot be opened
-    raises ``CannotListen`` after the same cleanup (no session or task is left open)."""
+    The listener is ours, every connection through ``guard.factory(runner.server)``. It is
+    opened before the app starts and accepts once the app has: a port that cannot be opened
+    raises ``CannotListen`` with nothing started (no session, no background task, no probe
+    logged). On the way out it stops accepting first, then ``runner.cleanup()`` closes the open
+    connections and runs the app's cleanup (the order an aiohttp site keeps)."""
     runner = web.AppRunner(
         app, handle_signals=False, **runner_options(settings, logger, shutdown_timeout)
     )
-    await runner.setup()
-    listener: asyncio.Server | None = None
+
+    def handler() -> asyncio.Protocol:  # called per connection, so only once serving
+        assert runner.server is not None  # made by setup(), before the listener accepts
+        return runner.server()
+
     try:
-        assert runner.server is not None  # made by setup()
-        try:
-            listener = await asyncio.get_running_loop().create_server(
-                guard.factory(runner.server),
-                host,
-                port,
-                ssl=ssl_context,
-                backlog=BACKLOG,
-                reuse_address=True,
-            )
-        except OSError as exc:  # the app is cleaned up below, as after a normal run
-            raise cannot_listen(host, port, exc) from None
+        listener = await asyncio.get_running_loop().create_server(
+            guard.factory(handler),
+            host,
+            port,
+            ssl=ssl_context,
+            backlog=BACKLOG,
+            reuse_address=True,
+            start_serving=False,
+        )
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from None
+    try:
+        await runner.setup()
+    except BaseException:
+        listener.close()
+        raise
+    try:
+        await listener.start_serving()
         if listener.sockets:
             port = listener.sockets[0].getsockname()[1]
         guard.start()
         yield f"{'https' if ssl_context else 'http'}://{host}:{port}"
     finally:
         guard.stop()
-        if listener is not None:
-            listener.close()
+        listener.close()
         await runner.cleanup()
 
 
