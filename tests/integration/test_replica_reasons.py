@@ -143,3 +143,28 @@ async def test_a_replica_that_comes_up_is_logged_admitted_with_what_it_was(
             )
         ]
         assert replica.last_error == ""
+
+
+async def test_a_healthy_replica_failing_probes_is_logged_going_bad_and_coming_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not ejected (``eject_after`` is far off), so no admission line: its own two lines."""
+    caplog.set_level(logging.INFO, logger="proxy")
+    async with (
+        run_sim() as sim,
+        proxy_for(sim.url, eject_after=1000) as (_, replica),
+        aiohttp.ClientSession() as session,
+    ):
+        await wait_for(lambda: replica.routable, BOUND_S, "the replica admitted")
+        async with session.post(sim.url + "/sim/faults", json={"unhealthy": True}) as resp:
+            assert resp.status == 200
+        await wait_for(lambda: replica.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes")
+        async with session.post(sim.url + "/sim/faults", json={"unhealthy": False}) as resp:
+            assert resp.status == 200
+        await wait_for(lambda: replica.last_error == "", BOUND_S, "a good probe")
+        assert replica.routable
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "proxy.health"]
+    assert lines == [
+        (logging.WARNING, f"replica {replica.id} failed a probe: probe answered HTTP 503"),
+        (logging.INFO, f"replica {replica.id} answers its probes again"),
+    ]
