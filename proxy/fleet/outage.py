@@ -20,7 +20,7 @@ from proxy.fleet.pool import ReplicaPool
 
 log = logging.getLogger("proxy.fleet")
 
-NO_REPLICA_GRACE_S = 10.0  # several probe rounds at the default --health-interval (2 s)
+NO_REPLICA_GRACE_S = 10.0  # ten probe rounds at the default --health-interval (1 s)
 _NAMED = 4  # replicas named in a refusal; the rest are counted
 
 
