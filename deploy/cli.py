@@ -136,10 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--run-name", required=True, help="the run's name, as `up` printed it")
         if name == "logs":
-            sub.add_argument("--role", choices=ROLES, help="only this role's jobs")
-            sub.add_argument("--job", help="only this job id")
+            sub.add_argument(
+                "--role", choices=ROLES, help="only this role's jobs (default: every role)"
+            )
+            sub.add_argument("--job", help="only this job id (default: every job)")
             sub.add_argument("--follow", action="store_true", help="stream until the jobs end")
-            sub.add_argument("--tail", type=int, help="only the last N lines of each job")
+            sub.add_argument(
+                "--tail", type=int, help="only the last N lines of each job (default: all)"
+            )
     return parser
 
 
