@@ -87,7 +87,10 @@ def build_parser(
 
 
 def _topology_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("where the replicas are (node 0 only)")
+    group = parser.add_argument_group(
+        "where the replicas are (node 0 only; one of --sidecar-replicas, --sidecar-discover, "
+        "--proxy-url)"
+    )
     where = group.add_mutually_exclusive_group(required=True)
     where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
     where.add_argument(
