@@ -1,4 +1,4 @@
-"""Command line: ``python -m deploy up|rehearse|status|logs|down`` (also ``rollout-deploy``).
+"""Command line: ``rollout-deploy up|rehearse|status|logs|down`` (also ``python -m deploy``).
 
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
 ``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
@@ -25,6 +25,7 @@ from huggingface_hub import HfApi, get_token
 
 from deploy import health, hints, preflight
 from deploy.clock import Clock, SystemClock
+from deploy.durations import duration
 from deploy.errors import DeployError
 from deploy.install import project_version, source_root
 from deploy.jobs import HUB_ERRORS, HubJobs
@@ -38,6 +39,7 @@ from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
+from replica_entry.helpformat import DefaultsFormatter, version_flag
 
 
 def publish_code(
@@ -76,23 +78,33 @@ class Runtime:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m deploy",
+        prog="rollout-deploy",
+        formatter_class=DefaultsFormatter,
         description="Deploy a rollout fleet (vLLM replicas, proxy, trainer) on Hugging Face Jobs.",
     )
+    version_flag(parser)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--hub-endpoint",
         default=os.environ.get("HF_ENDPOINT"),
         help="Hub API base URL (default: $HF_ENDPOINT or https://huggingface.co)",
     )
-    common.add_argument("--namespace", help="where the jobs run (up: the bucket's namespace)")
+    common.add_argument(
+        "--namespace", help="where the jobs run (default: up: the bucket's; else your user)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     add_up_flags(
-        commands.add_parser("up", parents=[common], help="launch a run (trainer flags after --)")
+        commands.add_parser(
+            "up",
+            parents=[common],
+            help="launch a run (trainer flags after --)",
+            formatter_class=DefaultsFormatter,
+        )
     )
     rehearse = commands.add_parser(
         "rehearse",
         parents=[common],
+        formatter_class=DefaultsFormatter,
         help="run the jobs `up` would launch on this machine first (root, Linux): images, "
         "install steps, flags, network and mounts as planned, a tiny model, a few steps",
     )
@@ -113,19 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the jobs' environments, logs and the bucket go (not under /tmp; default: "
         "a new folder in /var/tmp)",
     )
-    add("--train-timeout", type=float, default=900.0, help="seconds the trainer may take")
+    add("--train-timeout", type=duration, default="15m", help="how long the trainer may take")
     for name, text in (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
         ("down", "cancel every job of a run"),
     ):
-        sub = commands.add_parser(name, parents=[common], help=text)
-        sub.add_argument("--run-name", required=True)
+        sub = commands.add_parser(
+            name, parents=[common], help=text, formatter_class=DefaultsFormatter
+        )
+        sub.add_argument("--run-name", required=True, help="the run's name, as `up` printed it")
         if name == "logs":
-            sub.add_argument("--role", choices=ROLES, help="only this role's jobs")
-            sub.add_argument("--job", help="only this job id")
+            sub.add_argument(
+                "--role", choices=ROLES, help="only this role's jobs (default: every role)"
+            )
+            sub.add_argument("--job", help="only this job id (default: every job)")
             sub.add_argument("--follow", action="store_true", help="stream until the jobs end")
-            sub.add_argument("--tail", type=int, help="only the last N lines of each job")
+            sub.add_argument(
+                "--tail", type=int, help="only the last N lines of each job (default: all)"
+            )
     return parser
 
 

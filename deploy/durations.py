@@ -1,42 +1,49 @@
-"""Job lifetimes as the Jobs API reads them, with the unit always written out.
+"""Durations as users write them, on every duration flag of ``rollout-deploy``: ``90s``, ``30m``,
+``1.5h``, ``2d``, or a plain number of seconds (``1800``); one rule, one parser.
 
-huggingface_hub turns ``timeout`` into ``timeoutSeconds`` with one rule (``_create_job_spec``): a
-string ending in ``s``, ``m``, ``h`` or ``d`` is a number of that unit (``"1.5h"`` is 5400 s,
-truncated to whole seconds); anything else goes through ``int()``, so ``"90"`` is 90 SECONDS and
-``"6H"`` raises a ``ValueError`` deep in the client, after the bucket was made and the wheel
-uploaded. ``parse_duration`` applies the same rule but insists on a unit, so a typo or a
-forgotten unit stops at the command line; ``format_duration`` writes seconds back in the largest
-unit that divides them, which the client reads back to the same number.
+``duration`` is the flags' argparse type (seconds, a float: ``--poll-interval 0.5s`` is half a
+second); a malformed or non-positive value exits 2 naming the flag, the value and the rule. Job
+lifetimes go to the Jobs API as whole seconds written with their unit (``format_duration``):
+huggingface_hub reads a string ending in ``s``, ``m``, ``h`` or ``d`` as that unit
+(``_create_job_spec``) and anything else through ``int()``, so ``"6H"`` would raise deep in the
+client, after the bucket was made and the wheel uploaded; ``6H`` here is read, then written
+``6h``.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+RULE = "a number of seconds, or a number and a unit s, m, h or d (e.g. 90s, 30m, 6h)"
 
 
-def parse_duration(text: str, flag: str = "--timeout") -> int:
-    """Whole seconds of ``text`` (``90m``, ``6h``, ``1.5h``); ValueError saying what is wrong."""
-    unit = text[-1:]
-    if unit not in UNITS:
-        if _number(text) is not None:
-            raise ValueError(
-                f"argument {flag}: {text!r} alone would be {text} seconds to the Jobs API: "
-                f"write {text}s, {text}m or {text}h"
-            )
-        raise ValueError(
-            f"argument {flag}: a number and a unit s, m, h or d (e.g. 90m, 6h), not {text!r}"
-        )
-    number = _number(text[:-1])
+def parse_duration(text: str) -> float:
+    """Seconds of ``text`` (see the module docstring); ValueError saying what is wrong."""
+    cleaned = text.strip().lower()
+    unit = cleaned[-1:] if cleaned[-1:] in UNITS else "s"
+    number = _number(cleaned[:-1] if cleaned[-1:] in UNITS else cleaned)
     if number is None:
-        raise ValueError(
-            f"argument {flag}: a number and a unit s, m, h or d (e.g. 90m, 6h), not {text!r}"
-        )
-    seconds = int(number * UNITS[unit])
+        raise ValueError(f"{RULE}, not {text!r}")
+    seconds = number * UNITS[unit]
     if seconds <= 0:
-        raise ValueError(f"argument {flag}: must be longer than 0 (got {text!r})")
+        raise ValueError(f"must be longer than 0 (got {text!r})")
     return seconds
+
+
+def duration(text: str) -> float:
+    """``parse_duration`` as an argparse ``type`` (its message after ``argument --FLAG:``)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def whole_seconds(seconds: float) -> int:
+    """A job lifetime as the Jobs API counts it: whole seconds (truncated, as the client does),
+    at least one."""
+    return max(int(seconds), 1)
 
 
 def _number(text: str) -> float | None:

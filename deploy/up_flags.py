@@ -1,5 +1,9 @@
 """The flags of ``deploy up`` (and of ``rehearse``, which takes the same): defined, checked
-(argparse's exit 2, naming the flag), and read into the ``RunPlan`` they describe."""
+(argparse's exit 2, naming the flag), and read into the ``RunPlan`` they describe.
+
+Durations are ``deploy.durations``' (``30m``, ``90s``, a plain number of seconds); a flavor is one
+of huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than at the Hub.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,15 @@ import shlex
 import time
 from collections.abc import Sequence
 
+from huggingface_hub import JobHardware
+
 from deploy.clock import Clock
-from deploy.durations import parse_duration
+from deploy.durations import duration, whole_seconds
 from deploy.install import default_source, install_for
 from deploy.plan import Flavors, Images, RunPlan
+
+# HF Jobs' flavors as huggingface_hub knows them (`hf jobs hardware` lists the live ones).
+FLAVORS = tuple(flavor.value for flavor in JobHardware)
 
 RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -23,7 +32,12 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
     add("--bucket", required=True, help="NS/BUCKET holding the code and the adapters")
     add("--model", required=True, help="the base model every replica serves")
     add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
-    add("--topology", choices=["sidecar", "job"], default="sidecar")
+    add(
+        "--topology",
+        choices=["sidecar", "job"],
+        default="sidecar",
+        help="sidecar: the proxy runs beside the trainer, in its job; job: in a job of its own",
+    )
     add(
         "--network",
         choices=["private", "public"],
@@ -33,16 +47,21 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
-    add("--replica-flavor", default=Flavors.replica)
-    add(
-        "--trainer-flavor",
-        default=Flavors.trainer,
-        help="trainer_entry starts one FSDP2 rank per GPU (default: %(default)s)",
-    )
-    add("--proxy-flavor", default=Flavors.proxy, help="topology job only")
-    add("--replica-image", default=Images.replica)
-    add("--trainer-image", default=Images.trainer)
-    add("--proxy-image", default=Images.proxy)
+    for role, help_text in (
+        ("replica", "each replica job's hardware"),
+        ("trainer", "trainer_entry starts one FSDP2 rank per GPU"),
+        ("proxy", "the proxy job's (topology job only)"),
+    ):
+        add(
+            f"--{role}-flavor",
+            default=getattr(Flavors, role),
+            choices=FLAVORS,
+            metavar="FLAVOR",
+            help=help_text,
+        )
+    add("--replica-image", default=Images.replica, help="the replicas' Docker image")
+    add("--trainer-image", default=Images.trainer, help="the trainer's (it needs vLLM too)")
+    add("--proxy-image", default=Images.proxy, help="the proxy job's (topology job)")
     add(
         "--code",
         choices=["wheel", "pypi", "image"],
@@ -64,12 +83,13 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
     )
     add(
         "--timeout",
+        type=duration,
         default="6h",
-        help="the trainer's lifetime, with a unit s, m, h or d (e.g. 90m, 6h); jobs launched "
-        "before it get the start-up waits (--ready-timeout per wave) on top",
+        help="the trainer's lifetime (90m, 6h; a plain number: seconds); jobs launched before "
+        "it get the start-up waits (--ready-timeout per wave) on top",
     )
-    add("--ready-timeout", type=float, default=1800.0, help="seconds to wait for each wave")
-    add("--poll-interval", type=float, default=5.0, help="seconds between status polls")
+    add("--ready-timeout", type=duration, default="30m", help="the wait for each wave of jobs")
+    add("--poll-interval", type=duration, default="5s", help="between status polls")
     add(
         "--trainer-nodes",
         type=int,
@@ -100,7 +120,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         topology=args.topology,
         images=Images(args.replica_image, args.trainer_image, args.proxy_image),
         flavors=Flavors(args.replica_flavor, args.trainer_flavor, args.proxy_flavor),
-        timeout_s=parse_duration(args.timeout),
+        timeout_s=whole_seconds(args.timeout),
         ready_timeout_s=args.ready_timeout,
         mount_path=args.mount_path.rstrip("/"),
         replica_args=tuple(shlex.split(args.replica_args)),
@@ -134,10 +154,3 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         )
     if not args.mount_path.startswith("/"):
         parser.error(f"argument --mount-path: must be absolute (got {args.mount_path!r})")
-    for flag in ("ready_timeout", "poll_interval"):
-        if getattr(args, flag) <= 0:
-            parser.error(f"argument --{flag.replace('_', '-')}: must be positive")
-    try:
-        parse_duration(args.timeout)
-    except ValueError as exc:
-        parser.error(str(exc))

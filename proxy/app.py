@@ -32,9 +32,10 @@ from proxy.clock import Clock, RealClock
 from proxy.config import Settings
 from proxy.dataplane.room import DataPlane, build_dataplane
 from proxy.fleet.discovery import Resolver, resolve
+from proxy.fleet.outage import NO_REPLICA_GRACE_S, Outage
 from proxy.fleet.room import Fleet, build_fleet, members
 from proxy.http.room import Edge, build_edge
-from proxy.http.server import serving
+from proxy.http.server import CannotListen, serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
@@ -93,11 +94,14 @@ def build_app(
     clock: Clock | None = None,
     tracer: Tracer | None = None,
     resolver: Resolver = resolve,
+    no_replica_grace_s: float = NO_REPLICA_GRACE_S,
 ) -> web.Application:
     """The proxy as an aiohttp app. ``tracer``: OpenTelemetry spans (``--otel-spans``);
-    ``resolver``: how a ``dns:`` discovery name is resolved (tests stand in for DNS)."""
+    ``resolver``: how a ``dns:`` discovery name is resolved (tests stand in for DNS);
+    ``no_replica_grace_s``: how long the fleet may have no routable replica before a request
+    is refused at once instead of queued (``fleet.outage``)."""
     spans = Spans(tracer) if tracer is not None else None
-    proxy = assemble(settings, clock or RealClock(), spans, resolver)
+    proxy = assemble(settings, clock or RealClock(), spans, resolver, no_replica_grace_s)
     app = web.Application(client_max_size=settings.client.max_body_bytes)
     app[PROXY] = proxy
     proxy.edge.routes(app)
@@ -105,7 +109,13 @@ def build_app(
     return app
 
 
-def assemble(settings: Settings, clock: Clock, spans: Spans | None, resolver: Resolver) -> Proxy:
+def assemble(
+    settings: Settings,
+    clock: Clock,
+    spans: Spans | None,
+    resolver: Resolver,
+    no_replica_grace_s: float = NO_REPLICA_GRACE_S,
+) -> Proxy:
     """Every room, in dependency order (see the module docstring)."""
     fleet_members = members(settings, clock)
     metrics = Metrics(fleet_members.pool)
@@ -117,7 +127,8 @@ def assemble(settings: Settings, clock: Clock, spans: Spans | None, resolver: Re
         settings, fleet_members, adapters.service, clock, failed, metrics.record_load_scrape,
         resolver,
     )  # fmt: skip
-    dataplane = build_dataplane(settings, fleet, adapters.service, clock, metrics, spans)
+    outage = Outage(fleet.pool, clock, no_replica_grace_s)
+    dataplane = build_dataplane(settings, fleet, adapters.service, clock, metrics, spans, outage)
     status = Status(
         fleet.pool,
         fleet.sync,
@@ -154,21 +165,30 @@ async def _running(loop: Coroutine[Any, Any, None], name: str) -> AsyncIterator[
             await task
 
 
-def serve(
+@contextlib.asynccontextmanager
+async def serve(
     app: web.Application,
     *,
     host: str = "127.0.0.1",
     port: int = 0,
     shutdown_timeout: float = 2.0,
-) -> contextlib.AbstractAsyncContextManager[str]:
-    """Serve an app ``build_app`` made, with its connection guard and client-error log."""
+) -> AsyncIterator[str]:
+    """Serve an app ``build_app`` made, with its connection guard and client-error log.
+
+    A port that cannot be opened raises ``CannotListen`` before the app starts; the upstream
+    client, made with the app, is closed then too (its session would be reported unclosed)."""
     proxy = app[PROXY]
-    return serving(
-        app,
-        proxy.edge.guard,
-        proxy.edge.client_log,
-        proxy.settings.client,
-        host=host,
-        port=port,
-        shutdown_timeout=shutdown_timeout,
-    )
+    try:
+        async with serving(
+            app,
+            proxy.edge.guard,
+            proxy.edge.client_log,
+            proxy.settings.client,
+            host=host,
+            port=port,
+            shutdown_timeout=shutdown_timeout,
+        ) as url:
+            yield url
+    except CannotListen:  # raised before the app started: its lifespan closes nothing
+        await proxy.fleet.client.close()
+        raise

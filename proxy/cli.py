@@ -1,7 +1,8 @@
 """Command line: argv + environment + config file -> Settings -> uvloop -> serve until SIGTERM.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names where it was given,
-the value and what is allowed) or a ``PROXY_*`` variable that is no setting.
+the value and what is allowed), a ``PROXY_*`` variable that is no setting, or a port that cannot
+be opened.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from proxy import __version__
 from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
-from proxy.http.server import raise_fd_limit
+from proxy.fleet.startup import warn_at_start
+from proxy.http.server import CannotListen, raise_fd_limit
 from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
 from proxy.supervise import supervise
@@ -114,13 +116,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             soft,
             needed,
         )
-    if not settings.replicas:
-        log.warning("no replicas configured: add some with --replicas or the admin API")
+    warn_at_start(settings)
     tune_gc()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a core dependency
-        asyncio.run(serve(settings))
+        run = asyncio.run
     else:
-        uvloop.run(serve(settings))
+        run = uvloop.run
+    try:
+        run(serve(settings))
+    except CannotListen as exc:  # exit 2: the supervisor does not restart it
+        print(f"rollout-proxy: {exc}", file=sys.stderr)
+        return 2
     return 0

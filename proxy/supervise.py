@@ -3,8 +3,8 @@
 The proxy is the run's single point of failure, so a proxy that dies (a crash, an OOM kill, a
 SIGKILL) is started again on the same port; it rebuilds its view from the replicas (probes,
 their models and adapters, the adapter source). Rules:
-- a child that exits 0 (a clean shutdown) or 2 (a bad setting: restarting cannot help) ends the
-  supervisor with the same code; any other end is a crash and is restarted;
+- a child that exits 0 (a clean shutdown) or 2 (a bad setting, a port it cannot open: restarting
+  cannot help) ends the supervisor with the same code; any other end is a crash and is restarted;
 - restarts back off: ``Backoff.first_s`` after a child that ran at least ``healthy_s``, doubling
   up to ``max_s`` while children keep dying young (a crash loop);
 - SIGTERM/SIGINT go to the child, and the supervisor ends when the child has; the child is
@@ -31,7 +31,7 @@ from proxy.lifeline import preexec
 log = logging.getLogger("proxy.supervise")
 
 RESTARTS_ENV = "ROLLOUT_PROXY_RESTARTS"  # how many times the supervisor restarted the proxy
-FINAL_CODES = (0, 2)  # clean shutdown, bad setting: not restarted
+FINAL_CODES = (0, 2)  # clean shutdown, bad setting or port: not restarted
 
 
 def restarts_so_far() -> int:

@@ -1,4 +1,5 @@
-"""``python -m replica_entry --backend {sim,vllm} ...``: run a replica until SIGTERM/SIGINT.
+"""``rollout-replica --backend {sim,vllm} ...`` (``python -m replica_entry``): run a replica until
+SIGTERM/SIGINT.
 
 ``--backend vllm`` hands the whole command line to ``replica_entry.vllm_backend`` (its own flags,
 see ``--backend vllm --help``). The rest of this module is the simulated replica's command line.
@@ -22,13 +23,21 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from replica_entry.helpformat import DefaultsFormatter, version_flag
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+
+PROG = "rollout-replica"
 
 _FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mount_lag_s")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="replica_entry", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run a replica (sim: the simulated one) until SIGTERM/SIGINT.",
+        formatter_class=DefaultsFormatter,
+    )
+    version_flag(parser)
     add = parser.add_argument
     # `--backend vllm` never reaches this parser (see main), so only sim is a choice here.
     add(
@@ -37,42 +46,60 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["sim"],
         help="sim; `--backend vllm` has its own flags (see `--backend vllm --help`)",
     )
-    add("--host", default="127.0.0.1")
-    add("--port", type=int, default=8000, help="0 picks a free port")
+    add("--host", default="127.0.0.1", help="address to listen on")
+    add("--port", type=int, default=8000, help="port to listen on (0: a free one)")
     add("--model", default="sim-model", help="served model name")
-    add("--max-model-len", type=int, default=4096)
-    add("--max-loras", type=int, default=6)
-    add("--max-lora-rank", type=int, default=8)
-    add("--max-cpu-loras", type=int, default=None)
-    add("--block-size", type=int, default=16)
+    add("--max-model-len", type=int, default=4096, help="prompt plus completion tokens")
+    add("--max-loras", type=int, default=6, help="adapters loaded at once")
+    add("--max-lora-rank", type=int, default=8, help="largest adapter rank it loads")
+    add("--max-cpu-loras", type=int, default=None, help="adapters cached in CPU memory")
+    add("--block-size", type=int, default=16, help="tokens per KV block")
     add("--cache-blocks", type=int, default=4096, help="prefix cache capacity in blocks")
     add("--max-num-seqs", type=int, default=0, help="requests run at once; more wait (0: any)")
     add("--kv-blocks", type=int, default=0, help="KV blocks running requests may hold (0: any)")
-    add("--api-key", default=os.environ.get("VLLM_API_KEY"), help="default: $VLLM_API_KEY")
-    add("--seed", type=int, default=0)
+    add(
+        "--api-key",
+        default=os.environ.get("VLLM_API_KEY"),
+        help="bearer key clients must send (default: $VLLM_API_KEY)",
+    )
+    add("--seed", type=int, default=0, help="seed of the generated tokens")
     add("--prompt-token-s", type=float, default=0.0, help="seconds per uncached prompt token")
     add("--gen-token-s", type=float, default=0.0, help="seconds per generated token")
     add("--overhead-s", type=float, default=0.0, help="seconds per request")
     add("--batch-factor", type=float, default=0.0, help="slowdown per other running request")
-    add("--vocab-size", type=int, default=1000)
+    add("--vocab-size", type=int, default=1000, help="token ids it generates from")
     receiver = parser.add_argument_group("adapter receiver (pushed adapters)")
     receiver.add_argument(
         "--adapter-receiver",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the adapter receiver routes (default: on; off: the proxy loads from the mount)",
+        help="the adapter receiver routes (off: the proxy loads from the mount)",
     )
     receiver.add_argument(
-        "--adapter-store", default=None, help="store directory (emptied at start; default: fresh)"
+        "--adapter-store",
+        default=None,
+        help="store directory, emptied at start (default: a fresh one)",
     )
     receiver.add_argument("--adapter-max-bytes", type=int, default=1 << 30, help="per adapter")
-    receiver.add_argument("--adapter-store-max-bytes", type=int, default=8 << 30)
+    receiver.add_argument(
+        "--adapter-store-max-bytes", type=int, default=8 << 30, help="the whole store"
+    )
     faults = parser.add_argument_group("faults")
     faults.add_argument("--unhealthy", action="store_true", help="/health answers 503")
-    faults.add_argument("--delay-s", type=float, default=0.0)
-    faults.add_argument("--fail-status", type=int, default=None)
-    faults.add_argument("--drop-mid-response", action="store_true")
-    faults.add_argument("--mount-lag-s", type=float, default=0.0)
+    faults.add_argument(
+        "--delay-s", type=float, default=0.0, help="extra seconds before a generation starts"
+    )
+    faults.add_argument(
+        "--fail-status", type=int, default=None, help="generation routes answer this status"
+    )
+    faults.add_argument(
+        "--drop-mid-response",
+        action="store_true",
+        help="generations close the connection mid-answer",
+    )
+    faults.add_argument(
+        "--mount-lag-s", type=float, default=0.0, help="seconds a new adapter takes to appear"
+    )
     return parser
 
 

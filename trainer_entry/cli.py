@@ -3,7 +3,8 @@ at the proxy, on every GPU of the machine.
 
 The command is the run's launcher, in this order:
 1. flags -> ``TrainerOptions`` (``trainer_entry.flags``; nothing heavy imported; exit 2 names a bad
-   flag), and the ranks of this machine (``--num-processes``, default: its GPUs);
+   flag), torch, TRL and PEFT installed (else exit 2 naming the extra, before anything starts),
+   and the ranks of this machine (``--num-processes``, default: its GPUs);
 2. node 0 only: the checkpoint to resume from (``--resume auto``: the newest complete one in
    ``--output-dir``), where TRL saves adapters (``trainer_entry.lora_dir``: ``--adapters-local``,
    by default a fresh directory on this machine's disk, removed after the run) and what a dead
@@ -45,7 +46,13 @@ from pathlib import Path
 
 from trainer_entry import checkpoints, lora_dir, sidecar
 from trainer_entry.flags import build_parser, options_from_args
-from trainer_entry.launch import MissingExtra, machine_gpus, run_ranks, with_processes
+from trainer_entry.launch import (
+    MissingExtra,
+    check_trainer_packages,
+    machine_gpus,
+    run_ranks,
+    with_processes,
+)
 from trainer_entry.options import TrainerOptions
 from trainer_entry.proxy_figures import replicas_reported
 
@@ -106,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:
+    try:  # before anything starts: no sidecar, no output directory without the packages
+        check_trainer_packages()
         gpus = machine_gpus()
     except MissingExtra as exc:
         print(f"rollout-trainer: {exc}", file=sys.stderr)

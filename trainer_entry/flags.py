@@ -14,7 +14,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from replica_entry.helpformat import DefaultsFormatter, version_flag
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
+from trainer_entry.prompts import AUTO, instruction_for
 from trainer_entry.recipe import Recipe
 from trainer_entry.rewards import REWARD_NAMES, is_custom
 from trainer_entry.templates import FAMILIES
@@ -31,15 +33,20 @@ def build_parser(
     parser = parser_class(
         prog="rollout-trainer",
         description=DESCRIPTION,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsFormatter,
     )
+    version_flag(parser)
     add = parser.add_argument
     add("--model", required=True, help="Hub id or local directory of the base model")
     add("--dataset", required=True, help="Hub dataset id, or a local .jsonl/.json/.parquet file")
-    add("--dataset-config", default=None)
-    add("--dataset-split", default="train")
-    add("--prompt-column", default="prompt", help="messages, or text wrapped as a user turn")
-    add("--answer-column", default="answer", help="reference answers for the math rewards")
+    add("--dataset-config", default=None, help="the Hub dataset's configuration (e.g. main)")
+    add("--dataset-split", default="train", help="the Hub dataset's split")
+    add(
+        "--prompt-column",
+        default="prompt",
+        help="its column: messages, or text wrapped as a user turn",
+    )
+    add("--answer-column", default="answer", help="its column of reference answers (math, boxed)")
     add("--system-prompt", default=None, help="system turn added to text prompts")
     add(
         "--rewards",
@@ -47,14 +54,25 @@ def build_parser(
         help=f"comma-separated, from {', '.join(REWARD_NAMES)} or module:function (your own)",
     )
     add(
+        "--format-instruction",
+        default=AUTO,
+        help="added to each prompt's system turn, asking for the answer shape the rewards read; "
+        'auto: the one for --rewards (README "Training data and rewards"), "": none',
+    )
+    add(
         "--response-template",
         default=None,
         help=f"when TRL does not know the model's chat template: {', '.join(FAMILIES)} or a "
         "JSON file (default: told from the template's markers)",
     )
-    add("--output-dir", type=Path, required=True, help="checkpoints and .vllm_lora (bucket mount)")
-    add("--max-steps", type=int, default=500)
-    add("--seed", type=int, default=0)
+    add(
+        "--output-dir",
+        type=Path,
+        required=True,
+        help="checkpoints and .vllm_lora (the bucket's mount in a job)",
+    )
+    add("--max-steps", type=int, default=500, help="training steps")
+    add("--seed", type=int, default=0, help="TRL's seed")
     add(
         "--report-to",
         default="none",
@@ -69,7 +87,10 @@ def build_parser(
 
 
 def _topology_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("where the replicas are (node 0 only)")
+    group = parser.add_argument_group(
+        "where the replicas are (node 0 only; one of --sidecar-replicas, --sidecar-discover, "
+        "--proxy-url)"
+    )
     where = group.add_mutually_exclusive_group(required=True)
     where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
     where.add_argument(
@@ -128,7 +149,7 @@ def _checkpoint_flags(parser: argparse.ArgumentParser) -> None:
         default=defaults.save_minutes,
         help="also checkpoint once this many minutes passed since the last (0: never by time)",
     )
-    add("--save-total-limit", type=int, default=defaults.save_total_limit, help="kept")
+    add("--save-total-limit", type=int, default=defaults.save_total_limit, help="the newest N kept")
     add(
         "--resume",
         default=defaults.resume,
@@ -140,15 +161,29 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("the recipe (defaults: the fastest published run)")
     add = group.add_argument
     r = Recipe()
-    add("--learning-rate", type=float, default=r.learning_rate)
+    add("--learning-rate", type=float, default=r.learning_rate, help="the LoRA's")
     add("--lr-scheduler", default=r.lr_scheduler, help="transformers' lr_scheduler_type")
-    add("--adam-beta2", type=float, default=r.adam_beta2)
-    add("--lora-rank", type=int, default=r.lora_rank)
-    add("--lora-alpha", type=int, default=None, help="default: 2 x rank")
-    add("--lora-target-modules", default=",".join(r.lora_target_modules), help="or all-linear")
+    add("--adam-beta2", type=float, default=r.adam_beta2, help="AdamW's beta2")
+    add("--lora-rank", type=int, default=r.lora_rank, help="the adapter's rank")
+    add("--lora-alpha", type=int, default=None, help="the adapter's alpha (default: 2 x rank)")
+    add(
+        "--lora-target-modules",
+        default=",".join(r.lora_target_modules),
+        help="comma-separated module names, or all-linear",
+    )
     add("--num-generations", type=int, default=r.num_generations, help="rollouts per prompt")
-    add("--batch-size", type=int, default=None, help="samples per rank per micro-batch (a group)")
-    add("--gradient-accumulation-steps", type=int, default=r.gradient_accumulation_steps)
+    add(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="samples per rank per micro-batch (default: a group)",
+    )
+    add(
+        "--gradient-accumulation-steps",
+        type=int,
+        default=r.gradient_accumulation_steps,
+        help="micro-batches per optimizer step",
+    )
     add("--token-budget", type=int, default=r.token_budget, help="tokens per rank per micro-batch")
     add(
         "--gradient-checkpointing",
@@ -156,16 +191,27 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
         default=r.gradient_checkpointing,
         help="recompute activations: less memory, about a third more time per step",
     )
-    add("--max-completion-length", type=int, default=r.max_completion_length)
-    add("--temperature", type=float, default=r.temperature)
+    add(
+        "--max-completion-length",
+        type=int,
+        default=r.max_completion_length,
+        help="tokens a rollout may generate",
+    )
+    add("--temperature", type=float, default=r.temperature, help="sampling temperature")
     add("--max-staleness", type=int, default=r.max_staleness, help="steps a rollout may lag")
     add("--weight-sync-steps", type=int, default=r.weight_sync_steps, help="steps between syncs")
-    add("--queue-maxsize", type=int, default=None, help="default: max-staleness x samples/step")
+    add(
+        "--queue-maxsize",
+        type=int,
+        default=None,
+        help="TRL's rollout queue (default: max-staleness x samples/step)",
+    )
     add(
         "--max-inflight-tasks",
         type=int,
         default=None,
-        help="default: 128 per replica the proxy reports, at most max-staleness x samples/step",
+        help="rollouts in flight (default: 128 per replica the proxy reports, at most "
+        "max-staleness x samples/step)",
     )
 
 
@@ -273,6 +319,7 @@ def options_from_args(
         prompt_column=args.prompt_column,
         answer_column=args.answer_column,
         system_prompt=args.system_prompt,
+        format_instruction=instruction_for(rewards, args.format_instruction),
         rewards=rewards,
         response_template=args.response_template,
         max_steps=args.max_steps,

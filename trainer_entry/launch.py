@@ -17,12 +17,13 @@ reach of a signal to the launcher's process group.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 from pathlib import Path
 
@@ -44,6 +45,18 @@ class MissingExtra(RuntimeError):
     """The heavy packages are not installed here."""
 
 
+# What every rank imports (trainer_entry.train): their absence is told before anything starts.
+TRAINER_PACKAGES = ("torch", "trl", "peft")
+MISSING_EXTRA = "needs torch, trl and peft: pip install 'rollout-proxy[trainer]'"
+
+
+def check_trainer_packages(find: Callable[[str], object | None] = importlib.util.find_spec) -> None:
+    """MissingExtra unless every one of ``TRAINER_PACKAGES`` is installed (found, not imported:
+    torch alone takes seconds to import)."""
+    if any(find(name) is None for name in TRAINER_PACKAGES):
+        raise MissingExtra(MISSING_EXTRA)
+
+
 def fsdp_config() -> Path:
     return Path(str(files("trainer_entry").joinpath("fsdp2.yaml")))
 
@@ -53,10 +66,7 @@ def machine_gpus() -> int:
     try:
         import torch
     except ImportError as exc:
-        raise MissingExtra(
-            "torch is not installed here: install the trainer's packages with "
-            "pip install 'rollout-proxy[trainer]'"
-        ) from exc
+        raise MissingExtra(MISSING_EXTRA) from exc
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SYSTEM = (
-    "You are a careful assistant who solves arithmetic problems. Think step by step inside "
-    "<think> and </think>, then write Answer: followed by the final number and nothing else."
-)
+from trainer_entry.prompts import THINK_ANSWER
+
+SYSTEM = f"You are a careful assistant who solves arithmetic problems. {THINK_ANSWER}"
 
 
 def rows(count: int, seed: int) -> list[dict[str, Any]]:

@@ -92,6 +92,7 @@ class TrainerOptions:
     prompt_column: str = "prompt"
     answer_column: str = "answer"
     system_prompt: str | None = None
+    format_instruction: str = ""  # ``--format-instruction`` resolved (trainer_entry.prompts)
     rewards: tuple[str, ...] = ("boxed",)
     response_template: str | None = None
     max_steps: int = 500

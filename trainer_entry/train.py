@@ -25,6 +25,7 @@ from trainer_entry.cpu_shims import apply_cpu_shims
 from trainer_entry.fsdp import fsdp_on_cpu, untie_if_needed
 from trainer_entry.lora_dir import redirect
 from trainer_entry.options import TrainerOptions
+from trainer_entry.prompts import conversation
 from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.rewards import reward_functions
 from trainer_entry.templates import ensure_response_template
@@ -43,7 +44,8 @@ def load_prompts(options: TrainerOptions) -> Dataset:
     """The dataset with a conversational ``prompt`` column (and ``answer``, when it has one).
 
     A path ending in ``.jsonl``/``.json`` or ``.parquet`` is read locally; anything else is a
-    Hub dataset id. A string prompt column becomes ``[system?, user]`` messages.
+    Hub dataset id. Each prompt becomes the conversation ``trainer_entry.prompts`` builds: a
+    string as ``[system?, user]`` messages, every one with the format instruction.
     """
     source = Path(options.dataset)
     if source.suffix in (".jsonl", ".json"):
@@ -71,8 +73,11 @@ def load_prompts(options: TrainerOptions) -> Dataset:
             f"the {'/'.join(sorted(graded))} reward needs an answer column: name it with "
             f"--answer-column (dataset {options.dataset} has {', '.join(dataset.column_names)})"
         )
-    if isinstance(dataset[0]["prompt"], str):
-        dataset = dataset.map(lambda row: {"prompt": _messages(row["prompt"], options)})
+    system, instruction = options.system_prompt, options.format_instruction
+    if isinstance(dataset[0]["prompt"], str) or instruction:
+        dataset = dataset.map(
+            lambda row: {"prompt": conversation(row["prompt"], system, instruction)}
+        )
     return dataset
 
 
@@ -271,8 +276,3 @@ def _end_tokens(tokenizer: Any, model: str) -> list[int]:
     ids += [eos] if isinstance(eos, int) else list(eos or [])
     ids += [t for t in (tokenizer.eos_token_id, tokenizer.pad_token_id) if t is not None]
     return sorted(set(ids))
-
-
-def _messages(text: str, options: TrainerOptions) -> list[dict[str, str]]:
-    system = [{"role": "system", "content": options.system_prompt}] if options.system_prompt else []
-    return [*system, {"role": "user", "content": text}]

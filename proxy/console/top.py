@@ -168,7 +168,7 @@ def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
         rows.append(
             (
                 rid,
-                str(r.get("state", "?")),
+                _state(r),
                 str(r.get("inflight", 0)),
                 _num(load.get("waiting")),
                 _pct(load.get("kv_usage")),
@@ -177,6 +177,12 @@ def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+def _state(replica: dict[str, Any]) -> str:
+    """A replica's state, and for one that is not healthy the proxy's reason (its last error)."""
+    state, why = str(replica.get("state", "?")), replica.get("last_error")
+    return f"{state} ({why})" if why and state != "healthy" else state
 
 
 def plain(snap: Snapshot) -> str:
@@ -198,11 +204,12 @@ def rich_view(snap: Snapshot) -> Any:
     for column in REPLICA_COLUMNS:
         table.add_column(column, no_wrap=True, overflow="fold")
     for row in replica_rows(snap):
+        state = row[1].split(" ", 1)[0]  # without the reason
         style = (
             "green"
-            if row[1] == "healthy"
+            if state == "healthy"
             else "yellow"
-            if row[1] in ("pending", "draining")
+            if state in ("pending", "draining")
             else "red"
         )
         table.add_row(*row, style=style)

@@ -9,6 +9,8 @@ capacity: a ``Placement`` carrying the replica and the decision's reason), or re
   Each ``release`` and each fleet change (``wake``) hands freed slots to waiters in arrival
   order; a waiter whose pick finds nothing is skipped, so one request waiting for a busy adapter
   does not block others. A waiter still queued after ``queue_timeout_s`` is refused.
+- A request that would queue while the fleet is out (``fleet.outage``: no routable replica for
+  longer than its grace) is refused at once, with the replicas' reasons.
 Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released, and
 each replica's ``cost`` is the sum of its leases' costs; the limiter is the one writer of
 ``Replica.inflight`` and ``Replica.cost``.
@@ -24,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from proxy.clock import Clock
 from proxy.config import LimitSettings
+from proxy.fleet.outage import Outage
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 
@@ -60,8 +63,15 @@ class _Waiter(Generic[P]):
 
 
 class Limiter:
-    def __init__(self, settings: LimitSettings, pool: ReplicaPool, clock: Clock) -> None:
+    def __init__(
+        self,
+        settings: LimitSettings,
+        pool: ReplicaPool,
+        clock: Clock,
+        outage: Outage | None = None,
+    ) -> None:
         self._settings = settings
+        self._outage = outage
         self._pool = pool
         self._clock = clock
         self._waiters: deque[_Waiter[Any]] = deque()
@@ -97,6 +107,9 @@ class Limiter:
             placed = self.try_acquire(pick)
             if placed is not None:
                 return placed
+        refusal = self._outage.refusal() if self._outage is not None else None
+        if refusal is not None:
+            raise Rejected("no_replica", f"{refusal}; retry when /health answers 200")
         if len(self._waiters) >= self._settings.queue_size:
             raise Rejected("queue_full", "the proxy's wait queue is full; retry shortly")
         waiter: _Waiter[P] = _Waiter(pick)

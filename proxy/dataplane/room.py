@@ -11,6 +11,7 @@ from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder, OutOfStep, Tracing
 from proxy.dataplane.limiter import Limiter
+from proxy.fleet.outage import Outage
 from proxy.fleet.room import Fleet
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
@@ -36,9 +37,10 @@ def build_dataplane(
     clock: Clock,
     metrics: Metrics,
     tracing: Tracing | None,
+    outage: Outage | None = None,
 ) -> DataPlane:
     pool, upstream = fleet.pool, settings.upstream
-    limiter = Limiter(settings.limits, pool, clock)
+    limiter = Limiter(settings.limits, pool, clock, outage)
     policy = build_policy(settings.policy)
     costs = CostModel()
     facts = Facts(

@@ -6,6 +6,10 @@ Rules kept by ``next_state``:
   (PENDING) is admitted on its first good probe;
 - admission is a request, not a fact: the loop first brings the replica in step with the fleet
   (models, paused state, adapters), and only then marks it healthy.
+Each replica's first failed probe, a change of its reason and its recovery are logged (WARNING
+for going bad, INFO for coming back: ``ReplicaPool.admit``), never a line per probe; the reason,
+in words (``upstream.reasons``), is the replica's ``last_error`` that ``/health``,
+``/proxy/status`` and ``top`` show.
 The loop applies the result through the pool (``ReplicaPool.eject`` / ``admit``), the one owner
 of replica state; passive ejections (the forwarder, the breaker, fan-out) go the same way.
 """
@@ -24,6 +28,7 @@ from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.errors import CONTROL_ERRORS, TRANSPORT_ERRORS, is_local
+from proxy.upstream.reasons import failure_reason, status_reason
 
 log = logging.getLogger("proxy.health")
 
@@ -58,6 +63,13 @@ def next_state(
     if prev.health is Health.HEALTHY and streak >= settings.eject_after:
         return ProbeState(Health.EJECTED, 0, streak), Transition.EJECT
     return state, Transition.NONE
+
+
+def _standing(replica: Replica) -> str:
+    """How a failed probe leaves ``replica``, for its WARNING line."""
+    if replica.health is Health.PENDING:
+        return "not ready"
+    return "still down" if replica.health is Health.EJECTED else "failed a probe"
 
 
 class Admission(Protocol):
@@ -118,14 +130,19 @@ class HealthMonitor:
         prev = ProbeState(replica.health, replica.ok_streak, replica.fail_streak)
         state, transition = next_state(prev, ok, self._settings)
         self._pool.note_probe(replica, state.ok_streak, state.fail_streak)
+        if not ok and error != replica.last_error:  # the first failure, or a new reason
+            log.warning("replica %s %s: %s", replica.id, _standing(replica), error)
         if transition is Transition.EJECT:
-            self._pool.eject(replica, "probe", f"{error} ({state.fail_streak} in a row)")
+            self._pool.eject(replica, "probe", error)
         elif transition is Transition.ADMIT and replica.id not in self._admitting:
             if not self._pool.cooling(replica):
                 await self._admit(replica)
         elif not ok and error:
             self._pool.note_error(replica, error)
         elif ok and replica.routable:
+            if replica.last_error:  # failed a probe or two, never ejected: it answers again
+                log.info("replica %s answers its probes again", replica.id)
+                self._pool.note_error(replica, "")
             await self._maybe_refresh(replica)
 
     async def _admit(self, replica: Replica) -> None:
@@ -156,7 +173,7 @@ class HealthMonitor:
             if is_local(exc):
                 log.warning("replica %s not probed: %s (the proxy's own limit)", replica.id, exc)
                 return None, ""
-            return False, f"probe failed: {type(exc).__name__}"
+            return False, f"probe failed: {failure_reason(exc, self._settings.timeout_s)}"
         if reply.status != 200:
-            return False, f"probe answered HTTP {reply.status}"
+            return False, f"probe answered {status_reason(reply.status)}"
         return True, ""

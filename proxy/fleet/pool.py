@@ -139,7 +139,8 @@ class ReplicaPool:
     def admit(self, replica: Replica) -> None:
         """Mark ``replica`` healthy: it has been probed and brought in step with the fleet."""
         if replica.health is not Health.HEALTHY:
-            log.info("replica %s admitted", replica.id)
+            was = f" (was: {replica.last_error})" if replica.last_error else ""
+            log.info("replica %s admitted%s", replica.id, was)
         replica.health = Health.HEALTHY
         replica.last_error = ""
         self.refresh()

@@ -33,8 +33,10 @@ client-error log is the ``logger`` aiohttp's handlers are given, with a ``loggin
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import resource
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -80,6 +82,27 @@ _BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
     (ContentLengthError, "bad_framing"),
     (BadHttpMessage, "bad_message"),
 )
+
+
+# Why a listening socket could not be made, in words, with what to do (``CannotListen``).
+_BIND_ERRORS = {
+    errno.EADDRINUSE: "address already in use (another proxy running? pick another --port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges: pick another --port)",
+    errno.EADDRNOTAVAIL: "address not available (--host must be an address of this machine)",
+}
+
+
+class CannotListen(Exception):
+    """The proxy's port could not be opened: a start-up error a restart cannot fix."""
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
+    """``exc`` from ``create_server`` as one line naming the address and what to do."""
+    if isinstance(exc, socket.gaierror):
+        why = f"--host {host} does not resolve ({exc.strerror})"
+    else:
+        why = _BIND_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
+    return CannotListen(f"cannot listen on {host}:{port}: {why}")
 
 
 def bad_input_kind(exc: BaseException) -> str:
@@ -292,32 +315,45 @@ async def serving(
 ) -> AsyncIterator[str]:
     """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up.
 
-    The listener is ours, every connection through ``guard.factory(runner.server)``; on the way
-    out it stops accepting first, then ``runner.cleanup()`` closes the open connections and
-    runs the app's cleanup (the order an aiohttp site keeps)."""
+    The listener is ours, every connection through ``guard.factory(runner.server)``. It is
+    opened before the app starts and accepts once the app has: a port that cannot be opened
+    raises ``CannotListen`` with nothing started (no session, no background task, no probe
+    logged). On the way out it stops accepting first, then ``runner.cleanup()`` closes the open
+    connections and runs the app's cleanup (the order an aiohttp site keeps)."""
     runner = web.AppRunner(
         app, handle_signals=False, **runner_options(settings, logger, shutdown_timeout)
     )
-    await runner.setup()
-    listener: asyncio.Server | None = None
+
+    def handler() -> asyncio.Protocol:  # called per connection, so only once serving
+        assert runner.server is not None  # made by setup(), before the listener accepts
+        return runner.server()
+
     try:
-        assert runner.server is not None  # made by setup()
         listener = await asyncio.get_running_loop().create_server(
-            guard.factory(runner.server),
+            guard.factory(handler),
             host,
             port,
             ssl=ssl_context,
             backlog=BACKLOG,
             reuse_address=True,
+            start_serving=False,
         )
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from None
+    try:
+        await runner.setup()
+    except BaseException:
+        listener.close()
+        raise
+    try:
+        await listener.start_serving()
         if listener.sockets:
             port = listener.sockets[0].getsockname()[1]
         guard.start()
         yield f"{'https' if ssl_context else 'http'}://{host}:{port}"
     finally:
         guard.stop()
-        if listener is not None:
-            listener.close()
+        listener.close()
         await runner.cleanup()
 
 

@@ -12,6 +12,7 @@ PREFIX = "rollout_proxy_"
 REJECTION_REASONS = (
     "queue_full",
     "queue_timeout",
+    "no_replica",
     "too_large",
     "bad_request",
     "unauthorized",

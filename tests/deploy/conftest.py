@@ -108,7 +108,9 @@ class Stand:
                 "url": url,
                 "state": "pending" if url in refused else "healthy",
                 "routable": url not in refused,
-                "last_error": "probe answered HTTP 401" if url in refused else "",
+                "last_error": "probe answered HTTP 401 (check --upstream-token)"
+                if url in refused
+                else "",
             }
             for url in urls
         ]

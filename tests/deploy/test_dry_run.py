@@ -297,24 +297,6 @@ def test_in_topology_job_replicas_also_outlive_the_proxy_wait(
     }
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("6H", "argument --timeout: a number and a unit s, m, h or d (e.g. 90m, 6h), not '6H'"),
-        ("90", "'90' alone would be 90 seconds to the Jobs API: write 90s, 90m or 90h"),
-        ("h", "argument --timeout: a number and a unit s, m, h or d"),
-        ("0m", "argument --timeout: must be longer than 0 (got '0m')"),
-    ],
-)
-def test_a_timeout_without_a_valid_unit_exits_2(
-    value: str, message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main([*ARGS, "--dry-run", "--timeout", value], Runtime(clock=FakeClock()))
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-
-
 def test_attempts_apply_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run("--topology", "job", "--attempts", "1", monkeypatch=monkeypatch)
     assert [spec["attempts"] for spec in specs] == [1, 1, 1, 1]

@@ -78,7 +78,7 @@ def test_sidecar_up_is_not_ready_until_its_proxy_routes_to_every_replica(stand: 
     assert "is up" not in result.out
     assert (
         f"r1-trainer (job 000000000000000066500003): RUNNING, {trainer_url} its proxy routes to "
-        f"1/2 replicas ({urls[1]}: probe answered HTTP 401)"
+        f"1/2 replicas ({urls[1]}: probe answered HTTP 401 (check --upstream-token))"
     ) in result.err
     assert "the trainer's proxy does not reach every replica" in result.err
     assert "read access to the namespace alice" in result.err
@@ -259,6 +259,9 @@ def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
     assert "python -m deploy status --run-name r1" in missing.err
 
 
+REFUSED = "probe answered HTTP 401 (check --upstream-token)"  # the proxy's reason
+
+
 def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) -> None:
     urls = stand.fleet(2)
     assert stand.cli(*UP, "--replicas", "2").code == 0
@@ -271,8 +274,7 @@ def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) 
     trainer_url = stand.hub.exposed["r1-trainer"]
     assert f"RUNNING  {trainer_url} unhealthy (HTTP 503)" in result.out
     assert (
-        f"replicas: 0/2 routable ({urls[0]} pending: probe answered HTTP 401, "
-        f"{urls[1]} pending: probe answered HTTP 401)"
+        f"replicas: 0/2 routable ({urls[0]} pending: {REFUSED}, {urls[1]} pending: {REFUSED})"
     ) in result.out
     assert result.out.count(" healthy") == 2  # the replicas themselves answer deploy's probe
     # JobInfo.retry, as the client reads it: the runs HF Jobs may add to the first.

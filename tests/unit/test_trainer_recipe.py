@@ -115,7 +115,7 @@ def test_without_the_trainer_packages_the_command_says_what_to_install(
     argv = [*BASE, "--output-dir", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "install the trainer's packages with pip install 'rollout-proxy[trainer]'" in err
+    assert "rollout-trainer: needs torch, trl and peft: pip install 'rollout-proxy[trainer]'" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()  # stopped before anything was started or written
 

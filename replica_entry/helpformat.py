@@ -1,0 +1,52 @@
+"""The help of every entry point's flags (``rollout-replica``, ``rollout-trainer``,
+``rollout-deploy``): one line of what a flag does, ending with its default.
+
+argparse's ``ArgumentDefaultsHelpFormatter`` shows a default only where a flag has help, prints
+``None`` for "not set" and repeats a default the help already states; this one writes
+``(default: none)``, ``on``/``off`` for a switch (``off`` for ``--no-X`` too: the switch
+itself), ``(required)`` for a flag without a default,
+and leaves a help that says its default itself (``default: ...``) as written. ``version_flag``
+is the one ``--version`` (``proxy.__version__``, the installed distribution's).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from proxy import __version__
+
+DEFAULT_MARK = "default:"
+
+
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help with its default, as the module docstring says."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        if DEFAULT_MARK in text or "%(default)" in text:
+            return text
+        return f"{text} ({shown_default(action)})".lstrip()
+
+
+def shown_default(action: argparse.Action) -> str:
+    """What an option's help ends with: ``required``, or its default as a user would write it."""
+    if action.required:
+        return "required"
+    default = action.default
+    if isinstance(action, argparse._StoreConstAction) and isinstance(action.const, bool):
+        return "default: off"  # --keep, --no-adapter-push: the switch itself, not its dest
+    if default is None or default == [] or default == "":
+        return "default: none"
+    if isinstance(default, bool):
+        return f"default: {'on' if default else 'off'}"
+    return "default: %(default)s"  # argparse fills it in (a literal % in a default is escaped)
+
+
+def version_flag(parser: argparse.ArgumentParser) -> None:
+    """``--version``: ``<prog> <version>`` (the program's own name, never a subcommand's)."""
+    name = (parser.prog or "").split()[0]
+    parser.add_argument(
+        "--version", action="version", version=f"{name} {__version__}", help="print it and exit"
+    )

@@ -1,0 +1,92 @@
+"""No routable replica for longer than the grace: a request is answered 503 at once, naming the
+replicas' reasons, instead of waiting the queue timeout; within the grace it waits as before."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from proxy.app import PROXY, build_app, serve
+from proxy.config import Settings
+from proxy.fleet.replica import Replica
+from tests.support.calls import completion
+from tests.support.fleet import run_sim
+from tests.support.servers import free_port
+from tests.support.waiting import wait_for
+
+PROBES = {"health_interval": 0.05, "health_timeout": 0.5}
+ANSWER_BOUND_S = 10.0  # far below the refused case's 30 s queue timeout; room for a busy machine
+
+
+@asynccontextmanager
+async def unreachable_fleet(grace_s: float, **settings: Any) -> AsyncIterator[tuple[str, Replica]]:
+    """A proxy whose one replica is a closed port, once its first probe has failed."""
+    url = f"http://127.0.0.1:{free_port()}"
+    app = build_app(
+        Settings.model_validate({"replicas": [url], **PROBES, **settings}),
+        no_replica_grace_s=grace_s,
+    )
+    async with serve(app) as proxy_url:
+        replica = next(iter(app[PROXY].fleet.pool))
+        await wait_for(lambda: replica.last_error != "", what="the first failed probe")
+        yield proxy_url, replica
+
+
+async def ask(proxy_url: str) -> tuple[int, dict[str, Any]]:
+    async with aiohttp.ClientSession() as session:
+        post = session.post(proxy_url + "/v1/completions", json=completion())
+        async with post as resp:
+            return resp.status, orjson.loads(await resp.read())
+
+
+async def test_past_the_grace_a_request_is_refused_at_once_with_the_reasons(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="proxy")
+    async with unreachable_fleet(0.0, queue_timeout=30) as (proxy_url, replica):
+        for _ in range(2):
+            status, body = await asyncio.wait_for(ask(proxy_url), ANSWER_BOUND_S)
+            assert status == 503
+            assert body["error"]["message"] == (
+                f"no replica is ready: {replica.url} (probe failed: connection refused); "
+                "retry when /health answers 200"
+            )
+        async with aiohttp.ClientSession() as session, session.get(proxy_url + "/metrics") as r:
+            assert b'rollout_proxy_rejections_total{reason="no_replica"} 2.0' in await r.read()
+    said = [r.getMessage() for r in caplog.records if "answered 503 at once" in r.getMessage()]
+    assert len(said) == 1  # once per outage, not per request
+
+
+async def test_within_the_grace_a_request_waits_for_a_replica() -> None:
+    async with unreachable_fleet(3600.0, queue_timeout=0.2) as (proxy_url, _):
+        status, body = await asyncio.wait_for(ask(proxy_url), ANSWER_BOUND_S)
+    assert status == 503
+    assert body["error"]["message"] == "no replica slot became free within 0.2 s"
+
+
+async def test_a_fleet_with_no_replica_says_so() -> None:
+    app = build_app(Settings.model_validate({}), no_replica_grace_s=0.0)
+    async with serve(app) as proxy_url:
+        status, body = await asyncio.wait_for(ask(proxy_url), ANSWER_BOUND_S)
+    assert status == 503
+    assert body["error"]["message"].startswith("no replica is configured;")
+
+
+async def test_the_outage_ends_when_a_replica_is_admitted() -> None:
+    """... and a request that queues behind a busy replica is not refused (only an outage is)."""
+    async with unreachable_fleet(0.0, max_inflight_per_replica=1) as (proxy_url, replica):
+        assert (await ask(proxy_url))[0] == 503
+        port = int(replica.url.rsplit(":", 1)[1])
+        async with run_sim(port=port, faults={"delay_s": 0.2}):
+            await wait_for(lambda: replica.routable, ANSWER_BOUND_S, "the replica admitted")
+            answers = await asyncio.wait_for(
+                asyncio.gather(ask(proxy_url), ask(proxy_url)), ANSWER_BOUND_S
+            )
+    assert [status for status, _ in answers] == [200, 200], answers
