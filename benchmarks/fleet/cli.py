@@ -175,7 +175,8 @@ def _suite(
     args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
 ) -> tuple[Any, str]:
     checks = validate(gpu, trainer, sync, quick=args.quick)
-    text = "published run (REFERENCE.md section 4), prefix policy:\n" + report.table(
+    published = "published run (huggingface.co/blog/asyncgrpo-lora-hfjobs), prefix policy:\n"
+    text = published + report.table(
         ["in_flight", "replicas", "mean_s", "p50_s", "bound_s", "steady_s", "published_s", "hit",
          "wasted"],
         [[r["max_inflight"], r["replicas"], r["step_time_mean_s"], r["step_time_p50_s"],
