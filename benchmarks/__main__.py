@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
+    report.take_written()  # a run names only what it wrote itself
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")
     results, text = run(args.suite, args)
     print(text)
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         env = report.environment({"suite": args.suite, "quick": args.quick})
         report.write_json(args.json, args.suite, env, results)
-        print(f"wrote {args.json}")
+    if closing := report.closing_line(report.take_written()):
+        print(closing)
     return 0
 
 

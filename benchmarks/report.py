@@ -13,6 +13,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# Every file this run wrote (its JSON, its charts), for the closing line that names them.
+_written: list[Path] = []
+
 
 def progress(message: str) -> None:
     """A line on stderr while a suite runs (stdout holds the table)."""
@@ -54,6 +57,19 @@ def _fmt(value: Any) -> str:
 def write_json(path: Path, suite: str, env: dict[str, Any], results: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"suite": suite, "environment": env, "results": results}, indent=1))
+    _written.append(path)
+
+
+def take_written() -> list[Path]:
+    """The files written since the last call, in order (a run's closing line names them all)."""
+    paths = list(_written)
+    _written.clear()
+    return paths
+
+
+def closing_line(paths: Sequence[Path]) -> str:
+    """``wrote A, B, C``: every file a run wrote, so none is looked for in vain; empty if none."""
+    return "wrote " + ", ".join(str(p) for p in paths) if paths else ""
 
 
 @contextlib.contextmanager
@@ -73,16 +89,40 @@ def _chart(path: Path, title: str, ylabel: str, size: tuple[float, float]) -> It
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    _written.append(path)
 
 
 def bar_chart(
-    path: Path, title: str, labels: list[str], series: dict[str, list[float]], ylabel: str
+    path: Path,
+    title: str,
+    labels: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    *,
+    bounds: dict[str, list[float | None]] | None = None,
+    reference: tuple[str, list[float]] | None = None,
 ) -> None:
-    with _chart(path, title, ylabel, (max(6.0, len(labels) * 1.2), 4)) as ax:
+    """Grouped bars, one group per label. ``bounds``: per series, a value per label drawn as a
+    black tick across its bar (legend "bound"), not as a bar of its own: a bound is no policy.
+    ``reference``: (its name, a value per label) drawn as a dashed line across the group."""
+    with _chart(path, title, ylabel, (max(6.0, len(labels) * 1.2), 4.5)) as ax:
         width = 0.8 / max(len(series), 1)
         for index, (name, values) in enumerate(series.items()):
-            ax.bar([i + index * width for i in range(len(labels))], values, width, label=name)
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=8)
+            xs = [i + index * width for i in range(len(labels))]
+            ax.bar(xs, values, width, label=name)
+            ticks = [(x, b) for x, b in zip(xs, (bounds or {}).get(name, []), strict=False)]
+            for x, b in ticks:
+                if b is not None:
+                    ax.hlines(b, x - width / 2, x + width / 2, colors="black", linewidth=2)
+        if bounds:
+            ax.plot([], [], color="black", linewidth=2, label="bound")
+        if reference:
+            name, values = reference
+            for i, value in enumerate(values):
+                ax.hlines(value, i - width / 2, i + 0.8 - width / 2, colors="grey",
+                          linestyles="dashed", label=name if i == 0 else None)  # fmt: skip
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=8,
+                      rotation=30, ha="right")  # fmt: skip
 
 
 def line_chart(

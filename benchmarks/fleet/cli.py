@@ -25,6 +25,7 @@ from benchmarks import report
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.suite import run_grid, validate, what_if
 from benchmarks.fleet.workloads import WORKLOADS
+from benchmarks.references import legend, marked
 
 # GPU: memory (GB), HBM bandwidth (TB/s), dense bf16 peak (TFLOP/s); vendor data sheets.
 GPUS = {
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     started = time.monotonic()
+    report.take_written()  # a run names only what it wrote itself
     gpu = GpuModel()
     if args.gpu or args.params_b or args.kv_bytes_per_token or args.model != "qwen2.5-1.5b":
         gpu = gpu_for(args.gpu or "h200", args.model, args.params_b, args.kv_bytes_per_token)
@@ -162,7 +164,8 @@ def main(argv: list[str]) -> int:
             "proxy": dataclasses.asdict(proxy),
         }
         report.write_json(args.json, "fleet", report.environment(settings), results)
-        print(f"wrote {args.json}")
+    if closing := report.closing_line(report.take_written()):
+        print(closing)
     return 0
 
 
@@ -175,7 +178,8 @@ def _suite(
     args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
 ) -> tuple[Any, str]:
     checks = validate(gpu, trainer, sync, quick=args.quick)
-    text = "published run (REFERENCE.md section 4), prefix policy:\n" + report.table(
+    published = "published run (huggingface.co/blog/asyncgrpo-lora-hfjobs), prefix policy:\n"
+    text = published + report.table(
         ["in_flight", "replicas", "mean_s", "p50_s", "bound_s", "steady_s", "published_s", "hit",
          "wasted"],
         [[r["max_inflight"], r["replicas"], r["step_time_mean_s"], r["step_time_p50_s"],
@@ -189,23 +193,41 @@ def _suite(
     text += "\n\n" + report.table(
         ["workload", "replicas", "policy", "p50_s", "p99_s", "mean_s", "bound_s", "of_bound",
          "of_steady", "hit", "util", "preempt", "wasted"],
-        [[r["workload"], r["replicas"], r["policy"], r["step_time_p50_s"], r["step_time_p99_s"],
+        [[r["workload"], r["replicas"], marked(r["policy"]), r["step_time_p50_s"],
+          r["step_time_p99_s"],
           r["step_time_mean_s"], r["lower_bound_s"] or "-", r["of_lower_bound"] or "-",
           r["of_steady_state"], r["hit_rate"], r["utilization"], r["preemptions"],
           r["wasted_tokens"]] for r in rows],
     )  # fmt: skip
+    text += "\n" + legend(r["policy"] for r in rows)
     if args.plot:
-        cells = list(dict.fromkeys((r["workload"], r["replicas"]) for r in rows))
-        policies = list(dict.fromkeys(r["policy"] for r in rows))
-        by = {(r["workload"], r["replicas"], r["policy"]): r["step_time_mean_s"] for r in rows}
-        report.bar_chart(
-            args.plot / "fleet_step_time.png",
-            "Mean step time (s), by workload and fleet size",
-            [f"{w} x{n}" for w, n in cells],
-            {p: [by[(w, n, p)] for w, n in cells] for p in policies},
-            "seconds",
-        )
+        step_time_chart(args.plot / "fleet_step_time.png", rows)
     return {"validation": checks, "rows": rows}, text
+
+
+def step_time_chart(path: Path, rows: list[dict[str, Any]]) -> None:
+    report.bar_chart(path, ylabel="seconds", **step_time_figure(rows))
+
+
+def step_time_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean step time per policy, grouped by workload and fleet size; each run's lower bound a
+    tick on its bar and the steady-state reference a dashed line (neither is a policy)."""
+    policy_rows = [r for r in rows if r["policy"] != "steady_state"]
+    cells = list(dict.fromkeys((r["workload"], r["replicas"]) for r in policy_rows))
+    policies = list(dict.fromkeys(r["policy"] for r in policy_rows))
+    by = {(r["workload"], r["replicas"], r["policy"]): r for r in rows}
+    return {
+        "title": "Mean step time (s); * a reference, not a --policy choice",
+        "labels": [f"{w}, {n} replicas" for w, n in cells],
+        "series": {
+            marked(p): [by[(w, n, p)]["step_time_mean_s"] for w, n in cells] for p in policies
+        },
+        "bounds": {marked(p): [by[(w, n, p)]["lower_bound_s"] for w, n in cells] for p in policies},
+        "reference": (
+            "steady-state reference",
+            [by[(w, n, "steady_state")]["step_time_mean_s"] for w, n in cells],
+        ),
+    }
 
 
 def _what_if(

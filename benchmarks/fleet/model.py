@@ -1,7 +1,8 @@
 """The constants of the fleet simulator, each a flag (``python -m benchmarks fleet --help``).
 
 Defaults: Qwen2.5-Math-1.5B (bf16) served by vLLM on one H200 per replica, TRL's
-AsyncGRPOTrainer as in the published run (REFERENCE.md section 4). Where each figure comes from
+AsyncGRPOTrainer as in the published run
+(https://huggingface.co/blog/asyncgrpo-lora-hfjobs). Where each figure comes from
 is in README.md ("Calibration"); in short:
 - ``kv_blocks``: (141 GB x 0.9 - 3.1 GB of weights - ~5 GB of activations) / 28,672 bytes of KV
   per token (28 layers x 2 KV heads x 128 dims x K and V x 2 bytes) / 16 tokens per block;

@@ -1,7 +1,8 @@
 """Suite ``fleet``: step time per routing policy, workload and fleet size; the published run
 reproduced; the what-if table.
 
-The grid keeps the published run's 128 rollouts in flight per replica (REFERENCE.md section 4)
+The grid keeps the published run's 128 rollouts in flight per replica (the write-up:
+https://huggingface.co/blog/asyncgrpo-lora-hfjobs)
 and sizes each step so that the fleet, not the trainer, sets the pace: as many groups per step
 as make the steady-state reference's fleet time ``--grid-pressure`` (1.5) times the
 trainer's own (``train_s`` plus its share of the syncs). At the published load the trainer is
@@ -200,7 +201,7 @@ def steady_row(workload: str, replicas: int, steady: SteadyState) -> dict[str, A
     }
 
 
-# -- the published run (REFERENCE.md section 4) ----------------------------------------------
+# -- the published run (huggingface.co/blog/asyncgrpo-lora-hfjobs) -------------------------
 
 PUBLISHED = {(384, 3): 6.4}  # 500 steps in 53 min
 

@@ -225,6 +225,45 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         case = Case(concurrency, delay, tokens, model, vocab)
         run = run_case(case, requests, repeats, 2, report.progress, args.replicas)
         rows.append(asyncio.run(run))
+    text = table(rows)
+    if args.plot:
+        report.bar_chart(
+            args.plot / "overhead_cpu.png",
+            "CPU per request (µs)",
+            [cell_label(r) for r in rows],
+            {
+                "passthrough": [r["targets"]["passthrough"]["cpu_us"] for r in rows],
+                "proxy": [r["targets"]["proxy"]["cpu_us"] for r in rows],
+            },
+            "µs",
+        )
+    return rows, text
+
+
+# The table's columns, each with what it means (printed under the table as its legend).
+COLUMNS = {
+    "conns": "concurrent connections of the load generator",
+    "delay_ms": "the replica's delay before it answers",
+    "tokens": "prompt tokens per request",
+    "direct_rps": "requests/s straight to a replica",
+    "passthru_rps": "requests/s through the bare aiohttp pass-through (the transport floor)",
+    "proxy_rps": "requests/s through rollout-proxy",
+    "passthru_cpu_us": "the pass-through's CPU time per request, µs",
+    "proxy_cpu_us": "the proxy's CPU time per request, µs",
+    "cpu_ratio": "proxy_cpu_us / passthru_cpu_us",
+    "+p50_ms": "latency the proxy adds over direct, p50",
+    "+p99_ms": "and p99",
+    "ceiling_rps": "requests/s one proxy core could carry at that CPU cost (1e6 / proxy_cpu_us)",
+}
+
+
+def cell_label(row: dict[str, Any]) -> str:
+    """A grid cell as a chart's axis names it, in words."""
+    return f"{row['concurrency']} conns, {row['delay_ms']:.0f} ms delay, {row['tokens']} tokens"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The grid's table, then a legend line per column."""
     lines = []
     for row in rows:
         t = row["targets"]
@@ -244,33 +283,5 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
                 row["proxy_ceiling_rps"],
             ]
         )
-    text = report.table(
-        [
-            "conc",
-            "delay_ms",
-            "tokens",
-            "direct_rps",
-            "pass_rps",
-            "proxy_rps",
-            "pass_us",
-            "proxy_us",
-            "ratio",
-            "+p50_ms",
-            "+p99_ms",
-            "ceiling_rps",
-        ],
-        lines,
-    )
-    if args.plot:
-        labels = [f"c{r['concurrency']}/d{r['delay_ms']:.0f}/t{r['tokens']}" for r in rows]
-        report.bar_chart(
-            args.plot / "overhead_cpu.png",
-            "CPU per request (µs)",
-            labels,
-            {
-                "passthrough": [r["targets"]["passthrough"]["cpu_us"] for r in rows],
-                "proxy": [r["targets"]["proxy"]["cpu_us"] for r in rows],
-            },
-            "µs",
-        )
-    return rows, text
+    legend = "\n".join(f"  {name}: {meaning}" for name, meaning in COLUMNS.items())
+    return report.table(list(COLUMNS), lines) + "\n" + legend

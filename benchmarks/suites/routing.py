@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.harness.trace import TraceShape
+from benchmarks.references import legend, marked
 from benchmarks.sims.learned_blocks import LearnedBlocks
 from benchmarks.sims.routing import SimConfig, simulate
 from proxy.routing.least_loaded import LeastLoaded
@@ -99,9 +100,11 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
     text = report.table(
         ["workload", "replicas", "membership", "policy", "hit_rate", "best", "of_best",
          "max/mean", "spill"],
-        [[r["workload"], r["replicas"], r["membership"], r["policy"], r["hit_rate"],
+        [[r["workload"], r["replicas"], r["membership"], marked(r["policy"]), r["hit_rate"],
           r["best_rate"], r["of_best"], r["max_mean"], r["spill_rate"]] for r in rows],
     )  # fmt: skip
+    if refs := legend(r["policy"] for r in rows):
+        text += "\n" + refs
     if args.plot:
         cases = list(dict.fromkeys((r["workload"], r["replicas"], r["membership"]) for r in rows))
         labels = [f"{w} {n} {m}" for w, n, m in cases]
@@ -116,6 +119,7 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
             ]
             for p in dict.fromkeys(r["policy"] for r in rows)
         }
+        series = {marked(p): values for p, values in series.items()}
         report.bar_chart(
             args.plot / "routing_hit_rate.png",
             "Prefix-cache hit rate (tokens)",

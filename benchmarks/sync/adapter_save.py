@@ -1,8 +1,9 @@
 """Suite ``sync --save``: how long saving the published adapter takes on local disk, the save
 phase of a weight sync (``--sync-save-s`` in the fleet simulator).
 
-The published adapter (REFERENCE.md sections 4 and 8): Qwen2.5-Math-1.5B, LoRA r=1 on
-``all-linear`` (q, k, v, o, gate, up, down in each of 28 layers), bf16. Its shapes from the
+The published adapter (https://huggingface.co/blog/asyncgrpo-lora-hfjobs, its job scripts):
+Qwen2.5-Math-1.5B, LoRA r=1 on ``all-linear`` (q, k, v, o, gate, up, down in each of 28 layers),
+bf16. Its shapes from the
 model's config (hidden 1536, 12 heads and 2 KV heads of 128, MLP 8960): 196 modules x (A, B) =
 392 tensors, 2,308,096 bytes. Each repeat saves it as PEFT does (``save_pretrained``: the
 weights with ``safetensors.torch.save_file``, then ``adapter_config.json``) into a fresh

@@ -139,7 +139,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
         f"proxy {snap.url}  policy {s.get('policy', '-')}  replicas {routable}/{len(replicas)} "
         f"routable  pid {s.get('pid', '-')}  restarts {s.get('restarts', 0)}",
         f"in flight {s.get('inflight', 0)}/{s.get('max_inflight', '-')}  "
-        f"queued {s.get('queued', 0)}  {f.requests_per_s:.1f} req/s  "
+        f"queued {s.get('queued', 0)}  {_rate(snap)}  "
         f"latency p50 {_ms(f.p50_s)} p99 {_ms(f.p99_s)}  (over {f.seconds:.0f} s)",
         f"cache hit ratio {_pct(quality.get('hit_ratio', f.hit_ratio))}  available "
         f"{_pct(quality.get('available'))}  affinity efficiency {_pct(quality.get('efficiency'))}",
@@ -151,8 +151,19 @@ def summary_lines(snap: Snapshot) -> list[str]:
     if advice:
         lines.append(f"advice: {advice.get('verdict', '-')}: {advice.get('action', '')}")
         for name, value in sorted((advice.get("figures") or {}).items()):
-            lines.append(f"  {name} = {_num(value)}")
+            if name != "requests_per_s":  # shown once, above
+                lines.append(f"  {name} = {_num(value)}")
     return lines
+
+
+def _rate(snap: Snapshot) -> str:
+    """One request rate, labelled with its window: the advisor's (``--advice-window``) when
+    the proxy has one, else between two scrapes (since the start, on the first)."""
+    figures = (snap.status.get("advice") or {}).get("figures") or {}
+    rate, window = figures.get("requests_per_s"), figures.get("window_s")
+    if rate is None or not window:
+        rate, window = snap.figures.requests_per_s, snap.figures.seconds
+    return f"{rate:.1f} req/s (last {window:.0f} s)"
 
 
 REPLICA_COLUMNS = ("replica", "state", "inflight", "queue", "kv", "hit", "adapters")

@@ -67,9 +67,12 @@ class Admin:
             return body_timeout(self._body_timeout_s)
         try:
             data = orjson.loads(raw)
-            url = data["url"] if isinstance(data, dict) else None
+        except orjson.JSONDecodeError:
+            data = None  # as a body without its url: the same one line saying what to send
+        try:
+            url = data.get("url") if isinstance(data, dict) else None
             if not isinstance(url, str):
-                raise ValueError('body must be {"url": "http://host:port"}')
+                raise ValueError('the body must be {"url": "http://host:port"}')
             check_replica_url(url)  # a URL that is no replica URL: 400, as before
             if not self._hosts.allows(url):
                 allowed = ", ".join(self._hosts.patterns) or "none"
@@ -79,7 +82,7 @@ class Admin:
                     f"token to (allowed: {allowed}); start it with --replica-hosts to allow more",
                 )
             replica = self._pool.add(url)
-        except (orjson.JSONDecodeError, KeyError, ValueError) as exc:
+        except (KeyError, ValueError) as exc:
             return error_response(400, f"cannot add replica: {exc}")
         log.info("admin: replica %s added", replica.id)
         return json_response(201, views.replica_status(replica))

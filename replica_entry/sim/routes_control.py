@@ -191,6 +191,13 @@ async def version(request: web.Request) -> web.Response:
     return json_response({"version": SIM_VERSION})
 
 
+@routes.get("/get_world_size")
+async def get_world_size(request: web.Request) -> web.Response:
+    """vLLM's (dev mode) and TRL's ``vllm_serve``'s answer: the engine's ranks, tensor x data
+    parallel (x pipeline, for vLLM). The simulated engine is one rank, whatever ``include_dp``."""
+    return json_response({"world_size": 1})
+
+
 @routes.route("*", "/ping")
 async def ping(request: web.Request) -> web.Response:
     if request.method not in ("GET", "POST"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.contract.support import Replica
+from tests.contract.support import EXTERNAL_URL, Replica
 
 
 async def test_health_answers_200_with_an_empty_body(replica: Replica) -> None:
@@ -96,3 +96,15 @@ async def test_version_and_tokenize_round_trip(replica: Replica) -> None:
     status, back = await replica.post_json("/detokenize", {"tokens": answer["tokens"]})
     assert status == 200
     assert isinstance(back["prompt"], str)
+
+
+async def test_get_world_size_answers_the_engines_ranks(replica: Replica) -> None:
+    # vLLM's dev-mode route and TRL's vllm_serve answer the same shape; the proxy forwards it.
+    for path in ("/get_world_size", "/get_world_size?include_dp=false"):
+        status, raw = await replica.get(path)
+        assert status == 200, path
+        answer = json.loads(raw)
+        assert list(answer) == ["world_size"] and isinstance(answer["world_size"], int)
+        assert answer["world_size"] >= 1
+        if EXTERNAL_URL is None:
+            assert answer == {"world_size": 1}  # one simulated rank

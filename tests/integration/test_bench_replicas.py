@@ -40,4 +40,4 @@ async def test_overhead_runs_against_given_replicas_in_their_model_and_context(
         assert all(targets[name]["errors"] == 0 for name in targets)
         assert targets["direct"]["cpu_us"] is None  # not our process: not measured
         assert targets["proxy"]["cpu_us"] > 0 and targets["passthrough"]["cpu_us"] > 0
-    assert b"proxy_us" in stdout
+    assert b"proxy_cpu_us" in stdout

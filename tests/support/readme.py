@@ -19,3 +19,15 @@ def deploy_commands(subcommand: str) -> list[list[str]]:
             if line.startswith(f"python -m deploy {subcommand} "):
                 commands.append(shlex.split(line)[4:])
     return commands
+
+
+def section(title: str) -> str:
+    """The text of the README's ``## title`` section, up to the next ``## `` heading."""
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README.read_text(), re.S | re.M)
+    assert found, f"README.md has no section '## {title}'"
+    return found.group(1)
+
+
+def table_first_cells(text: str) -> list[str]:
+    """The first cell of every row of the Markdown tables in ``text`` (header rows included)."""
+    return [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("|")]

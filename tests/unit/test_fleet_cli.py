@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.fleet.cli import build, build_parser, gpu_for
+from benchmarks.fleet.cli import build, build_parser, gpu_for, step_time_figure
 from benchmarks.fleet.model import GpuModel, SyncModel
 
 SMALL = ["--groups-per-step", "4", "--max-tokens", "256", "--train-s", "0.5"]
@@ -61,7 +62,11 @@ def test_the_sync_phases_and_frozen_are_flags() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "flag"),
-    [(["--sync-frozen", "maybe"], "--sync-frozen"), (["--sync-mode", "rsync"], "--sync-mode")],
+    [
+        (["--sync-frozen", "maybe"], "--sync-frozen"),
+        (["--sync-mode", "rsync"], "--sync-mode"),
+        (["--sync-mode", "pushh"], "--sync-mode"),  # a typo is refused, not run as "mount"
+    ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(
     argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
@@ -76,3 +81,49 @@ def test_a_bad_value_is_one_line_naming_its_flag(
 def test_a_sync_model_names_a_bad_mode() -> None:
     with pytest.raises(ValueError, match="mode: expected one of mount, push, got 'rsync'"):
         SyncModel(mode="rsync")
+
+
+def test_the_help_names_only_flags_the_parser_takes() -> None:
+    parser = build_parser()
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", parser.format_help()))
+    taken = {option for action in parser._actions for option in action.option_strings}
+    assert len(named) > 30  # the walk saw the help
+    assert named - taken == set()
+
+
+def test_the_closing_line_names_every_file_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fleet.json"
+    args = ["fleet", "--quick", "--workloads", "uniform", "--sizes", "2", "--json", str(out)]
+    assert main([*args, "--plot", str(tmp_path), *SMALL, "--sync-s", "1.0"]) == 0
+    closing = capsys.readouterr().out.rstrip().splitlines()[-1]
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["fleet.json", "fleet_step_time.png"]
+    assert closing == f"wrote {tmp_path / 'fleet_step_time.png'}, {out}"
+
+
+def test_references_are_marked_and_told_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fleet", "--quick", "--workloads", "uniform", "--sizes", "2", *SMALL, "--sync-s", "1"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for reference in ("prefix_requests", "least_cost", "learned_blocks", "steady_state"):
+        assert f" {reference}* " in out, reference
+    for choice in ("prefix", "least_loaded", "round_robin"):
+        assert f" {choice} " in out and f" {choice}* " not in out, choice
+    legend = next(line for line in out.splitlines() if line.startswith("* a reference"))
+    assert "not a --policy choice" in legend and "learned_blocks (" in legend
+
+
+def test_the_step_time_chart_draws_the_bound_as_a_bound_not_a_policy() -> None:
+    rows = [
+        {"workload": "uniform", "replicas": 2, "policy": p, "step_time_mean_s": t,
+         "lower_bound_s": b}
+        for p, t, b in [("prefix", 8.5, 6.0), ("learned_blocks", 8.4, 6.1),
+                        ("steady_state", 8.3, None)]
+    ]  # fmt: skip
+    figure = step_time_figure(rows)
+    assert list(figure["series"]) == ["prefix", "learned_blocks*"]  # no bound, no reference bar
+    assert figure["bounds"] == {"prefix": [6.0], "learned_blocks*": [6.1]}
+    assert figure["reference"] == ("steady-state reference", [8.3])
+    assert figure["labels"] == ["uniform, 2 replicas"]
