@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 from proxy.routing.settings import AnyPolicySettings
 
-PROXY_POLICIES = tuple(
+POLICY_CHOICES = tuple(
     settings.model_fields["kind"].default for settings in typing.get_args(AnyPolicySettings)
 )
 # What each reference is, as its legend says it.
@@ -24,12 +24,12 @@ REFERENCES = {
 
 def marked(policy: str) -> str:
     """The name as a table prints it: a ``*`` on each that is no ``--policy`` choice."""
-    return policy if policy in PROXY_POLICIES else policy + "*"
+    return policy if policy in POLICY_CHOICES else policy + "*"
 
 
 def legend(policies: Iterable[str]) -> str:
     """One line naming the references among ``policies``; empty when there are none."""
-    refs = [p for p in dict.fromkeys(policies) if p not in PROXY_POLICIES]
+    refs = [p for p in dict.fromkeys(policies) if p not in POLICY_CHOICES]
     if not refs:
         return ""
     said = ", ".join(f"{p} ({REFERENCES.get(p, 'a reference')})" for p in refs)
