@@ -43,7 +43,7 @@ def workdir() -> Iterator[Path]:
 
 
 def _readme_plan(*changes: str) -> list[str]:
-    argv = deploy_commands("up")[0]
+    argv = deploy_commands("up", in_section="Run on HF Jobs")[0]  # the run the README launches
     argv[argv.index("--replicas") + 1] = "1"
     split = argv.index("--")
     return [*argv[:split], *changes, *argv[split:]]

@@ -9,11 +9,13 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def deploy_commands(subcommand: str) -> list[list[str]]:
+def deploy_commands(subcommand: str, in_section: str | None = None) -> list[list[str]]:
     """The arguments after ``python -m deploy SUBCOMMAND`` of every such command in a bash
-    block, in order (continuation lines joined, comments dropped)."""
+    block (of the README's ``## in_section`` when given), in order (continuation lines joined,
+    comments dropped)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+    text = README.read_text() if in_section is None else section(in_section)
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("#")[0].strip()
             if line.startswith(f"python -m deploy {subcommand} "):
