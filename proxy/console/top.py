@@ -265,7 +265,7 @@ async def _live(reader: Reader, interval_s: float) -> int:
                 try:
                     live.update(rich_view(await reader.read(session)), refresh=True)
                 except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
-                    live.update(Text(f"{reader.url}: {exc} (retrying)"), refresh=True)
+                    live.update(Text(f"{reader.url}: {unreachable(exc)} (retrying)"), refresh=True)
                 deadline = time.monotonic() + interval_s
                 while time.monotonic() < deadline:
                     if _pressed_q():
@@ -273,12 +273,24 @@ async def _live(reader: Reader, interval_s: float) -> int:
                     await asyncio.sleep(0.05)
 
 
+def unreachable(exc: BaseException) -> str:
+    """Why the proxy could not be read, in words (``connection refused: is the proxy running
+    there?``), not aiohttp's ``Cannot connect to host ... [Connect call failed ...]``."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return f"{exc.host} does not resolve"
+    if isinstance(exc, aiohttp.ClientConnectorError) and exc.os_error.errno:
+        return f"{os.strerror(exc.os_error.errno).lower()}: is the proxy running there?"
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return str(exc) or type(exc).__name__
+
+
 async def _once(reader: Reader) -> int:
     async with aiohttp.ClientSession() as session:
         try:
             snap = await reader.read(session)
         except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
-            print(f"rollout-proxy top: {reader.url}: {exc}", file=sys.stderr)
+            print(f"rollout-proxy top: {reader.url}: {unreachable(exc)}", file=sys.stderr)
             return 1
     sys.stdout.write(plain(snap))
     return 0

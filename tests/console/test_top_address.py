@@ -3,6 +3,8 @@ one is one line saying the shape wanted."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from proxy.console.top import main
@@ -26,4 +28,16 @@ def test_a_garbled_address_is_one_line(given: str, capsys: pytest.CaptureFixture
     assert err == (
         f"rollout-proxy top: {given!r} is not a proxy's address: "
         "give HOST:PORT or http(s)://HOST:PORT\n"
+    )
+
+
+async def test_a_proxy_that_is_not_there_is_one_line_in_words() -> None:
+    with socket.socket() as held:  # a port nobody listens on: bound, never listening
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        code, out, err = await top(f"127.0.0.1:{port}", "--once")
+    assert code == 1 and out == ""
+    assert err == (
+        f"rollout-proxy top: http://127.0.0.1:{port}: connection refused: "
+        "is the proxy running there?\n"
     )
