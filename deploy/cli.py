@@ -39,7 +39,7 @@ from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
-from replica_entry.helpformat import DefaultsFormatter, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
 
 
 def publish_code(
@@ -77,13 +77,13 @@ class Runtime:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="rollout-deploy",
         formatter_class=DefaultsFormatter,
         description="Deploy a rollout fleet (vLLM replicas, proxy, trainer) on Hugging Face Jobs.",
     )
     version_flag(parser)
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument(
         "--hub-endpoint",
         default=os.environ.get("HF_ENDPOINT"),

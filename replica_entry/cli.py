@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from replica_entry.helpformat import DefaultsFormatter, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 
 PROG = "rollout-replica"
@@ -32,7 +32,7 @@ _FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mou
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Run a replica (sim: the simulated one) until SIGTERM/SIGINT.",
         formatter_class=DefaultsFormatter,

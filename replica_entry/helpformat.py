@@ -7,15 +7,25 @@ argparse's ``ArgumentDefaultsHelpFormatter`` shows a default only where a flag h
 itself), ``(required)`` for a flag without a default,
 and leaves a help that says its default itself (``default: ...``) as written. ``version_flag``
 is the one ``--version`` (``proxy.__version__``, the installed distribution's).
+``OneLineParser`` answers a bad flag in one line naming it and where the flags are listed, not
+under the usage of some forty flags (as ``rollout-proxy``'s own parser does).
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import NoReturn
 
 from proxy import __version__
 
 DEFAULT_MARK = "default:"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A bad flag: ``PROG: error: MESSAGE (PROG --help lists the flags)``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
 
 
 class DefaultsFormatter(argparse.HelpFormatter):

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from proxy.adapters.store import claimable
 from proxy.fleet.addresses import is_loopback
-from replica_entry.helpformat import DefaultsFormatter, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
 
 PROG = "rollout-replica"
 
@@ -183,7 +183,7 @@ def _receiver_env(options: VllmOptions) -> dict[str, str]:
 
 
 def build_parser(
-    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+    parser_class: type[argparse.ArgumentParser] = OneLineParser,
 ) -> argparse.ArgumentParser:
     """The replica's parser (``parser_class``: deploy's, which raises instead of exiting)."""
     parser = parser_class(

@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from replica_entry.helpformat import DefaultsFormatter, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.prompts import AUTO, instruction_for
 from trainer_entry.recipe import Recipe
@@ -27,7 +27,7 @@ DESCRIPTION = "TRL's AsyncGRPOTrainer with a LoRA, on every GPU of the machine, 
 
 
 def build_parser(
-    parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser,
+    parser_class: type[argparse.ArgumentParser] = OneLineParser,
 ) -> argparse.ArgumentParser:
     """The trainer's parser (``parser_class``: deploy's, which raises instead of exiting)."""
     parser = parser_class(

@@ -63,6 +63,18 @@ def test_every_option_has_one_line_of_help_ending_with_its_default(
     assert "--help" in parser.format_help()
 
 
+@pytest.mark.parametrize("parser", _all_parsers(), ids=lambda p: p.prog)
+def test_a_bad_flag_is_one_line_naming_it_and_the_help(
+    parser: argparse.ArgumentParser, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        parser.parse_args(["--no-such-flag"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{parser.prog}: error: ") and "usage:" not in err, err
+    assert err.endswith(f" ({parser.prog} --help lists the flags)\n") and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("prog", PARSERS)
 def test_every_program_calls_itself_by_its_console_script(prog: str) -> None:
     parsers = list(_walk(PARSERS[prog]()))
