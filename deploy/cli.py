@@ -25,7 +25,6 @@ from huggingface_hub import HfApi, get_token
 
 from deploy import health, hints, preflight
 from deploy.clock import Clock, SystemClock
-from deploy.durations import duration
 from deploy.errors import DeployError
 from deploy.install import project_version, source_root
 from deploy.jobs import HUB_ERRORS, HubJobs
@@ -39,7 +38,7 @@ from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
 
 
 def publish_code(

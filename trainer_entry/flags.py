@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
+from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.prompts import AUTO, instruction_for
 from trainer_entry.recipe import Recipe
@@ -78,7 +78,7 @@ def build_parser(
         default="none",
         help="TRL's trackers (wandb, trackio, ...); proxy figures too",
     )
-    add("--server-timeout", type=float, default=240.0, help="seconds to wait for /health")
+    add("--server-timeout", type=duration, default="4m", help="how long to wait for /health")
     _topology_flags(parser)
     _world_flags(parser)
     _checkpoint_flags(parser)

@@ -1,5 +1,6 @@
 """Durations and byte sizes as users write them: ``60``, ``60s``, ``60 s``, ``500ms``, ``2m``;
-``33554432``, ``32MiB``, ``32 MiB``, ``64kB``, ``1GB``. The same in flags, variables and files.
+``33554432``, ``32MiB``, ``32 MiB``, ``64kB``, ``1GB``. The same in flags, variables and files,
+and in the other programs' duration flags (``rollout-deploy --ready-timeout 30m``).
 
 Each is an ``Annotated`` type defined once (``Seconds``, ``Bytes``): a ``BeforeValidator`` turns
 the text into a number, then the field's own bounds judge it, so ``-1`` still reads "greater than
@@ -15,10 +16,10 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ByteSize, TypeAdapter, ValidationError
 
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h)\s*", re.IGNORECASE)
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h|d)\s*", re.IGNORECASE)
 _BYTE_SIZE = TypeAdapter(ByteSize)
-SECONDS_FORMS = "a number of seconds, or one with a unit: 500ms, 60s, 60 s, 2m, 1h"
+SECONDS_FORMS = "a number of seconds, or one with a unit: 500ms, 60s, 60 s, 2m, 1h, 1d"
 BYTES_FORMS = (
     "a number of bytes, or one with a unit: 64kB, 1MB, 1GB (powers of 1000), "
     "32KiB, 32MiB, 32 MiB, 1GiB (powers of 1024)"

@@ -4,11 +4,13 @@ have stops at the command line with the list, before any plan is made."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from deploy.cli import Runtime, build_parser, main
-from deploy.durations import parse_duration
 from deploy.up_flags import FLAVORS
+from replica_entry.helpformat import duration
 from tests.deploy.conftest import TRAINER_ARGS
 from tests.deploy.test_dry_run import ARGS, dry_run
 from tests.support.clock import SteppingClock as FakeClock
@@ -44,8 +46,8 @@ def test_every_duration_flag_reads_durations_as_users_write_them(
 @pytest.mark.parametrize(
     ("value", "why"),
     [
-        ("30x", "a number of seconds, or a number and a unit s, m, h or d"),
-        ("h", "a number of seconds, or a number and a unit s, m, h or d"),
+        ("30x", "a number of seconds, or one with a unit: 500ms, 60s, 60 s, 2m, 1h, 1d"),
+        ("h", "a number of seconds, or one with a unit: 500ms, 60s, 60 s, 2m, 1h, 1d"),
         ("0m", "must be longer than 0 (got '0m')"),
         ("-5", "must be longer than 0 (got '-5')"),
     ],
@@ -68,10 +70,11 @@ def test_the_job_lifetimes_follow_the_parsed_durations(monkeypatch: pytest.Monke
 
 
 def test_the_durations_parser_is_the_clients_rule_with_plain_seconds() -> None:
-    assert parse_duration("45") == parse_duration("45s") == 45
-    assert parse_duration(" 2d ") == 172800
-    with pytest.raises(ValueError, match="not 'nan'"):
-        parse_duration("nan")
+    assert duration("45") == duration("45s") == duration("45 s") == 45
+    assert duration(" 2d ") == 172800
+    assert duration("500ms") == 0.5  # the proxy's rule: one rule for every program
+    with pytest.raises(argparse.ArgumentTypeError, match="got 'nan'"):
+        duration("nan")
 
 
 @pytest.mark.parametrize("flag", ["--replica-flavor", "--trainer-flavor", "--proxy-flavor"])

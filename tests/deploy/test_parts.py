@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import HfApi
 from huggingface_hub._jobs_api import _create_job_spec
 
-from deploy.durations import format_duration, parse_duration, whole_seconds
+from deploy.durations import format_duration, whole_seconds
 from deploy.errors import DeployError
 from deploy.health import Probe
 from deploy.install import (
@@ -34,6 +34,7 @@ from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_
 from deploy.specs import JobSpec
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
+from replica_entry.helpformat import duration
 
 NOT_YET = Assessment(False, "/health not ready yet (HTTP 503)")
 
@@ -253,14 +254,15 @@ def test_the_replica_image_is_the_vllm_the_e2e_tier_tests() -> None:
 
 @pytest.mark.parametrize("text", ["90m", "6h", "1.5h", "3600s", "2d", "0.5m", "45s"])
 def test_durations_read_as_the_client_reads_them(text: str) -> None:
-    """``parse_duration`` reads a unit as huggingface_hub does (``_create_job_spec``);
-    ``format_duration`` writes what the client reads back to the same seconds."""
+    """``duration`` (every duration flag's type) reads a unit as huggingface_hub does
+    (``_create_job_spec``); ``format_duration`` writes what the client reads back to the same
+    seconds."""
     spec = _create_job_spec(
         image="x", command=["true"], env=None, secrets=None, flavor=None, timeout=text
     )
-    seconds = whole_seconds(parse_duration(text))
+    seconds = whole_seconds(duration(text))
     assert seconds == spec["timeoutSeconds"]
-    assert parse_duration(format_duration(seconds)) == seconds
+    assert duration(format_duration(seconds)) == seconds
 
 
 def test_proxy_figures_say_whether_adapters_are_pushed_and_where_not() -> None:

@@ -21,6 +21,7 @@ import proxy
 from deploy import cli as deploy_cli
 from replica_entry import cli as replica_cli
 from replica_entry import vllm_backend
+from replica_entry.helpformat import duration
 from trainer_entry import cli as trainer_cli
 from trainer_entry import flags as trainer_flags
 from trainer_entry.launch import MissingExtra, check_trainer_packages
@@ -73,6 +74,18 @@ def test_a_bad_flag_is_one_line_naming_it_and_the_help(
     err = capsys.readouterr().err
     assert err.startswith(f"{parser.prog}: error: ") and "usage:" not in err, err
     assert err.endswith(f" ({parser.prog} --help lists the flags)\n") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("parser", _all_parsers(), ids=lambda p: p.prog)
+def test_every_timeout_flag_takes_durations_as_users_write_them(
+    parser: argparse.ArgumentParser,
+) -> None:
+    """One rule for every program's durations (``rollout-proxy``'s): ``30m``, ``90s``, ``2d``."""
+    timeouts = [a for a in parser._actions if a.dest.endswith(("timeout", "interval"))]
+    for action in timeouts:
+        flag = action.option_strings[0]
+        assert action.type is duration, f"{parser.prog} {flag} takes no units"
+        assert isinstance(action.default, str) and duration(action.default) > 0, flag
 
 
 @pytest.mark.parametrize("prog", PARSERS)

@@ -53,6 +53,7 @@ def test_byte_sizes(given: str, expected: int) -> None:
         ("2 min", 120.0),
         ("1h", 3600.0),
         ("1H", 3600.0),
+        ("1d", 86400.0),
     ],
 )
 def test_durations(given: str, expected: float) -> None:
@@ -101,7 +102,7 @@ def test_units_in_the_environment_and_the_config_file(
         ),
         (["--adapter-push-rate", "fast"], ["--adapter-push-rate", "not a byte size", "64kB"]),
         (["--queue-timeout", "soon"], ["--queue-timeout", "got 'soon': not a duration", "500ms"]),
-        (["--health-interval", "5 d"], ["--health-interval", "not a duration", "2m, 1h"]),
+        (["--health-interval", "5 w"], ["--health-interval", "not a duration", "2m, 1h, 1d"]),
         (["--queue-timeout", "-1"], ["--queue-timeout", "greater than 0"]),
         (["--max-body-bytes", "12"], ["--max-body-bytes", "greater than or equal to 1024"]),
     ],
