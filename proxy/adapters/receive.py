@@ -164,6 +164,12 @@ class Receiver:
                 undo(future.result())
             raise
 
+    @property
+    def uploads_in_progress(self) -> int:
+        """Uploads being received now (``max_uploads`` at most): a sender's reset ends its
+        upload here only once the handler has seen it."""
+        return self._uploads
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 

@@ -115,7 +115,13 @@ async def test_the_probes_load_shapes_leave_the_accounting_equal_to_the_disk(
             huge = manifest_line({"adapter_model.safetensors": 1 << 30})
             for i in range(40):
                 await _reset_after(url, f"reset-{i}", [huge], len(huge) + (1 << 30) + 64)
-            ended = await asyncio.gather(*(_trickle(url, f"slow-{i}") for i in range(8)))
+
+            async def resets_ended() -> bool:  # each reset's handler may run on a moment
+                return receiver.uploads_in_progress == 0
+
+            await eventually(resets_ended, timeout=60, what="the resets' uploads to end")
+            slots = receiver.limits.max_uploads  # all 8 at once, none refused as busy (503)
+            ended = await asyncio.gather(*(_trickle(url, f"slow-{i}") for i in range(slots)))
             assert all(status in (0, 408) for status in ended), ended  # 0: cut off mid-send
             tiny = upload_body(TINY)
             statuses = [(await put(session, url, f"tiny-{i}", tiny))[0] for i in range(400)]
