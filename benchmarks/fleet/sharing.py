@@ -64,6 +64,7 @@ def _simulate(
         "step_time_mean_s": sum(times) / len(times),
         "step_time_max_s": max(times),
         "utilization": sum(run.utilization for run in shared.runs) / len(times),
+        "tokens_per_replica_s": sum(r.generated_tokens / r.wall_s for r in shared.runs) / replicas,
         "wasted_share": wasted / max(generated, 1),
     }
 
@@ -128,6 +129,7 @@ def layout(
             trainer_gpus, separate, [alone["step_time_mean_s"]]
         ),
         "separate_utilization": alone["utilization"],
+        "separate_tokens_per_replica_s": alone["tokens_per_replica_s"],
         "separate_wasted_share": alone["wasted_share"],
     }
     if not row["feasible"]:
@@ -181,8 +183,8 @@ def grid(
 
 
 SHARING_HEADERS = ["config", "K", "M", "R", "inflight", "loras", "step_s", "sep_step_s",
-                   "step_x", "gpu_h_x1000", "sep_gpu_h_x1000", "gpu_x", "util", "sep_util",
-                   "wasted", "sep_wasted", "pays"]  # fmt: skip
+                   "step_x", "gpu_h_x1000", "sep_gpu_h_x1000", "gpu_x", "tok_s", "sep_tok_s",
+                   "util", "sep_util", "wasted", "sep_wasted", "pays"]  # fmt: skip
 SHARING_LEGEND = "\n".join(
     [
         "config: published (the flags given) or trainer_bound (train_s doubled)",
@@ -194,6 +196,7 @@ SHARING_LEGEND = "\n".join(
         " own fleet; step_x: their ratio",
         "gpu_h_x1000, sep_gpu_h_x1000: GPU-hours per run-step x 1000 ((K x trainer GPUs + M) /"
         " run-steps per hour; separate: (trainer GPUs + R) x its step); gpu_x: their ratio",
+        "tok_s, sep_tok_s: tokens generated per replica-second (all runs, over their windows)",
         "util, sep_util: the fleet's busy share (a replica with any work counts as busy)",
         "wasted, sep_wasted: share of generated tokens dropped as stale",
         f"pays: gpu_x <= {PAYS_GPU} and step_x <= {PAYS_STEP};"
@@ -211,11 +214,14 @@ def sharing_table(rows: list[dict[str, Any]]) -> str:
         sep = 1000 * r["separate_gpu_s_per_run_step"] / 3600
         if not r["feasible"]:
             lines.append([*head, "-", r["separate_step_s"], "-", "-", sep, "-", "-",
-                          r["separate_utilization"], "-", r["separate_wasted_share"],
+                          r["separate_tokens_per_replica_s"], "-", r["separate_utilization"], "-",
+                          r["separate_wasted_share"],
                           "infeasible"])  # fmt: skip
             continue
         lines.append([*head, r["step_time_max_s"], r["separate_step_s"], r["step_ratio"],
-                      1000 * r["gpu_hours_per_run_step"], sep, r["gpu_ratio"], r["utilization"],
-                      r["separate_utilization"], r["wasted_share"], r["separate_wasted_share"],
+                      1000 * r["gpu_hours_per_run_step"], sep, r["gpu_ratio"],
+                      r["tokens_per_replica_s"], r["separate_tokens_per_replica_s"],
+                      r["utilization"], r["separate_utilization"], r["wasted_share"],
+                      r["separate_wasted_share"],
                       "yes" if r["pays"] else "no"])  # fmt: skip
     return report.table(SHARING_HEADERS, lines)

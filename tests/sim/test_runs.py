@@ -52,7 +52,12 @@ def test_layouts_beyond_max_loras_are_infeasible_and_not_simulated() -> None:
     assert feasible(1, TrainerModel(), gpu)
     assert not feasible(2, TrainerModel(), gpu)
     assert feasible(2, TrainerModel(), replace(gpu, max_loras=10))
-    alone = {"step_time_mean_s": 5.0, "utilization": 0.5, "wasted_share": 0.0}
+    alone = {
+        "step_time_mean_s": 5.0,
+        "utilization": 0.5,
+        "wasted_share": 0.0,
+        "tokens_per_replica_s": 1.0,
+    }
     row = layout("published", WORK, 2, 3, gpu, SMALL, SyncModel(), ProxyModel(), quick=True,
                  separate=3, alone=alone, trainer_gpus=2, fit_loras=False)  # fmt: skip
     assert row["feasible"] is False
