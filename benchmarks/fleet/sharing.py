@@ -182,27 +182,30 @@ def grid(
     return rows
 
 
-SHARING_HEADERS = ["config", "K", "M", "R", "inflight", "loras", "step_s", "sep_step_s",
-                   "step_x", "gpu_h_x1000", "sep_gpu_h_x1000", "gpu_x", "tok_s", "sep_tok_s",
-                   "util", "sep_util", "wasted", "sep_wasted", "pays"]  # fmt: skip
-SHARING_LEGEND = "\n".join(
-    [
-        "config: published (the flags given) or trainer_bound (train_s doubled)",
-        "K: runs sharing the fleet; M: the shared fleet's replicas;"
-        " R: each separate fleet's replicas (what-if's pick unless --separate-replicas)",
-        "inflight: each run's max_inflight (what-if's pick, both layouts);"
-        " loras: adapters per replica the layout needs (K x (max_staleness + 1))",
-        "step_s: the slowest run's mean step on the shared fleet; sep_step_s: one run's on its"
-        " own fleet; step_x: their ratio",
-        "gpu_h_x1000, sep_gpu_h_x1000: GPU-hours per run-step x 1000 ((K x trainer GPUs + M) /"
-        " run-steps per hour; separate: (trainer GPUs + R) x its step); gpu_x: their ratio",
-        "tok_s, sep_tok_s: tokens generated per replica-second (all runs, over their windows)",
-        "util, sep_util: the fleet's busy share (a replica with any work counts as busy)",
-        "wasted, sep_wasted: share of generated tokens dropped as stale",
-        f"pays: gpu_x <= {PAYS_GPU} and step_x <= {PAYS_STEP};"
-        " infeasible: the runs' windows exceed max_loras (the proxy would refuse the load)",
-    ]
-)
+SHARING_COLUMNS = {
+    "config": "published (the flags given) or trainer_bound (train_s doubled)",
+    "K": "runs sharing the fleet",
+    "M": "the shared fleet's replicas",
+    "R": "each separate fleet's replicas (what-if's pick unless --separate-replicas)",
+    "inflight": "each run's max_inflight (what-if's pick, both layouts)",
+    "loras": "adapters per replica the layout needs (K x (max_staleness + 1))",
+    "step_s": "the slowest run's mean step on the shared fleet (s)",
+    "sep_step_s": "one run's mean step on its own fleet of R (s)",
+    "step_x": "step_s / sep_step_s",
+    "gpu_h_x1000": "GPU-hours per run-step x 1000: (K x trainer GPUs + M) / run-steps per hour",
+    "sep_gpu_h_x1000": "the same for separate fleets: (trainer GPUs + R) x sep_step_s",
+    "gpu_x": "gpu_h_x1000 / sep_gpu_h_x1000",
+    "tok_s": "tokens generated per replica-second, all runs, over their windows",
+    "sep_tok_s": "the same on a separate fleet",
+    "util": "the fleet's busy share (a replica with any work counts as busy)",
+    "sep_util": "the same on a separate fleet",
+    "wasted": "share of generated tokens dropped as stale, all runs",
+    "sep_wasted": "the same on a separate fleet",
+    "pays": f"gpu_x <= {PAYS_GPU} and step_x <= {PAYS_STEP}; infeasible: the runs' windows"
+    " exceed max_loras (the proxy would refuse the load)",
+}
+SHARING_HEADERS = list(SHARING_COLUMNS)
+SHARING_LEGEND = "\n".join(f"{name}: {what}" for name, what in SHARING_COLUMNS.items())
 
 
 def sharing_table(rows: list[dict[str, Any]]) -> str:

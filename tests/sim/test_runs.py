@@ -4,13 +4,16 @@ layouts beyond ``max_loras`` are refused, and the GPU-hour accounting adds up by
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from benchmarks.__main__ import main
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.runs import feasible, simulate_shared
-from benchmarks.fleet.sharing import gpu_s_per_run_step, layout
+from benchmarks.fleet.sharing import SHARING_HEADERS, gpu_s_per_run_step, layout
 from benchmarks.fleet.sim import simulate
 from benchmarks.fleet.workloads import WORKLOADS
 from proxy.routing.prefix import PrefixPolicy
@@ -70,3 +73,23 @@ def test_gpu_hours_add_up_by_hand() -> None:
     1/6 = 5/12 run-steps a second, 16.8 GPU-seconds each; one run alone on 3: 5 x its step."""
     assert gpu_s_per_run_step(2, 3, [4.0, 6.0]) == pytest.approx(16.8)
     assert gpu_s_per_run_step(2, 3, [5.0]) == pytest.approx(25.0)
+
+
+def test_the_cli_prints_one_layout_with_its_legend_and_writes_its_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--runs 2 --shared-replicas 2`` against separate fleets of 2: one row, every column
+    named in the legend; with ``--max-loras 6`` the same layout is reported infeasible."""
+    out = tmp_path / "runs.json"
+    args = ["fleet", "--runs", "2", "--shared-replicas", "2", "--separate-replicas", "2",
+            "--quick", "--groups-per-step", "4", "--max-inflight", "64", "--max-tokens", "256",
+            "--sync-s", "1.0"]  # fmt: skip
+    assert main([*args, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    (row,) = json.loads(out.read_text())["results"]["rows"]
+    assert row["feasible"] and row["runs"] == 2 and row["replicas"] == 2
+    assert row["gpu_s_per_run_step"] == pytest.approx(gpu_s_per_run_step(2, 2, row["step_times_s"]))
+    for column in SHARING_HEADERS:
+        assert f"\n{column}: " in text
+    assert main([*args, "--max-loras", "6"]) == 0
+    assert "infeasible" in capsys.readouterr().out.split("\nconfig: ")[0]
