@@ -9,7 +9,9 @@ models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. fro
 suite or a real run), ``--sync-mode push --sync-push-s`` a push model; the sync's phases are
 ``--sync-pause-s --sync-barrier-s --sync-save-s --sync-push-s --sync-resume-s
 --sync-unload-s``, and ``--sync-frozen yes|no`` says whether the fleet stops generating during
-a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``.
+a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``. ``--runs K``
+(one layout, on ``--shared-replicas``) and ``--shared-grid`` (K 2, 4, 8 x 1..``--max-replicas``)
+compare K runs sharing one fleet with K separate fleets (``sharing.py``, issue #25).
 """
 
 from __future__ import annotations
