@@ -9,7 +9,9 @@ models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. fro
 suite or a real run), ``--sync-mode push --sync-push-s`` a push model; the sync's phases are
 ``--sync-pause-s --sync-barrier-s --sync-save-s --sync-push-s --sync-resume-s
 --sync-unload-s``, and ``--sync-frozen yes|no`` says whether the fleet stops generating during
-a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``.
+a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``. ``--runs K``
+(one layout, on ``--shared-replicas``) and ``--shared-grid`` (K 2, 4, 8 x 1..``--max-replicas``)
+compare K runs sharing one fleet with K separate fleets (``sharing.py``, issue #25).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, NoReturn
 
 from benchmarks import report
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
+from benchmarks.fleet.sharing import SHARING_LEGEND, grid, sharing_table
 from benchmarks.fleet.suite import run_grid, validate, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
@@ -126,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
     add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
     add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
+    add("--runs", type=int, help="sharing: K runs on one fleet of --shared-replicas (#25)")
+    add("--shared-replicas", type=int, default=3, help="sharing: the shared fleet's size M")
+    add("--shared-grid", action="store_true",
+        help="sharing: K 2,4,8 x M 1..8, as given and with train_s doubled")  # fmt: skip
+    add("--separate-replicas", type=int, help="sharing: each separate fleet (default: what-if's)")
+    add("--trainer-gpus", type=int, default=2, help="sharing: GPUs of each run's trainer")
     add("--params-b", type=float, help="what-if: model parameters, billions")
     add("--kv-bytes-per-token", type=int, help="what-if: KV cache bytes per token")
     _add_fields(parser, GpuModel)
@@ -147,10 +156,15 @@ def main(argv: list[str]) -> int:
     sync = build(SyncModel, args, "sync_")
     proxy = build(ProxyModel, args, base=ProxyModel(per_replica_cap=192))
     mode = (" (quick)" if args.quick else "") + (" what-if" if args.what_if else "")
-    print(f"benchmarks: suite fleet{mode}")
-    if args.what_if:
+    if args.shared_grid or args.runs:
+        mode += " sharing"
+        print(f"benchmarks: suite fleet{mode}")
+        results, text = _sharing(args, gpu, trainer, sync, proxy)
+    elif args.what_if:
+        print(f"benchmarks: suite fleet{mode}")
         results, text = _what_if(args, gpu, trainer, sync, proxy)
     else:
+        print(f"benchmarks: suite fleet{mode}")
         results, text = _suite(args, gpu, trainer, sync, proxy)
     print(text)
     print(f"({time.monotonic() - started:.0f} s)")
@@ -248,3 +262,19 @@ def _what_if(
         " more replicas gain less than 5 %"
     )
     return {"rows": rows, "recommended": pick}, text
+
+
+def _sharing(
+    args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
+) -> tuple[Any, str]:
+    """K runs on one fleet against K separate fleets (``sharing.py``)."""
+    configs = {"published": trainer}
+    if args.shared_grid:
+        configs["trainer_bound"] = dataclasses.replace(trainer, train_s=2 * trainer.train_s)
+    runs = (args.runs,) if args.runs else (2, 4, 8)
+    sizes = (args.shared_replicas,) if args.runs else tuple(range(1, args.max_replicas + 1))
+    rows = grid(configs, WORKLOADS[args.workload], gpu, sync, proxy, runs=runs, sizes=sizes,
+                quick=args.quick, separate=args.separate_replicas,
+                trainer_gpus=args.trainer_gpus, fit_loras=args.max_loras is None,
+                progress=_progress)  # fmt: skip
+    return {"rows": rows}, sharing_table(rows) + "\n" + SHARING_LEGEND

@@ -197,8 +197,10 @@ class Trainer:
         steps: int,
         warmup: int,
         seed: int,
+        name: str = "trl-policy",
     ) -> None:
         self.t = trainer
+        self.name = name  # each version's adapter is ``{name}-v{version}``
         self.sync = sync
         self.workload = workload
         self.router = router
@@ -248,7 +250,7 @@ class Trainer:
             self.uid,
             prompt,
             answer,
-            f"trl-policy-v{self.version}",
+            f"{self.name}-v{self.version}",
             lambda r: self._answered(r, group, rollout, turn),
             self.workload.answer(group, rollout, turn, answer) if more else None,
         )
@@ -304,9 +306,7 @@ class Trainer:
             return
         if self.step % self.sync.every == 0:
             self.state = "syncing"
-            if self.sync.frozen:
-                for replica in self.replicas:
-                    replica.pause()
+            self._pause()
             seconds = self.sync.draw(self.rng, len(self.replicas))
             self.run.syncs[self.step] = seconds
             self.loop.at(now + seconds, self._synced)
@@ -317,10 +317,19 @@ class Trainer:
     def _synced(self) -> None:
         self.version += 1
         self.state = "idle"
+        self._resume()
+        self._try_train()
+
+    def _pause(self) -> None:
+        """The sync's pause: a frozen sync stops the whole fleet (``pause?mode=keep``)."""
+        if self.sync.frozen:
+            for replica in self.replicas:
+                replica.pause()
+
+    def _resume(self) -> None:
         if self.sync.frozen:
             for replica in self.replicas:
                 replica.resume()
-        self._try_train()
 
     def _figures(self) -> dict[str, float]:
         reps = self.replicas
