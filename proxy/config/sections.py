@@ -85,7 +85,7 @@ class UpstreamSettings(BaseModel):
         None,
         alias="ca_bundle",
         description="CA certificates to verify https:// replicas with",
-        json_schema_extra={"unset": "the system's"},
+        json_schema_extra={"unset": "the system's store"},
     )
     tls_verify: bool = Field(
         True, alias="tls_verify", description="verify https:// replicas' certificates"
