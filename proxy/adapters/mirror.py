@@ -198,11 +198,14 @@ class Mirror:
 
     async def scan(self) -> None:
         """One look at the local directory: new or changed versions are seen, versions gone
-        from it are pruned from the mirror (after their copies)."""
+        from it are pruned from the mirror (after their copies). Only a name seen before the
+        listing can be gone from it: one first seen while it ran (TRL's load naming it, between
+        TRL's rename and this listing) is not in it, yet on disk."""
+        known = set(self._present)
         found = await asyncio.to_thread(self._versions)
         for name in sorted(found, key=_number):
             await self.saw(name)
-        for name in sorted(self._present - found, key=_number):
+        for name in sorted((known & self._present) - found, key=_number):
             self._present.discard(name)
             self._latest.pop(name, None)
             self._queue(_Prune(name))
