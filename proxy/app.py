@@ -41,6 +41,7 @@ from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors
 from proxy.metrics.recorder import Metrics
+from proxy.runs.table import Runs, parse_runs
 from proxy.supervise import restarts_so_far
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Proxy:
     status: Status
     sampler: Sampler
     edge: Edge
+    runs: Runs
 
     async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
         """Start the background parts in the documented order; stop them in reverse."""
@@ -122,6 +124,7 @@ def assemble(
     fleet_members.pool.listen(on_eject=metrics.record_ejection)
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)
+    runs = Runs(parse_runs(settings.runs or ""))
     adapters = build_adapters(settings, fleet_members, clock, metrics, failed)
     fleet = build_fleet(
         settings, fleet_members, adapters.service, clock, failed, metrics.record_load_scrape,
@@ -143,8 +146,8 @@ def assemble(
     sampler = Sampler(clock, status.sample, settings.advice_window, failed)
     metrics.read_state(status.sources(sampler.advice))
     parts = (fleet, adapters, dataplane)
-    edge = build_edge(settings, clock, parts, metrics, status, sampler, spans)
-    return Proxy(settings, metrics, fleet, adapters, dataplane, status, sampler, edge)
+    edge = build_edge(settings, clock, parts, metrics, status, sampler, spans, runs)
+    return Proxy(settings, metrics, fleet, adapters, dataplane, status, sampler, edge, runs)
 
 
 class Loop(Protocol):

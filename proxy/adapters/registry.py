@@ -3,7 +3,8 @@
 It knows
 - the versions wanted on the fleet (name, path, version number, source, files fingerprint), kept
   to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``
-  minus one, so loading the next version never needs more than ``max_loras`` slots);
+  minus one, so loading the next version never needs more than ``max_loras`` slots); with
+  several runs on the fleet, each run's versions to that run's own window (``scope_of``);
 - what each replica has loaded, from which version record and from which path (a pushed copy
   lives at a path of its own on each replica).
 and turns "what is" into commands for one replica: unloads first (versions dropped), then loads;
@@ -16,6 +17,7 @@ more than ``max_loras`` adapters (unloads run before loads).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -85,6 +87,11 @@ class Registry:
     epoch: int = 0  # counts changes to the wanted set, so a replica sync can tell it raced one
     _arrival: int = 0
     _order: dict[str, int] = field(default_factory=dict)
+    # Several runs on one fleet (``proxy.runs``): the run a name belongs to (None: the proxy's
+    # own, single-run names) and that run's window. Each run's versions are kept to its own
+    # window; by default every name is the proxy's own and the window is ``window``.
+    scope_of: Callable[[str], str | None] = lambda name: None
+    scope_window: Callable[[str], int] | None = None
 
     @property
     def window(self) -> int:
@@ -104,8 +111,13 @@ class Registry:
         self.epoch += 1
         self._order[version.name] = self._arrival
         self.versions[version.name] = version
-        ranked = sorted(self.versions.values(), key=self._rank)
-        dropped = [v.name for v in ranked[: max(len(ranked) - self.window, 0)]]
+        scope, scope_of = self.scope_of(version.name), self.scope_of
+        window = self.window
+        if scope is not None and self.scope_window is not None:
+            window = self.scope_window(scope)
+        same = [v for v in self.versions.values() if scope_of(v.name) == scope]
+        ranked = sorted(same, key=self._rank)
+        dropped = [v.name for v in ranked[: max(len(ranked) - window, 0)]]
         for name in dropped:
             self.remove(name)
         return dropped

@@ -33,6 +33,7 @@ from proxy.config.sources import FlatEnvSource, read_config_file
 from proxy.config.specs import DnsName, JobsLabel, check_replica_url, parse_discover_spec
 from proxy.config.units import Seconds
 from proxy.routing.settings import PolicySettings, PrefixSettings
+from proxy.runs.table import parse_runs
 
 
 class Settings(BaseSettings):
@@ -109,6 +110,11 @@ class Settings(BaseSettings):
             "unset": "the replicas' domains, *.hf.jobs when discovering, loopback if local",
         },
     )
+    runs: str | None = Field(
+        None,
+        description="RL runs sharing this fleet, each at /runs/NAME (weight 1 if omitted)",
+        json_schema_extra={"metavar": "NAME[=WEIGHT],...", "unset": "none: one run, bare URL"},
+    )
     hub_endpoint: str | None = Field(
         None,
         description="Hub API endpoint",
@@ -134,6 +140,13 @@ class Settings(BaseSettings):
         for url in urls:
             check_replica_url(url)
         return [url.rstrip("/") for url in urls]
+
+    @field_validator("runs")
+    @classmethod
+    def _check_runs(cls, spec: str | None) -> str | None:
+        if spec is not None:
+            parse_runs(spec)
+        return spec
 
     @field_validator("discover")
     @classmethod

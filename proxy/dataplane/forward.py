@@ -179,13 +179,16 @@ class Forwarder:
         body: bytes,
         route: RouteRequest,
         identity: Identity = NO_IDENTITY,
+        target: str | None = None,
     ) -> web.StreamResponse:
-        """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``."""
+        """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``.
+        ``target``: the path and query sent upstream (default: the request's own; a run's
+        request drops its ``/runs/<run>`` prefix)."""
         exchange = _Exchange(
             request,
             route_name,
             route.model,
-            request.rel_url.raw_path_qs,
+            target if target is not None else request.rel_url.raw_path_qs,
             body,
             request.headers.get("Content-Type", "application/json"),
             time.perf_counter(),

@@ -110,6 +110,7 @@ class Handlers:
     access_log: bool = False
     spans: Spans | None = None
     sampler: Sampler | None = None
+    runs_page: Callable[[], dict[str, Any]] | None = None  # several runs: ``http.runs``
 
     def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
         """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
@@ -231,10 +232,16 @@ class Handlers:
         return await self._forward(request, body, route, facts)
 
     async def _forward(
-        self, request: web.Request, body: bytes, route: str, facts: RouteRequest
+        self,
+        request: web.Request,
+        body: bytes,
+        route: str,
+        facts: RouteRequest,
+        target: str | None = None,
     ) -> web.StreamResponse:
         try:
-            return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
+            identity = request[IDENTITY]
+            return await self.forwarder.forward(request, route, body, facts, identity, target)
         except Rejected as exc:
             self.metrics.record_rejection(exc.reason)
             return responses.rejected(str(exc), exc.retry_after_s)
@@ -317,4 +324,7 @@ class Handlers:
         page = self.status_of.page(
             advice, client_connections=self.guard.connections, body_bytes_held=self.bodies.held
         )
+        runs = self.runs_page() if self.runs_page is not None else None
+        if runs:  # declared runs only: a single-run proxy's page is as it was
+            page["runs"] = runs
         return json_response(200, page)

@@ -24,8 +24,9 @@ class ReceiverRoutes:
     async def listing(self, request: web.Request) -> web.StreamResponse:
         return _answer(await self.receiver.listing())
 
-    async def upload(self, request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
+    async def upload(self, request: web.Request, name: str | None = None) -> web.Response:
+        """``name``: the entry's name (default: the path's; a run's upload is scoped)."""
+        name = request.match_info["name"] if name is None else name
         chunks = _chunks(request)
         answer = await self.receiver.upload(name, request.content_length, chunks)
         response = _answer(answer)

@@ -21,12 +21,14 @@ from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
+from proxy.http.runs import RunRoutes
 from proxy.http.server import ClientErrorLog, Guard
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
 from proxy.logs import secret_values
 from proxy.metrics.recorder import Metrics
+from proxy.runs.table import Runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +38,10 @@ class Edge:
     receiver: ReceiverRoutes
     guard: Guard
     client_log: ClientErrorLog
+    runs: RunRoutes
 
     def routes(self, app: web.Application) -> None:
+        self.runs.add(app)  # before the table's catch-all
         add_routes(app, self.handlers, self.admin, self.receiver)
 
 
@@ -49,6 +53,7 @@ def build_edge(
     status: Status,
     sampler: Sampler,
     spans: Spans | None,
+    runs: Runs,
 ) -> Edge:
     fleet, adapters, dataplane = parts
     client = settings.client
@@ -73,10 +78,13 @@ def build_edge(
     )
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)
+    receiver = ReceiverRoutes(adapters.receiver)
+    queue_timeout_s = settings.limits.queue_timeout_s
     return Edge(
         handlers,
         admin,
-        ReceiverRoutes(adapters.receiver),
+        receiver,
         guard,
         ClientErrorLog(metrics.record_bad_input, clock.monotonic),
+        RunRoutes(handlers, runs, adapters.service, queue_timeout_s, receiver),
     )

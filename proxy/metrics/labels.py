@@ -22,6 +22,9 @@ REJECTION_REASONS = (
     "body_budget",
     "body_timeout",
     "local_resources",
+    "unknown_run",
+    "run_paused",
+    "run_share",
 )
 BAD_INPUT_KINDS = (
     "too_long",

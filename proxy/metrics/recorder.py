@@ -29,6 +29,7 @@ from proxy.metrics.collector import StateCollector, StateSources
 from proxy.metrics.families import FAMILIES, Children, create
 from proxy.metrics.mirror import MirrorMetrics
 from proxy.metrics.push import PushMetrics
+from proxy.metrics.runs import RunCollector, RunViews
 from proxy.metrics.tally import Spread, Tally, TallyCollector
 
 # No ``<counter>_created`` / ``<histogram>_created`` series: a timestamp per child, most of an
@@ -85,6 +86,8 @@ class Metrics:
         self.mirror = MirrorMetrics(self.registry)
         self._state = StateCollector(pool, sources or StateSources())
         self.registry.register(self._state)
+        self._runs = RunCollector()
+        self.registry.register(self._runs)
         # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).
         self.registry.register(TallyCollector(tallies))
 
@@ -157,6 +160,10 @@ class Metrics:
 
     def record_ejection(self, cause: str) -> None:
         self._ejections[cause,].inc()
+
+    def read_runs(self, views: RunViews) -> None:
+        """Where the per-run families read from (``proxy.http.runs``, made after us)."""
+        self._runs.views = views
 
     def read_state(self, sources: StateSources) -> None:
         """Where the scrape-time gauges read from now on (their owners exist after us)."""

@@ -81,7 +81,10 @@ class Facts:
     def build(self, body: bytes, prompt_key: bytes, routing_key: str | None = None) -> RouteRequest:
         """Raises ``peek.BadBody`` (a 400) or ``UnknownModel`` (a 404); nothing is learned
         from a request that raises."""
-        peek = peek_generation(body, prompt_key, self.max_elements)
+        return self.from_peek(peek_generation(body, prompt_key, self.max_elements), routing_key)
+
+    def from_peek(self, peek: Peek, routing_key: str | None = None) -> RouteRequest:
+        """``build`` from a peek already made (a run's request with its model spliced)."""
         model = peek.model
         if model is not None and self.unknown(model):
             raise UnknownModel(model)
