@@ -7,17 +7,20 @@ from __future__ import annotations
 import asyncio
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
+from proxy.fleet.pool import ReplicaPool
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, load_body
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.waiting import wait_for
 
-NEVER = {"faults": {"mount_lag_s": 3600}}  # the replicas' mounts never show a version: push only
+# The replicas' mounts never show a version: push only.
+NEVER: dict[str, Any] = {"faults": {"mount_lag_s": 3600}}
 
 
 async def test_two_runs_relays_push_the_same_name_and_each_run_gets_its_own(
@@ -38,8 +41,13 @@ async def test_two_runs_relays_push_the_same_name_and_each_run_gets_its_own(
             )
             relays[run] = (await exits.enter_async_context(serve(app)), app)
         session = await exits.enter_async_context(aiohttp.ClientSession())
-        for _, app in relays.values():
-            await wait_for(lambda app=app: len(app[PROXY].fleet.pool.routable()) == 1, what="relay")
+        for _, relay_app in relays.values():
+            pool = relay_app[PROXY].fleet.pool
+
+            def routable(pool: ReplicaPool = pool) -> bool:
+                return len(pool.routable()) == 1
+
+            await wait_for(routable, what="relay routable")
 
         ranks = {"a": 1, "b": 2}  # different bytes under one name
         for run, (url, _) in relays.items():
