@@ -66,7 +66,8 @@ def splice_model(
     old_value, new_value = orjson.dumps(model), orjson.dumps(new)
     pattern = re.compile(_MODEL_KEY + re.escape(old_value))
     start, end = span
-    found = [m for m in pattern.finditer(body) if m.end() <= start or m.start() >= end]
+    # Only the bytes around the prompt are searched (the prompt is most of a body).
+    found = [*pattern.finditer(body, 0, start), *pattern.finditer(body, end)]
     if len(found) != 1:
         return None
     at = found[0].end() - len(old_value)
