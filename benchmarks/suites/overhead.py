@@ -30,6 +30,7 @@ import orjson
 from benchmarks import report
 from benchmarks.harness.blast import MODEL, VOCAB
 from benchmarks.harness.procs import children, start_child, start_proxy
+from benchmarks.micro.splice import splice_us
 from replica_entry.sim.loopback import free_port
 
 TARGETS = ("direct", "passthrough", "proxy")
@@ -226,6 +227,12 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
         run = run_case(case, requests, repeats, 2, report.progress, args.replicas)
         rows.append(asyncio.run(run))
     text = table(rows)
+    # A run's request (``/runs/<run>/``) pays one more step than the bare path: the splice.
+    spliced = {tokens: splice_us(tokens) for tokens in sorted({r["tokens"] for r in rows})}
+    for row in rows:
+        row["run_splice_us"] = round(spliced[row["tokens"]], 2)
+    each = "; ".join(f"{tokens} tokens: {us:.1f} µs" for tokens, us in spliced.items())
+    text += f"\na run's request (/runs/<run>/) adds the model splice, in process: {each}"
     if args.plot:
         report.bar_chart(
             args.plot / "overhead_cpu.png",
