@@ -19,7 +19,8 @@ TRL is pointed at ``http://proxy:8000/runs/<run>`` and appends its paths as to a
 - the adapter receiver (a run's relay pushes into this proxy): its uploads stored under the
   run's names, so two runs' ``trl-policy-v1`` are two entries.
 
-A run no one declared is answered 404 with the list of the declared ones.
+A run no one declared is answered 404 with the list of the declared ones. The admin API
+(``--admin-key``) lists, declares, reweighs and removes runs while the proxy runs.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ from proxy.adapters.wire import PREFIX as RECEIVER_PREFIX
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica
 from proxy.http import responses
+from proxy.http.admin import Admin
 from proxy.http.handlers import ROUTING_KEY_HEADERS, Handlers
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import error_response, json_response
+from proxy.http.run_admin import RunAdmin
 from proxy.routing.facts import UnknownModel
 from proxy.routing.peek import BadBody, Peek, peek_generation
 from proxy.routing.policy import RouteRequest
@@ -69,8 +72,10 @@ class RunRoutes:
         adapters: AdapterService,
         queue_timeout_s: float,
         receiver: ReceiverRoutes,
+        admin: Admin,
     ) -> None:
         self.h, self.runs, self.adapters, self.receiver = h, runs, adapters, receiver
+        self.admin = admin
         self.queue_timeout_s = queue_timeout_s
         registry = adapters.registry
         registry.scope_of = self._scope_of
@@ -140,6 +145,13 @@ class RunRoutes:
         store = PREFIX + RECEIVER_PREFIX
         router.add_get(store, g("adapter_store", self._known(self.receiver.listing)))
         router.add_put(store + "/{name}", g("adapter_upload", self.upload))
+        # The admin API's runs (its key checked by ``Admin.guard``, as for replicas).
+        run_admin = RunAdmin(
+            self.runs, self.page, self.held, self.adapters, self.h.client.body_timeout_s
+        )
+        for method, path, handler in run_admin.routes_table():
+            guard = self.admin.guard(handler)
+            router.add_route(method, path, guarded("admin", guard, open_route=True))
 
     def _counted(self, handler: Handler) -> Handler:
         async def counted(request: web.Request) -> web.StreamResponse:

@@ -157,3 +157,27 @@ async def test_without_runs_declared_every_run_path_is_404_and_the_bare_path_ser
         assert b"runs: none" in body
         status, body, _ = await post(stack, "/v1/completions", rollout("sim-model"))
         assert status == 200, body
+
+
+async def test_the_admin_api_declares_reweighs_and_removes_runs(tmp_path: Path) -> None:
+    async with run_stack(1, runs="a", admin_key="k") as stack:
+        key = {"Authorization": "Bearer k"}
+        status, body, _ = await post(stack, "/admin/runs", {"name": "b", "weight": 3}, headers=key)
+        assert status == 201, body
+        assert orjson.loads(body)["weight"] == 3.0
+        status, body, _ = await post(stack, "/admin/runs", {"name": "b", "weight": 1}, headers=key)
+        assert status == 200 and orjson.loads(body)["weight"] == 1.0
+        for bad, words in (({"name": "x.y"}, b"run name 'x.y'"), ({"weight": 2}, b"the body must")):
+            status, body, _ = await post(stack, "/admin/runs", bad, headers=key)
+            assert status == 400 and words in body, body
+        status, _, _ = await post(stack, "/admin/runs", {"name": "c"})  # no key
+        assert status == 401
+        path = write_adapter(tmp_path, "trl-policy-v1")
+        status, body = await run_load(stack, "b", "trl-policy-v1", path)
+        assert status == 200, body
+        async with stack.session.delete(stack.proxy_url + "/admin/runs/b", headers=key) as answer:
+            assert answer.status == 200
+        status, body, _ = await post(stack, "/runs/b/v1/completions", rollout("sim-model"))
+        assert status == 404
+        await stack.proxy_app[PROXY].adapters.service.settled()
+        assert "b.trl-policy-v1" not in await listed(stack, 0)  # unloaded behind the answer
