@@ -6,8 +6,9 @@ TRL is pointed at ``http://proxy:8000/runs/<run>`` and appends its paths as to a
 - generation (completions, chat, token-in): held while the run is paused (its NEW requests
   only, at most the queue timeout, then 503); the ``model`` naming one of the run's adapters is
   spliced to the replicas' name (``proxy.runs.names``) into the bytes the routing peek located;
-  a base-model request goes as it is. Routed and limited as the bare path's, with the run's
-  share of slots (``Limiter``'s fair share).
+  a base-model request goes as it is (any other model is the run's). Routed and limited as the
+  bare path's (the runs share the proxy's slots first come, first served: no weighted share of
+  slots yet).
 - load and unload: ``lora_name`` scoped to the run. A load that would make the run hold more
   adapters than its share of ``max_loras`` is refused (400 naming the run and the share) before
   anything reaches a replica. The answer reads with the run's own names.
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -62,6 +64,16 @@ GENERATION = (
     ("/inference/v1/generate", "generate", b"token_ids"),
 )
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
+RunHandler = Callable[[web.Request, Run], Awaitable[web.StreamResponse]]
+
+
+def _plain(handler: Handler) -> RunHandler:
+    """A bare path's handler under a run's path (the run only checked)."""
+
+    async def plain(request: web.Request, run: Run) -> web.StreamResponse:
+        return await handler(request)
+
+    return plain
 
 
 class RunRoutes:
@@ -105,8 +117,6 @@ class RunRoutes:
                 len(self.held(run.name)),
                 self.runs.share(run.name, max_loras) if max_loras is not None else None,
                 self.requests.get(run.name, 0),
-                0,
-                0,
             )
             for run in self.runs
         ]
@@ -124,8 +134,8 @@ class RunRoutes:
     def add(self, app: web.Application) -> None:
         guarded, router = self.h.guarded, app.router
 
-        def g(route: str, handler: Handler, *, open_route: bool = False) -> Handler:
-            return guarded(route, self._counted(handler), open_route=open_route)
+        def g(route: str, handler: RunHandler, *, open_route: bool = False) -> Handler:
+            return guarded(route, self._in_run(handler), open_route=open_route)
 
         for path, route, key in GENERATION:
             router.add_post(PREFIX + path, g(route, self._generation(route, key)))
@@ -133,17 +143,17 @@ class RunRoutes:
         router.add_post(PREFIX + "/v1/unload_lora_adapter", g("unload_lora_adapter", self.unload))
         router.add_post(PREFIX + "/pause", g("pause", self.pause))
         router.add_post(PREFIX + "/resume", g("resume", self.resume))
-        router.add_get(PREFIX + "/health", g("health", self._known(self.h.health), open_route=True))
+        router.add_get(PREFIX + "/health", g("health", _plain(self.h.health), open_route=True))
         router.add_get(PREFIX + "/server_info", g("server_info", self.server_info))
         router.add_get(PREFIX + "/v1/models", g("models", self.models))
         for path in PASSTHROUGH_GET:
             router.add_get(PREFIX + path, g("passthrough", self.passthrough))
-        router.add_get(PREFIX + "/metrics", g("metrics", self._known(self.h.metrics_page)))
+        router.add_get(PREFIX + "/metrics", g("metrics", _plain(self.h.metrics_page)))
         # The trainer reads the fleet's figures here (``trainer_entry.proxy_figures``).
-        router.add_get(PREFIX + "/proxy/status", g("status", self._known(self.h.status)))
+        router.add_get(PREFIX + "/proxy/status", g("status", _plain(self.h.status)))
         # A run's relay pushes into this proxy's receiver, the entries under the run's names.
         store = PREFIX + RECEIVER_PREFIX
-        router.add_get(store, g("adapter_store", self._known(self.receiver.listing)))
+        router.add_get(store, g("adapter_store", _plain(self.receiver.listing)))
         router.add_put(store + "/{name}", g("adapter_upload", self.upload))
         # The admin API's runs (its key checked by ``Admin.guard``, as for replicas).
         run_admin = RunAdmin(
@@ -153,40 +163,30 @@ class RunRoutes:
             guard = self.admin.guard(handler)
             router.add_route(method, path, guarded("admin", guard, open_route=True))
 
-    def _counted(self, handler: Handler) -> Handler:
-        async def counted(request: web.Request) -> web.StreamResponse:
-            response = await handler(request)
+    def _in_run(self, handler: RunHandler) -> Handler:
+        """``handler`` given the request's run (404 naming the declared runs if it is none),
+        each answer counted for its run."""
+
+        async def in_run(request: web.Request) -> web.StreamResponse:
             name = request.match_info["run"]
-            if name in self.runs:
-                self.requests[name] = self.requests.get(name, 0) + 1
+            try:
+                run = self.runs.get(name)
+            except UnknownRun as exc:
+                self.h.metrics.record_rejection("unknown_run")
+                return error_response(404, str(exc), param="run")
+            response = await handler(request, run)
+            self.requests[name] = self.requests.get(name, 0) + 1
             return response
 
-        return counted
-
-    def _run(self, request: web.Request) -> Run | web.Response:
-        try:
-            return self.runs.get(request.match_info["run"])
-        except UnknownRun as exc:
-            self.h.metrics.record_rejection("unknown_run")
-            return error_response(404, str(exc), param="run")
-
-    def _known(self, handler: Handler) -> Handler:
-        async def known(request: web.Request) -> web.StreamResponse:
-            run = self._run(request)
-            return run if isinstance(run, web.Response) else await handler(request)
-
-        return known
+        return in_run
 
     @staticmethod
     def _target(request: web.Request, run: Run) -> str:
         """The path and query the replicas get: the request's, without ``/runs/<run>``."""
         return request.rel_url.raw_path_qs.removeprefix(f"/runs/{run.name}")
 
-    def _generation(self, route: str, prompt_key: bytes) -> Handler:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            run = self._run(request)
-            if isinstance(run, web.Response):
-                return run
+    def _generation(self, route: str, prompt_key: bytes) -> RunHandler:
+        async def handle(request: web.Request, run: Run) -> web.StreamResponse:
             if not await run.admitted(self.queue_timeout_s):
                 self.h.metrics.record_rejection("run_paused")
                 return responses.rejected(
@@ -208,7 +208,9 @@ class RunRoutes:
         try:
             peek = peek_generation(body, prompt_key, h.facts.max_elements)
             model = peek.model
-            if model is not None and scoped(run.name, model) in self.adapters.versions:
+            # Every model but the base is one of the run's adapters (one still being unloaded
+            # behind TRL's answer is served until it is gone; one never loaded is vLLM's 404).
+            if model is not None and not any(r.base_model == model for r in h.pool):
                 body, peek = self._spliced(body, peek, scoped(run.name, model), prompt_key)
             facts = h.facts.from_peek(peek, key)
         except BadBody as exc:
@@ -233,10 +235,7 @@ class RunRoutes:
         start, end = peek.start + shift, peek.end + shift
         return spliced, dataclasses.replace(peek, model=new, buffer=spliced, start=start, end=end)
 
-    async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def passthrough(self, request: web.Request, run: Run) -> web.StreamResponse:
         target = self._target(request, run)
         return await self.h._with_body(request, self._pass, target)
 
@@ -245,10 +244,7 @@ class RunRoutes:
 
     # -- adapters ----------------------------------------------------------------------------
 
-    async def load(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def load(self, request: web.Request, run: Run) -> web.StreamResponse:
         return await self.h._with_body(request, self._load, run, forwarded=False)
 
     async def _load(self, request: web.Request, body: bytes, run: Run) -> web.StreamResponse:
@@ -284,17 +280,11 @@ class RunRoutes:
             "(TRL: a lower --max-staleness), or start the replicas with a larger --max-loras"
         )
 
-    async def upload(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def upload(self, request: web.Request, run: Run) -> web.StreamResponse:
         # The answer names the entry's path, which the relay's load then sends: kept as it is.
         return await self.receiver.upload(request, scoped(run.name, request.match_info["name"]))
 
-    async def unload(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def unload(self, request: web.Request, run: Run) -> web.StreamResponse:
         return await self.h._with_body(request, self._unload, run, forwarded=False)
 
     async def _unload(self, request: web.Request, body: bytes, run: Run) -> web.StreamResponse:
@@ -314,24 +304,15 @@ class RunRoutes:
 
     # -- pause, views ------------------------------------------------------------------------
 
-    async def pause(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def pause(self, request: web.Request, run: Run) -> web.StreamResponse:
         run.pause()
         return json_response(200, {"status": "paused", "run": run.name, "fleet": "generating"})
 
-    async def resume(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def resume(self, request: web.Request, run: Run) -> web.StreamResponse:
         run.resume()
         return json_response(200, {"status": "resumed", "run": run.name, "fleet": "generating"})
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def models(self, request: web.Request, run: Run) -> web.StreamResponse:
         listing = views.models(self.h.pool, self.adapters.roots())
         if listing is None:
             return responses.not_reported("listed its models")
@@ -342,10 +323,7 @@ class RunRoutes:
                 data.append({**entry, "id": own})
         return json_response(200, {**listing, "data": data})
 
-    async def server_info(self, request: web.Request) -> web.StreamResponse:
-        run = self._run(request)
-        if isinstance(run, web.Response):
-            return run
+    async def server_info(self, request: web.Request, run: Run) -> web.StreamResponse:
         info = views.server_info(self.h.pool)
         if info is None:
             return responses.not_reported("reported its server info")

@@ -26,7 +26,7 @@ class RunCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         views = self.views()
         families = (
-            (GaugeMetricFamily, "run_weight", "A run's weight (its share of slots and adapters)",
+            (GaugeMetricFamily, "run_weight", "A run's weight (its share of max_loras)",
              lambda v: v.weight),
             (GaugeMetricFamily, "run_paused", "1 while a run's weight sync holds its new requests",
              lambda v: int(v.paused)),
@@ -35,10 +35,6 @@ class RunCollector(Collector):
             (GaugeMetricFamily, "run_max_loras_share",
              "The adapters a run may hold on each replica (its share of max_loras)",
              lambda v: v.share if v.share is not None else float("nan")),
-            (GaugeMetricFamily, "run_inflight", "A run's requests holding a slot",
-             lambda v: v.inflight),
-            (GaugeMetricFamily, "run_queue_depth", "A run's requests waiting for a slot",
-             lambda v: v.queued),
             (CounterMetricFamily, "run_requests", "Requests answered under /runs/<run>/",
              lambda v: v.requests),
             (CounterMetricFamily, "run_pauses", "Pauses a run's trainer sent (its weight syncs)",

@@ -4,8 +4,9 @@ Declared with ``--runs NAME[=WEIGHT],...`` (weight 1 when omitted) or the admin 
 ``MAX_RUNS`` of them (every per-run label and map is bounded by this). The table is the one
 owner of each run's state:
 
-- ``weight``: its share of the fleet's slots (the limiter) and of each replica's ``max_loras``
-  adapters: ``share(max_loras) = max(1, floor(max_loras * weight / total weight))``.
+- ``weight``: its share of each replica's ``max_loras`` adapters:
+  ``share(max_loras) = max(1, floor(max_loras * weight / total weight))`` (a weighted share of
+  the proxy's in-flight slots is not built yet: the runs share them first come, first served).
 - the pause gate: TRL's ``/runs/<run>/pause`` closes it, ``resume`` opens it. While it is
   closed, that run's NEW generation requests wait at the proxy (at most the queue timeout; then
   503); its running requests go on, and other runs and the replicas are untouched.
@@ -164,8 +165,6 @@ class RunView:
     adapters: int  # adapter versions the fleet holds for it
     share: int | None  # of each replica's max_loras (None: no replica reported it yet)
     requests: int  # requests answered under /runs/<run>/
-    inflight: int
-    queued: int
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -175,6 +174,4 @@ class RunView:
             "adapters": self.adapters,
             "max_loras_share": self.share,
             "requests": self.requests,
-            "inflight": self.inflight,
-            "queued": self.queued,
         }
