@@ -131,7 +131,9 @@ def assemble(
         resolver,
     )  # fmt: skip
     outage = Outage(fleet.pool, clock, no_replica_grace_s)
-    dataplane = build_dataplane(settings, fleet, adapters.service, clock, metrics, spans, outage)
+    dataplane = build_dataplane(
+        settings, fleet, adapters.service, clock, metrics, spans, outage, runs
+    )
     status = Status(
         fleet.pool,
         fleet.sync,

@@ -2,8 +2,12 @@
 
 It knows
 - the versions wanted on the fleet (name, path, version number, source, files fingerprint), kept
-  to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``
-  minus one, so loading the next version never needs more than ``max_loras`` slots); with
+  to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``:
+  a replica runs the unloads of a plan before its loads, so the window never needs a spare slot,
+  and TRL, which holds ``max_staleness + 1`` versions and loads the next before it unloads the
+  oldest, needs ``max_loras >= max_staleness + 2``: a window of ``max_loras`` keeps every version
+  TRL may still ask for, where one slot less would retire the oldest at the start of each load,
+  while TRL's rollouts still request it); with
   several runs on the fleet, each run's versions to that run's own window (``scope_of``);
 - what each replica has loaded, from which version record and from which path (a pushed copy
   lives at a path of its own on each replica).
@@ -98,7 +102,7 @@ class Registry:
         if self.window_override is not None:
             return self.window_override
         if self.max_loras is not None:
-            return max(self.max_loras - 1, 1)
+            return self.max_loras
         return DEFAULT_WINDOW
 
     def newest(self) -> int | None:

@@ -188,7 +188,7 @@ class AdapterSettings(BaseModel):
         None,
         alias="adapter_window",
         description="adapter versions kept loaded on each replica",
-        json_schema_extra={"unset": "the smallest max_loras - 1"},
+        json_schema_extra={"unset": "the smallest max_loras"},
     )
     load_deadline_s: PositiveSeconds = Field(
         60.0,

@@ -150,7 +150,8 @@ def summary_lines(snap: Snapshot) -> list[str]:
     for name, run in sorted((s.get("runs") or {}).items()):  # several runs on one fleet
         lines.append(
             f"run {name}  weight {_num(run.get('weight'))}  paused {_yes(run.get('paused'))}  "
-            f"adapters {run.get('adapters', 0)}/{_num(run.get('max_loras_share'))}  requests "
+            f"adapters {run.get('adapters', 0)}/{_num(run.get('max_loras_share'))}  in flight "
+            f"{run.get('inflight', 0)}  queued {run.get('queued', 0)}  requests "
             f"{run.get('requests', 0)}  pauses {run.get('pauses', 0)}"
         )
     advice = s.get("advice") or {}

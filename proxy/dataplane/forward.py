@@ -180,10 +180,12 @@ class Forwarder:
         route: RouteRequest,
         identity: Identity = NO_IDENTITY,
         target: str | None = None,
+        run: str | None = None,
     ) -> web.StreamResponse:
         """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``.
         ``target``: the path and query sent upstream (default: the request's own; a run's
-        request drops its ``/runs/<run>`` prefix)."""
+        request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes
+        (None: the bare path's)."""
         exchange = _Exchange(
             request,
             route_name,
@@ -199,7 +201,7 @@ class Forwarder:
         model = route.model
         by_model[model] = by_model.get(model, 0) + 1
         try:
-            return await self._forward(request, exchange, route)
+            return await self._forward(request, exchange, route, run)
         finally:
             left = by_model[model] - 1
             if left:
@@ -208,7 +210,7 @@ class Forwarder:
                 del by_model[model]
 
     async def _forward(
-        self, request: web.Request, exchange: _Exchange, route: RouteRequest
+        self, request: web.Request, exchange: _Exchange, route: RouteRequest, run: str | None
     ) -> web.StreamResponse:
         tried: set[str] = set()
         errors: list[str] = []
@@ -218,9 +220,9 @@ class Forwarder:
                 break
             tracing = self._tracing
             if tracing is None:
-                placed = await self._limiter.acquire(lambda: self._place(route, tried))
+                placed = await self._limiter.acquire(lambda: self._place(route, tried), run)
             else:
-                placed = await self._traced_acquire(tracing, route, tried)
+                placed = await self._traced_acquire(tracing, route, tried, run)
             replica = placed.replica
             self._metrics.record_decision(placed.reason)
             try:
@@ -244,7 +246,7 @@ class Forwarder:
     # -- with tracing on (``--otel-spans``): the same steps, each in its own span --------------
 
     async def _traced_acquire(
-        self, tracing: Tracing, route: RouteRequest, tried: set[str]
+        self, tracing: Tracing, route: RouteRequest, tried: set[str], run: str | None
     ) -> Placement:
         def routed() -> Placement | None:
             with tracing.span("proxy.route") as span:
@@ -254,7 +256,7 @@ class Forwarder:
                 return placed
 
         with tracing.span("proxy.queue"):
-            return await self._limiter.acquire(routed)
+            return await self._limiter.acquire(routed, run)
 
     async def _traced_attempt(
         self, tracing: Tracing, ex: _Exchange, placed: Placement

@@ -1,34 +1,38 @@
-"""In-flight slots per replica and overall, with a bounded FIFO wait queue.
+"""In-flight slots per replica and overall, with bounded wait queues served fairly.
 
 A request asks for a slot with a ``pick`` callable: given the current state, it places the
 request on a replica that has a free slot (the routing policy over eligible replicas with spare
 capacity: a ``Placement`` carrying the replica and the decision's reason), or returns None.
-- Fast path: nobody is waiting, the overall cap has room and ``pick`` names a replica: the slot is
-  taken at once, with no allocation beyond the counter updates.
-- Otherwise the request joins the FIFO queue (or is refused at once when the queue is full).
-  Each ``release`` and each fleet change (``wake``) hands freed slots to waiters in arrival
-  order; a waiter whose pick finds nothing is skipped, so one request waiting for a busy adapter
-  does not block others. A waiter still queued after ``queue_timeout_s`` is refused.
+- Fast path: nobody of the request's run is waiting, the overall cap has room and ``pick``
+  names a replica: the slot is taken at once, with no allocation beyond the counter updates.
+- Otherwise the request joins its run's FIFO (``proxy.dataplane.fair``: one per run, the bare
+  path one of its own), or is refused at once when that queue (its weighted share of
+  ``queue_size``) or all of them together (``queue_size``) are full. Each ``release`` and each
+  fleet change (``wake``) hands freed slots to waiters, each to the run furthest below its
+  weighted share of the slots (work-conserving: no slot idles while anyone waits); a waiter
+  whose pick finds nothing is skipped, so one request waiting for a busy adapter does not
+  block others. A waiter still queued after ``queue_timeout_s`` is refused.
 - A request that would queue while the fleet is out (``fleet.outage``: no routable replica for
   longer than its grace) is refused at once, with the replicas' reasons.
 Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released, and
 each replica's ``cost`` is the sum of its leases' costs; the limiter is the one writer of
-``Replica.inflight`` and ``Replica.cost``.
+``Replica.inflight``, ``Replica.cost`` and each run's slot count.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from proxy.clock import Clock
 from proxy.config import LimitSettings
+from proxy.dataplane.fair import FairQueues, Waiter
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
+from proxy.runs.table import Runs
 
 
 @dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
@@ -38,6 +42,7 @@ class Placement:
     replica: Replica
     reason: str
     cost: float = 1.0
+    run: str | None = None  # whose slot it holds (set by the limiter)
 
 
 P = TypeVar("P", bound=Placement)
@@ -56,12 +61,6 @@ class Rejected(Exception):
         self.retry_after_s = retry_after_s
 
 
-@dataclass(eq=False, slots=True)
-class _Waiter(Generic[P]):
-    pick: Pick[P]
-    future: asyncio.Future[P] = field(default_factory=asyncio.Future)
-
-
 class Limiter:
     def __init__(
         self,
@@ -69,12 +68,13 @@ class Limiter:
         pool: ReplicaPool,
         clock: Clock,
         outage: Outage | None = None,
+        runs: Runs | None = None,
     ) -> None:
         self._settings = settings
         self._outage = outage
         self._pool = pool
         self._clock = clock
-        self._waiters: deque[_Waiter[Any]] = deque()
+        self._waiters = FairQueues(runs)
         self.inflight = 0
         self._cap = self.overall_cap()
         pool.listen(on_change=self.wake)  # a fleet change may free slots or move the cap
@@ -85,13 +85,20 @@ class Limiter:
 
     @property
     def queued(self) -> int:
-        return len(self._waiters)
+        return self._waiters.size
+
+    def inflight_of(self, run: str | None) -> int:
+        """The slots ``run``'s requests hold (None: the bare path's)."""
+        return self._waiters.running.get(run, 0)
+
+    def queued_of(self, run: str | None) -> int:
+        return self._waiters.queued(run)
 
     def overall_cap(self) -> int:
         cap = self._settings.max_inflight
         return cap if cap is not None else self.per_replica * max(len(self._pool), 1)
 
-    def try_acquire(self, pick: Pick[P]) -> P | None:
+    def try_acquire(self, pick: Pick[P], run: str | None = None) -> P | None:
         if self.inflight >= self._cap:
             return None
         placed = pick()
@@ -99,21 +106,32 @@ class Limiter:
             self.inflight += 1
             placed.replica.inflight += 1
             placed.replica.cost += placed.cost
+            placed.run = run
+            self._waiters.took(run)
         return placed
 
-    async def acquire(self, pick: Pick[P]) -> P:
-        """A placement with a slot held for the caller; raises Rejected when none can be had."""
-        if not self._waiters:
-            placed = self.try_acquire(pick)
+    async def acquire(self, pick: Pick[P], run: str | None = None) -> P:
+        """A placement with a slot held for the caller (``run``'s: None for the bare path);
+        raises Rejected when none can be had."""
+        waiters = self._waiters
+        if not waiters.queued(run):
+            placed = self.try_acquire(pick, run)
             if placed is not None:
                 return placed
         refusal = self._outage.refusal() if self._outage is not None else None
         if refusal is not None:
             raise Rejected("no_replica", f"{refusal}; retry when /health answers 200")
-        if len(self._waiters) >= self._settings.queue_size:
+        queue_size = self._settings.queue_size
+        if waiters.size >= queue_size:
             raise Rejected("queue_full", "the proxy's wait queue is full; retry shortly")
-        waiter: _Waiter[P] = _Waiter(pick)
-        self._waiters.append(waiter)
+        bound = waiters.bound(run, queue_size)
+        if run is not None and waiters.queued(run) >= bound:
+            raise Rejected(
+                "queue_full",
+                f"run {run}'s wait queue is full ({bound} requests, its share of the proxy's "
+                "queue); retry shortly",
+            )
+        waiter: Waiter[P] = waiters.push(pick, run)
         timer = self._clock.call_later(self._settings.queue_timeout_s, lambda: self._expire(waiter))
         try:
             return await waiter.future
@@ -125,36 +143,40 @@ class Limiter:
             raise
         finally:
             timer.cancel()
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+            waiters.discard(waiter)
 
     def release(self, placed: Placement) -> None:
         self.inflight -= 1
+        self._waiters.gave(placed.run)
         replica = placed.replica
         replica.inflight -= 1
         # Float sums drift; an idle replica's cost is exactly zero again.
         replica.cost = replica.cost - placed.cost if replica.inflight else 0.0
-        if self._waiters:
+        if self._waiters.size:
             self.wake()
 
     def wake(self) -> None:
-        """Hand free slots to waiters in FIFO order (skipping those whose pick finds nothing).
+        """Hand free slots to waiters, each to the run furthest below its weighted share and
+        FIFO within a run (skipping those whose pick finds nothing).
 
         Also called on every fleet change, so the overall cap follows the pool's size."""
         self._cap = self.overall_cap()
+        waiters = self._waiters
+        if not waiters.size:
+            return
         examined = 0
-        for waiter in tuple(self._waiters):
+        for waiter in waiters.candidates():
             if examined >= _SCAN_LIMIT or self.inflight >= self._cap:
                 return
             examined += 1
             if waiter.future.done():
                 continue
-            placed = self.try_acquire(waiter.pick)
+            placed = self.try_acquire(waiter.pick, waiter.run)
             if placed is not None:
-                self._waiters.remove(waiter)
+                waiters.discard(waiter)
                 waiter.future.set_result(placed)
 
-    def _expire(self, waiter: _Waiter[P]) -> None:
+    def _expire(self, waiter: Waiter[P]) -> None:
         if not waiter.future.done():
             waiter.future.set_exception(
                 Rejected(

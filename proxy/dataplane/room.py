@@ -19,6 +19,7 @@ from proxy.routing.factory import build_policy
 from proxy.routing.facts import Facts, Reuse
 from proxy.routing.policy import Policy
 from proxy.routing.reuse import ReuseEstimator
+from proxy.runs.table import Runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +39,10 @@ def build_dataplane(
     metrics: Metrics,
     tracing: Tracing | None,
     outage: Outage | None = None,
+    runs: Runs | None = None,
 ) -> DataPlane:
     pool, upstream = fleet.pool, settings.upstream
-    limiter = Limiter(settings.limits, pool, clock, outage)
+    limiter = Limiter(settings.limits, pool, clock, outage, runs)
     policy = build_policy(settings.policy)
     costs = CostModel()
     facts = Facts(

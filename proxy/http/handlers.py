@@ -238,10 +238,11 @@ class Handlers:
         route: str,
         facts: RouteRequest,
         target: str | None = None,
+        run: str | None = None,
     ) -> web.StreamResponse:
         try:
             identity = request[IDENTITY]
-            return await self.forwarder.forward(request, route, body, facts, identity, target)
+            return await self.forwarder.forward(request, route, body, facts, identity, target, run)
         except Rejected as exc:
             self.metrics.record_rejection(exc.reason)
             return responses.rejected(str(exc), exc.retry_after_s)

@@ -86,5 +86,7 @@ def build_edge(
         receiver,
         guard,
         ClientErrorLog(metrics.record_bad_input, clock.monotonic),
-        RunRoutes(handlers, runs, adapters.service, queue_timeout_s, receiver, admin),
+        RunRoutes(
+            handlers, runs, adapters.service, queue_timeout_s, receiver, admin, dataplane.limiter
+        ),
     )

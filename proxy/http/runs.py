@@ -6,9 +6,9 @@ TRL is pointed at ``http://proxy:8000/runs/<run>`` and appends its paths as to a
 - generation (completions, chat, token-in): held while the run is paused (its NEW requests
   only, at most the queue timeout, then 503); the ``model`` naming one of the run's adapters is
   spliced to the replicas' name (``proxy.runs.names``) into the bytes the routing peek located;
-  a base-model request goes as it is (any other model is the run's). Routed and limited as the
-  bare path's (the runs share the proxy's slots first come, first served: no weighted share of
-  slots yet).
+  a base-model request goes as it is (any other model is the run's). Routed as the bare path's;
+  its slot is the run's (``proxy.dataplane.fair``: weighted shares when runs wait, its own
+  share of the queue).
 - load and unload: ``lora_name`` scoped to the run. A load that would make the run hold more
   adapters than its share of ``max_loras`` is refused (400 naming the run and the share) before
   anything reaches a replica. The answer reads with the run's own names.
@@ -36,6 +36,7 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.calls import BadAdapterRequest, parse_adapter_request
 from proxy.adapters.service import AdapterService
 from proxy.adapters.wire import PREFIX as RECEIVER_PREFIX
+from proxy.dataplane.limiter import Limiter
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica
 from proxy.http import responses
@@ -85,9 +86,10 @@ class RunRoutes:
         queue_timeout_s: float,
         receiver: ReceiverRoutes,
         admin: Admin,
+        limiter: Limiter,
     ) -> None:
         self.h, self.runs, self.adapters, self.receiver = h, runs, adapters, receiver
-        self.admin = admin
+        self.admin, self.limiter = admin, limiter
         self.queue_timeout_s = queue_timeout_s
         registry = adapters.registry
         registry.scope_of = self._scope_of
@@ -117,6 +119,8 @@ class RunRoutes:
                 len(self.held(run.name)),
                 self.runs.share(run.name, max_loras) if max_loras is not None else None,
                 self.requests.get(run.name, 0),
+                self.limiter.inflight_of(run.name),
+                self.limiter.queued_of(run.name),
             )
             for run in self.runs
         ]
@@ -219,7 +223,7 @@ class RunRoutes:
         except UnknownModel as exc:
             h.metrics.record_rejection("unknown_model")
             return responses.model_not_found(unscoped(run.name, exc.model) or exc.model)
-        return await h._forward(request, body, route, facts, self._target(request, run))
+        return await h._forward(request, body, route, facts, self._target(request, run), run.name)
 
     def _spliced(self, body: bytes, peek: Peek, new: str, key: bytes) -> tuple[bytes, Peek]:
         """The body and its peek with ``model`` = ``new``: a splice of the original bytes when
@@ -236,11 +240,13 @@ class RunRoutes:
         return spliced, dataclasses.replace(peek, model=new, buffer=spliced, start=start, end=end)
 
     async def passthrough(self, request: web.Request, run: Run) -> web.StreamResponse:
-        target = self._target(request, run)
-        return await self.h._with_body(request, self._pass, target)
+        return await self.h._with_body(request, self._pass, run)
 
-    async def _pass(self, request: web.Request, body: bytes, target: str) -> web.StreamResponse:
-        return await self.h._forward(request, body, "passthrough", RouteRequest(None), target)
+    async def _pass(self, request: web.Request, body: bytes, run: Run) -> web.StreamResponse:
+        target = self._target(request, run)
+        return await self.h._forward(
+            request, body, "passthrough", RouteRequest(None), target, run.name
+        )
 
     # -- adapters ----------------------------------------------------------------------------
 

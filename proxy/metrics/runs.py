@@ -26,7 +26,8 @@ class RunCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         views = self.views()
         families = (
-            (GaugeMetricFamily, "run_weight", "A run's weight (its share of max_loras)",
+            (GaugeMetricFamily, "run_weight",
+             "A run's weight (its share of max_loras, of the queue and of the slots)",
              lambda v: v.weight),
             (GaugeMetricFamily, "run_paused", "1 while a run's weight sync holds its new requests",
              lambda v: int(v.paused)),
@@ -35,6 +36,10 @@ class RunCollector(Collector):
             (GaugeMetricFamily, "run_max_loras_share",
              "The adapters a run may hold on each replica (its share of max_loras)",
              lambda v: v.share if v.share is not None else float("nan")),
+            (GaugeMetricFamily, "run_inflight", "The proxy's in-flight slots a run's requests hold",
+             lambda v: v.inflight),
+            (GaugeMetricFamily, "run_queued", "A run's requests waiting for a slot at the proxy",
+             lambda v: v.queued),
             (CounterMetricFamily, "run_requests", "Requests answered under /runs/<run>/",
              lambda v: v.requests),
             (CounterMetricFamily, "run_pauses", "Pauses a run's trainer sent (its weight syncs)",

@@ -4,9 +4,11 @@ Declared with ``--runs NAME[=WEIGHT],...`` (weight 1 when omitted) or the admin 
 ``MAX_RUNS`` of them (every per-run label and map is bounded by this). The table is the one
 owner of each run's state:
 
-- ``weight``: its share of each replica's ``max_loras`` adapters:
-  ``share(max_loras) = max(1, floor(max_loras * weight / total weight))`` (a weighted share of
-  the proxy's in-flight slots is not built yet: the runs share them first come, first served).
+- ``weight``: its share of each replica's ``max_loras`` adapters,
+  ``share(max_loras) = max(1, floor(max_loras * weight / total weight))``, of the proxy's wait
+  queue (the same rule over ``--queue-size``), and of the proxy's in-flight slots whenever
+  runs wait for them (``proxy.dataplane.fair``: work-conserving, so an idle run's slots are
+  used by the others).
 - the pause gate: TRL's ``/runs/<run>/pause`` closes it, ``resume`` opens it. While it is
   closed, that run's NEW generation requests wait at the proxy (at most the queue timeout; then
   503); its running requests go on, and other runs and the replicas are untouched.
@@ -148,10 +150,11 @@ class Runs:
     def weights(self) -> dict[str, float]:
         return {run.name: run.weight for run in self._runs.values()}
 
-    def share(self, name: str, max_loras: int) -> int:
-        """Adapters ``name`` may hold on each replica of ``max_loras`` slots."""
+    def share(self, name: str, amount: int) -> int:
+        """``name``'s weighted share of ``amount`` (a replica's ``max_loras``, the queue's
+        size), at least 1."""
         total = sum(run.weight for run in self._runs.values())
-        return max(1, math.floor(max_loras * self.get(name).weight / total))
+        return max(1, math.floor(amount * self.get(name).weight / total))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,8 @@ class RunView:
     adapters: int  # adapter versions the fleet holds for it
     share: int | None  # of each replica's max_loras (None: no replica reported it yet)
     requests: int  # requests answered under /runs/<run>/
+    inflight: int  # the proxy's slots its requests hold (its weighted share when others wait)
+    queued: int  # its requests waiting for a slot
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -174,4 +179,6 @@ class RunView:
             "adapters": self.adapters,
             "max_loras_share": self.share,
             "requests": self.requests,
+            "inflight": self.inflight,
+            "queued": self.queued,
         }

@@ -16,6 +16,7 @@ from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import listed, load_body, metrics_text, post, records
 from tests.support.fleet import Stack, run_stack
+from tests.support.waiting import wait_for
 
 PROMPT = list(range(300, 340))
 
@@ -181,3 +182,36 @@ async def test_the_admin_api_declares_reweighs_and_removes_runs(tmp_path: Path) 
         assert status == 404
         await stack.proxy_app[PROXY].adapters.service.settled()
         assert "b.trl-policy-v1" not in await listed(stack, 0)  # unloaded behind the answer
+
+
+async def test_a_runs_burst_does_not_queue_another_run_behind_it() -> None:
+    """Run a fills the proxy's slots and queues more; run b's requests, queued after a's, reach
+    the replica next (weighted fair share), not after a's whole burst (first come, first
+    served). Each run's figures show its own slots and queue."""
+    async with run_stack(1, runs="a,b", max_inflight_per_replica=2) as stack:
+        limiter = stack.proxy_app[PROXY].dataplane.limiter
+        sim = stack.sims[0].url
+        async with stack.session.post(sim + "/pause?mode=keep") as response:
+            assert response.status == 200  # the replica holds what it runs: slots stay taken
+
+        def send(run: str, prompt: list[int]) -> asyncio.Task[Any]:
+            body = {**rollout("sim-model"), "prompt": prompt}
+            return asyncio.create_task(post(stack, f"/runs/{run}/v1/completions", body))
+
+        burst = [send("a", PROMPT) for _ in range(6)]
+        await wait_for(lambda: limiter.queued == 4, what="run a's burst queued behind 2 slots")
+        later = [send("b", [*PROMPT, 7]) for _ in range(2)]
+        await wait_for(lambda: limiter.queued == 6, what="run b's requests queued")
+        _, status = await get(stack, "/proxy/status")
+        runs = status["runs"]
+        assert (runs["a"]["inflight"], runs["a"]["queued"]) == (2, 4)
+        assert (runs["b"]["inflight"], runs["b"]["queued"]) == (0, 2)
+        assert 'rollout_proxy_run_queued{run="b"} 2.0' in await metrics_text(stack)
+        async with stack.session.post(sim + "/resume") as response:
+            assert response.status == 200
+        answers = await asyncio.gather(*burst, *later)
+        assert [status for status, _, _ in answers] == [200] * 8
+        seen = [r for r in await records(stack, 0) if r["path"] == "/v1/completions"]
+        order = ["b" if r["prompt_tokens"] == len(PROMPT) + 1 else "a" for r in seen]
+        # The first slot freed goes to b; both of b's arrive before a's last two (FIFO: last).
+        assert order.index("b") == 2 and max(i for i, r in enumerate(order) if r == "b") <= 5

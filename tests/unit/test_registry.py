@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,12 +17,27 @@ def v(
 
 
 def test_window_follows_max_loras_and_drops_the_oldest() -> None:
-    registry = Registry(max_loras=4)
+    registry = Registry(max_loras=3)
     assert registry.window == 3
     dropped = [name for n in range(1, 6) for name in registry.add(v(n))]
     assert dropped == ["trl-policy-v1", "trl-policy-v2"]
     assert list(registry.versions) == ["trl-policy-v3", "trl-policy-v4", "trl-policy-v5"]
     assert registry.newest() == 5
+
+
+@pytest.mark.parametrize("staleness", [0, 1, 2])
+def test_the_window_keeps_every_version_trl_may_still_ask_for(staleness: int) -> None:
+    """TRL at its smallest ``max_loras`` (``max_staleness + 2``): it holds ``staleness + 1``
+    versions, loads the next one, and only then unloads the oldest; until that load answers its
+    rollouts may still ask for the oldest, so the load must not retire it."""
+    registry = Registry(max_loras=staleness + 2)
+    for n in range(1, staleness + 2):
+        assert registry.add(v(n)) == []
+    for n in range(staleness + 2, staleness + 8):
+        oldest = f"trl-policy-v{n - 1 - staleness}"
+        assert registry.add(v(n)) == []
+        assert registry.wanted(oldest) is not None
+        registry.remove(oldest)  # TRL's unload, after its load answered
 
 
 def test_plan_loads_the_window_in_version_order() -> None:
@@ -74,7 +90,7 @@ def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -
                 registry.mark_loaded("r1", command.version)
             else:
                 registry.mark_unloaded("r1", command.name)
-        assert len(registry.loaded["r1"]) <= max(max_loras - 1, 1)
+        assert len(registry.loaded["r1"]) <= max_loras
     assert max(numbers) == registry.newest()
 
 

@@ -119,7 +119,7 @@ async def test_a_paused_run_admits_after_resume_and_times_out_otherwise() -> Non
 def test_each_runs_versions_keep_their_own_window_in_the_registry() -> None:
     from proxy.adapters.registry import Registry, Version
 
-    registry = Registry(max_loras=4)  # the proxy's own names: a window of 3
+    registry = Registry(max_loras=3)  # the proxy's own names: a window of 3
     registry.scope_of = run_of
     registry.scope_window = lambda run: 2
 
