@@ -17,7 +17,11 @@ import pytest
 from tests.e2e.support import PYTHON, VllmServer, adapters_listed, heavy_tier_missing, post_json
 from trainer_entry.sidecar import free_port
 
-MAX_STALENESS = 2  # replicas get max_loras = staleness + 2 (replica_entry default)
+MAX_STALENESS = 2  # the single-run tests' TRL max_staleness (needs max_loras >= 4)
+# The replicas' max_loras: two runs on one fleet (test_training_runs) get a share of 3 each,
+# TRL's max_staleness 1 (a share of 2 would force staleness 0, where TRL unloads a version
+# before its rollout worker has moved on from it).
+MAX_LORAS = 6
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -65,6 +69,7 @@ def fleet(
             model_dir=tiny["model"],
             log_path=logs / f"replica-{i}.log",
             max_staleness=MAX_STALENESS,
+            max_loras=MAX_LORAS,
             threads_bind=str(cores[i % len(cores)]),
         )
         for i in range(2)

@@ -86,6 +86,7 @@ class VllmServer:
     model_dir: Path
     log_path: Path
     max_staleness: int
+    max_loras: int | None = None  # replica_entry's default: max_staleness + 2
     threads_bind: str = "nobind"  # VLLM_CPU_OMP_THREADS_BIND: cores for the engine's threads
     process: subprocess.Popen[bytes] | None = None
     starts: list[int] = field(default_factory=list)  # log offsets where each start begins
@@ -111,6 +112,8 @@ class VllmServer:
             *("--max-model-len", "512", "--dtype", "float32", "--block-size", "32"),
             *("--ready-timeout", "240", "--adapter-store", str(self.store)),
         ]
+        if self.max_loras is not None:
+            argv += ["--max-loras", str(self.max_loras)]
         self.starts.append(self.log_path.stat().st_size if self.log_path.exists() else 0)
         log = self.log_path.open("ab")
         # vLLM's CPU build binds every server's OpenMP threads to the same cores by default; two

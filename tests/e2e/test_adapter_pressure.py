@@ -1,6 +1,6 @@
 """Pushed copies under vLLM's LoRA cache pressure (issue 27, finding 13), with real vLLM.
 
-Each replica holds ``max_loras`` (4) adapters in its CPU cache; registering seven and serving
+Each replica holds ``max_loras`` (6) adapters in its CPU cache; registering seven and serving
 each in turn makes vLLM evict some and, when one is named again, re-read it from the path it
 was loaded from: the receiver's pushed copy. That copy must still be there while the name is
 registered, whatever the pressure (the store deletes a name's copies only once vLLM unloaded it),
@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.e2e.conftest import MAX_STALENESS
+from tests.e2e.conftest import MAX_LORAS
 from tests.e2e.support import (
     REPLICA_TOKEN,
     VllmServer,
@@ -28,7 +28,7 @@ from tests.e2e.support import (
 from trainer_entry import sidecar
 
 UNLOAD_TIMEOUT_S = 60.0
-ADAPTERS = 7  # registered at once: more than the replicas' max_loras (MAX_STALENESS + 2)
+ADAPTERS = 7  # registered at once: more than the replicas' max_loras (MAX_LORAS)
 ROUNDS = 2
 
 
@@ -50,7 +50,7 @@ def _copies(server: VllmServer, name: str) -> list[Path]:
 def test_every_registered_adapter_is_served_while_vllm_evicts_and_reloads(
     clean_fleet: list[VllmServer], tiny: dict[str, Path], tmp_path: Path
 ) -> None:
-    assert ADAPTERS > MAX_STALENESS + 2
+    assert ADAPTERS > MAX_LORAS
     watched = tmp_path / ".vllm_lora"
     watched.mkdir()
     names = [f"trl-policy-v{n}" for n in range(1, ADAPTERS + 1)]
@@ -67,7 +67,7 @@ def test_every_registered_adapter_is_served_while_vllm_evicts_and_reloads(
         for server in clean_fleet:
             assert set(adapters_listed(server.url)) == set(names)
         for _ in range(ROUNDS):
-            for name in names:  # each in turn: the cache holds 4, so vLLM evicts and reloads
+            for name in names:  # each in turn: the cache holds MAX_LORAS, so vLLM evicts, reloads
                 prompt = {"model": name, "prompt": "what is 2 plus 2", "max_tokens": 2}
                 assert _post(url + "/v1/completions", prompt) == 200, name
         for server in clean_fleet:
