@@ -113,6 +113,11 @@ class _Exchange:
     started: float
     identity: Identity
     decode_budget: int  # what the cost model learns from, with the answer's completion tokens
+    run: str | None = None
+    # A run's 5xx answers (replica, status): the replica's fault only if another replica then
+    # serves the request; one that fails everywhere is the run's own (say, its adapter), and
+    # one run's errors must not open a replica's circuit for the other runs.
+    suspects: list[tuple[Replica, int]] | None = None
 
 
 class Forwarder:
@@ -196,6 +201,7 @@ class Forwarder:
             time.perf_counter(),
             identity,
             route.decode_budget,
+            run,
         )
         by_model = self._by_model
         model = route.model
@@ -227,8 +233,12 @@ class Forwarder:
             self._metrics.record_decision(placed.reason)
             try:
                 if tracing is None:
-                    return await self._attempt(exchange, placed)
-                return await self._traced_attempt(tracing, exchange, placed)
+                    response = await self._attempt(exchange, placed)
+                else:
+                    response = await self._traced_attempt(tracing, exchange, placed)
+                for suspect, status in exchange.suspects or ():
+                    self._breaker.server_error(suspect, status)
+                return response
             except _Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
@@ -317,7 +327,10 @@ class Forwarder:
             answer = web.Response(status=status, body=data, headers=headers)
         if status >= 500:
             self._metrics.record_replica_error(replica.id, "5xx")
-            self._breaker.server_error(replica, status)
+            if ex.run is None:
+                self._breaker.server_error(replica, status)
+            else:
+                ex.suspects = [*(ex.suspects or ()), (replica, status)]
             raise _Failed(f"answered HTTP {status}", answer)
         self._breaker.answered(replica)
         with contextlib.suppress(ConnectionError):  # the client has gone

@@ -58,7 +58,7 @@ async def _generate(
     probe = partial(client_gone, request)
     async with state.engine.tracked():
         faults = state.faults
-        await inject_faults(faults, probe)
+        await inject_faults(faults, probe, job.model)
         meta = render.Meta.new(job.kind, job.model)
         async with state.simulator.run(job, probe) as gen:
             request[RECORD].cached_tokens = sum(gen.cached)
@@ -89,10 +89,11 @@ async def read_job(
     return job
 
 
-async def inject_faults(faults: Faults, probe: Probe) -> None:
-    """The configured delay, then the configured failure; inside the in-flight count."""
+async def inject_faults(faults: Faults, probe: Probe, model: str | None) -> None:
+    """The configured delay, then the configured failure (for ``model``'s requests when the
+    failure names one); inside the in-flight count."""
     await sleep(faults.delay_s, probe)
-    if faults.fail_status is not None:
+    if faults.fail_status is not None and faults.fail_model in (None, model):
         raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
 
 

@@ -40,7 +40,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
     probe = partial(client_gone, request)
     request_id = f"generate-tokens-{uuid.uuid4().hex}"
     async with state.engine.tracked():
-        await inject_faults(state.faults, probe)
+        await inject_faults(state.faults, probe, job.model)
         async with state.simulator.run(job, probe) as gen:
             request[RECORD].cached_tokens = sum(gen.cached)
             if job.stream:

@@ -22,6 +22,7 @@ class Faults(BaseModel):
     unhealthy: ``GET /health`` answers 503.
     delay_s: extra seconds before a generation request starts.
     fail_status: generation routes answer this status with a vLLM-shaped error body.
+    fail_model: with ``fail_status``, only requests for this model (e.g. one run's adapter) fail.
     drop_mid_response: generation responses send headers and part of the body, then the
         connection is closed.
     mount_lag_s: an adapter directory becomes visible only this long after its mtime/ctime.
@@ -32,6 +33,7 @@ class Faults(BaseModel):
     unhealthy: bool = False
     delay_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     fail_status: int | None = Field(default=None, ge=400, le=599)
+    fail_model: str | None = None
     drop_mid_response: bool = False
     mount_lag_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
 

@@ -14,7 +14,7 @@ import orjson
 
 from proxy.app import PROXY
 from tests.support.adapters import write_adapter
-from tests.support.calls import listed, load_body, metrics_text, post, records
+from tests.support.calls import listed, load_body, metric_value, metrics_text, post, records
 from tests.support.fleet import Stack, run_stack
 from tests.support.waiting import wait_for
 
@@ -215,3 +215,48 @@ async def test_a_runs_burst_does_not_queue_another_run_behind_it() -> None:
         order = ["b" if r["prompt_tokens"] == len(PROMPT) + 1 else "a" for r in seen]
         # The first slot freed goes to b; both of b's arrive before a's last two (FIFO: last).
         assert order.index("b") == 2 and max(i for i, r in enumerate(order) if r == "b") <= 5
+
+
+FAILS_FOR_A = {"faults": {"fail_status": 500, "fail_model": "a.trl-policy-v1"}}
+
+
+async def load_both(stack: Stack, tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        path = write_adapter(tmp_path / run, "trl-policy-v1")
+        status, body = await run_load(stack, run, "trl-policy-v1", path)
+        assert status == 200, body
+
+
+async def test_one_runs_errors_do_not_eject_a_replica_for_the_others(tmp_path: Path) -> None:
+    """Run a's adapter fails on every replica (its own fault): its requests get the replicas'
+    500, and no circuit opens, so run b keeps the whole fleet."""
+    async with run_stack(
+        sims=[FAILS_FOR_A, FAILS_FOR_A], runs="a,b", breaker_failures=2, breaker_cooldown=60
+    ) as stack:
+        await load_both(stack, tmp_path)
+        for _ in range(6):
+            status, body, _ = await post(stack, "/runs/a/v1/completions", rollout("trl-policy-v1"))
+            assert status == 500, body
+        assert len(stack.pool.routable()) == 2
+        text = await metrics_text(stack)
+        assert metric_value(text, 'rollout_proxy_ejections_total{cause="circuit"}') == 0
+        for _ in range(4):
+            status, body, _ = await post(stack, "/runs/b/v1/completions", rollout("trl-policy-v1"))
+            assert status == 200, body
+
+
+async def test_a_replica_failing_a_run_that_another_serves_still_opens_its_circuit(
+    tmp_path: Path,
+) -> None:
+    """The same errors on ONE replica, while the other serves those requests: the replica's
+    fault, so its circuit opens as on the bare path."""
+    async with run_stack(
+        sims=[FAILS_FOR_A, {}], runs="a,b", breaker_failures=2, breaker_cooldown=60,
+        policy="least_loaded",
+    ) as stack:  # fmt: skip
+        await load_both(stack, tmp_path)
+        for _ in range(6):
+            status, body, _ = await post(stack, "/runs/a/v1/completions", rollout("trl-policy-v1"))
+            assert status == 200, body  # failed over
+        await wait_for(lambda: len(stack.pool.routable()) == 1, what="the circuit to open")
+        assert stack.pool.routable()[0].url == stack.sims[1].url
