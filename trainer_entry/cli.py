@@ -40,11 +40,11 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from trainer_entry import checkpoints, lora_dir, sidecar
+from trainer_entry import checkpoints, fleet_run, lora_dir, sidecar
 from trainer_entry.flags import build_parser, options_from_args
 from trainer_entry.launch import (
     MissingExtra,
@@ -85,16 +85,16 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
     assert topology.proxy_url is not None
     extra = (*mirror, *topology.proxy_args)
     argv = sidecar.relay_command(topology.proxy_url, sidecar.free_port(), extra)
-    if topology.proxy_token_env is None:
-        log.info("starting a local relay to %s (pushes adapters; no token)", topology.proxy_url)
-        with sidecar.running(argv) as url:
-            yield url
-        return
-    token = os.environ[topology.proxy_token_env]
-    log.info("starting a local relay to %s (pushes adapters; bearer token from $%s)",
-             topology.proxy_url, topology.proxy_token_env)  # fmt: skip
-    with sidecar.running(argv, env={"PROXY_UPSTREAM_TOKEN": token}) as url:
-        yield url
+    env = {}
+    if topology.proxy_token_env is not None:
+        env["PROXY_UPSTREAM_TOKEN"] = os.environ[topology.proxy_token_env]
+    how = f"bearer token from ${topology.proxy_token_env}" if env else "no token"
+    with ExitStack() as stack:
+        if topology.fleet_key_env is not None:  # a run on a shared fleet: declared while it runs
+            key = os.environ[topology.fleet_key_env]
+            stack.enter_context(fleet_run.declared(topology.proxy_url, key, topology.run_weight))
+        log.info("starting a local relay to %s (pushes adapters; %s)", topology.proxy_url, how)
+        yield stack.enter_context(sidecar.running(argv, env=env))
 
 
 def figures_source(options: TrainerOptions) -> tuple[str | None, str | None]:
@@ -136,6 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoints.clear_stale(options.output_dir, resume, local)
     try:
         return _run(options, gpus, resume)
+    except fleet_run.FleetRefused as exc:
+        print(f"rollout-trainer: {exc}", file=sys.stderr)
+        return 2
     finally:
         if fresh and local is not None:  # the proxy has stopped: its mirror has drained
             shutil.rmtree(local, ignore_errors=True)

@@ -103,6 +103,20 @@ def _topology_flags(parser: argparse.ArgumentParser) -> None:
     add = group.add_argument
     add("--proxy-token-env", default=None, help="variable holding the remote proxy's token")
     add(
+        "--fleet-key-env",
+        default=None,
+        help="a run on a shared fleet: declare it on the proxy of --proxy-url (which ends in "
+        "/runs/<run>) with the fleet's admin key in this variable before training, and remove "
+        "it (its adapters unloaded) when the run ends (default: none, the run is declared)",
+    )
+    add(
+        "--run-weight",
+        type=float,
+        default=1.0,
+        help="with --fleet-key-env: the run's weight, its share of the fleet's max_loras and "
+        "of the proxy's slots",
+    )
+    add(
         "--replica-token-env", default="HF_TOKEN", help="sidecar: variable with the replicas' token"
     )
     add("--sidecar-host", default="127.0.0.1", help="sidecar: where the proxy listens")
@@ -234,6 +248,24 @@ def _section(kind: type[T], args: argparse.Namespace, **overrides: Any) -> T:
     return kind(**{**values, **overrides})
 
 
+def _check_fleet_run(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, environ: Mapping[str, str]
+) -> None:
+    """``--fleet-key-env``: only with a --proxy-url naming a run, its key set on node 0."""
+    if args.proxy_url is None:
+        parser.error("argument --fleet-key-env: only with --proxy-url (the fleet's /runs/<run>)")
+    from trainer_entry.fleet_run import FleetRun  # stdlib only
+
+    try:
+        FleetRun.of(args.proxy_url)
+    except ValueError as exc:
+        parser.error(f"argument --proxy-url: {exc}")
+    if args.node_rank == 0 and not environ.get(args.fleet_key_env):
+        parser.error(f"argument --fleet-key-env: ${args.fleet_key_env} is not set")
+    if not (0 < args.run_weight <= 1000):  # proxy.runs.table.MAX_WEIGHT
+        parser.error(f"argument --run-weight: above 0, at most 1000 (got {args.run_weight:g})")
+
+
 def options_from_args(
     args: argparse.Namespace,
     parser: argparse.ArgumentParser,
@@ -282,6 +314,8 @@ def options_from_args(
             parser.error("argument --proxy-token-env: only with --proxy-url")
         if args.node_rank == 0 and not environ.get(args.proxy_token_env):
             parser.error(f"argument --proxy-token-env: ${args.proxy_token_env} is not set")
+    if args.fleet_key_env is not None:
+        _check_fleet_run(parser, args, environ)
     if args.adapters_local is not None and args.adapters_in_bucket:
         parser.error("argument --adapters-in-bucket: not with --adapters-local")
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
@@ -309,6 +343,8 @@ def options_from_args(
             proxy_url=args.proxy_url,
             proxy_token_env=args.proxy_token_env,
             proxy_args=tuple(args.proxy_arg),
+            fleet_key_env=args.fleet_key_env,
+            run_weight=args.run_weight,
         ),
         # The flags of these sections are named as their fields (argparse's dest).
         world=_section(World, args, num_processes=args.num_processes or 0),  # 0: count GPUs

@@ -27,7 +27,9 @@ class Topology:
     ``proxy_url``: a proxy elsewhere, reached through a local relay that pushes adapter versions
     to it and adds the bearer token read from the environment variable ``proxy_token_env``
     (when one is named).
-    ``proxy_args`` go to the local proxy's command line unchanged.
+    ``proxy_args`` go to the local proxy's command line unchanged. With ``fleet_key_env``, the
+    run (the ``/runs/<run>`` of ``proxy_url``) is declared on that proxy, with ``run_weight``,
+    for as long as the run lasts.
     """
 
     sidecar_replicas: tuple[str, ...] = ()
@@ -38,6 +40,8 @@ class Topology:
     proxy_url: str | None = None
     proxy_token_env: str | None = None
     proxy_args: tuple[str, ...] = ()
+    fleet_key_env: str | None = None  # a run on a shared fleet (``trainer_entry.fleet_run``)
+    run_weight: float = 1.0
 
     @property
     def sidecar(self) -> bool:
