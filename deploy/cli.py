@@ -1,4 +1,5 @@
-"""Command line: ``rollout-deploy up|rehearse|status|logs|down`` (also ``python -m deploy``).
+"""Command line: ``rollout-deploy up|rehearse|status|logs|down`` and ``rollout-deploy fleet
+up|status|down`` (also ``python -m deploy``).
 
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
 ``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
@@ -19,11 +20,11 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from huggingface_hub import HfApi, get_token
 
-from deploy import health, hints, preflight
+from deploy import fleet, health, hints, preflight
 from deploy.clock import Clock, SystemClock
 from deploy.errors import DeployError
 from deploy.install import project_version, source_root
@@ -36,7 +37,7 @@ from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
-from deploy.up_flags import add_up_flags, check_up_args, plan_from_args
+from deploy.up_flags import add_up_flags, check_up_args, fleet_of, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
 from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
 
@@ -143,7 +144,38 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument(
                 "--tail", type=int, help="only the last N lines of each job (default: all)"
             )
+    _fleet_commands(commands, common)
     return parser
+
+
+def _fleet_commands(
+    commands: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
+) -> None:
+    """``fleet up|status|down``: a shared fleet (``deploy.fleet``)."""
+    fleet = commands.add_parser(
+        "fleet",
+        formatter_class=DefaultsFormatter,
+        help="a fleet of replicas and a proxy job that many runs share (deploy up --fleet)",
+    )
+    sub = fleet.add_subparsers(dest="fleet_command", required=True)
+    up = sub.add_parser(
+        "up", parents=[common], formatter_class=DefaultsFormatter,
+        help="launch the fleet's replicas and its proxy job",
+    )  # fmt: skip
+    add_up_flags(up, fleet=True)
+    up.set_defaults(shared=True)
+    for name, text in (
+        ("status", "the fleet's jobs, the runs its proxy serves, the runs' trainer jobs"),
+        ("down", "cancel the fleet's jobs (refused while runs train on it, unless --force)"),
+    ):
+        command = sub.add_parser(
+            name, parents=[common], help=text, formatter_class=DefaultsFormatter
+        )
+        command.add_argument("--fleet", required=True, help="the fleet's name")
+        if name == "down":
+            command.add_argument(
+                "--force", action="store_true", help="also cancel the runs training on it"
+            )
 
 
 def _token(runtime: Runtime) -> str:
@@ -185,12 +217,24 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
         endpoint=args.hub_endpoint,
         allow_public_bucket=args.allow_public_bucket,
     )
-    runtime.say(
-        f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}, "
-        f"{plan.network} network"
-    )
+    if plan.shared:
+        runtime.say(
+            f"fleet {plan.run_name}: {plan.replicas} replica(s) and a proxy job, private network"
+        )
+    elif plan.fleet:
+        runtime.say(f"run {plan.run_name} on fleet {plan.fleet} (weight {plan.run_weight:g})")
+    else:
+        runtime.say(
+            f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}, "
+            f"{plan.network} network"
+        )
     views = launch.up()
-    runtime.say(summary(plan, views, jobs.namespace, args.hub_endpoint))
+    if plan.shared:
+        runtime.say(fleet.fleet_summary(plan, views, args.hub_endpoint))
+    elif plan.fleet:
+        runtime.say(fleet.joined_summary(plan, views, args.hub_endpoint))
+    else:
+        runtime.say(summary(plan, views, jobs.namespace, args.hub_endpoint))
     return 0
 
 
@@ -216,6 +260,8 @@ def run_logs(args: argparse.Namespace, runtime: Runtime) -> int:
 
 def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
+    # A run on a fleet: the fleet (its replicas, its proxy job) is rehearsed with it.
+    shared = preflight.checked(fleet_of(plan)) if plan.fleet else None
     if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
         return run_up(args, trainer_args, runtime)
     refused = host_refusal(plan)
@@ -244,7 +290,7 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     runtime.say(f"rehearsing run {plan.run_name} in {workdir} (jobs, logs, the bucket)")
     Rehearsal(
         plan, base, workdir, runtime.say, steps=args.steps,
-        ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout,
+        ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout, fleet=shared,
     ).run()  # fmt: skip
     if args.workdir is None:  # a folder of our own: gone once it passed (kept when it failed)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -252,7 +298,23 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     return 0
 
 
+def run_fleet(args: argparse.Namespace, runtime: Runtime) -> int:
+    if args.fleet_command == "up":
+        return run_up(args, (), runtime)
+    token = _token(runtime)
+    jobs = _hub(args, token)
+    if args.fleet_command == "status":
+        runtime.say(fleet.fleet_status(jobs, args.fleet, token, runtime.probe))
+    else:
+        fleet.fleet_down(
+            jobs, args.fleet, runtime.say, force=args.force, endpoint=args.hub_endpoint
+        )
+    return 0
+
+
 def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
+    if args.command == "fleet":
+        return run_fleet(args, runtime)
     if args.command == "up":
         return run_up(args, trainer_args, runtime)
     if args.command == "rehearse":
@@ -263,8 +325,14 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
     jobs = _hub(args, token)
     if args.command == "status":
         runtime.say(report(jobs, args.run_name, token, runtime.probe))
-    else:
-        down(jobs, args.run_name, runtime.say)
+        return 0
+    if any(not job.terminal for job in fleet.runs_on(jobs, args.run_name)):
+        raise DeployError(
+            f"{args.run_name} is a fleet with runs training on it: stop them one by one "
+            "(`deploy down --run-name RUN`), or the fleet with them: "
+            f"{fleet.command('down', args.run_name, jobs.namespace, args.hub_endpoint, '--force')}"
+        )
+    down(jobs, args.run_name, runtime.say)
     return 0
 
 
@@ -279,7 +347,7 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
     args = parser.parse_args(argv)
     if trainer_args and args.command not in ("up", "rehearse"):
         parser.error("only `up` and `rehearse` take trainer flags after --")
-    if args.command in ("up", "rehearse"):
+    if args.command in ("up", "rehearse") or getattr(args, "fleet_command", None) == "up":
         check_up_args(parser, args)
     try:
         return dispatch(args, trainer_args, runtime)

@@ -124,7 +124,12 @@ class HubJobs:
 
     def of_run(self, run_name: str) -> list[JobView]:
         """Every job labelled with ``run_name``, replicas first, then proxy, then trainer."""
-        infos = self.api.list_jobs(labels={RUN_LABEL: run_name}, namespace=self.namespace)
+        return self.labelled(RUN_LABEL, run_name)
+
+    def labelled(self, label: str, value: str) -> list[JobView]:
+        """Every job with ``label: value`` (e.g. a fleet's and its runs'), in ``of_run``'s
+        order."""
+        infos = self.api.list_jobs(labels={label: value}, namespace=self.namespace)
         return sorted((JobView.of(info) for info in infos), key=_order)
 
     def logs(self, job_id: str, *, follow: bool = False, tail: int | None = None) -> Iterable[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from deploy import hints
 from deploy.clock import Clock
 from deploy.errors import DeployError
+from deploy.fleet import require_fleet
 from deploy.health import Prober
 from deploy.jobs import HUB_ERRORS, HubJobs, JobView
 from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
@@ -74,6 +75,13 @@ class Launch:
 
     def launch_fleet(self) -> list[JobView]:
         plan = self.plan
+        if plan.fleet is not None:  # a run on a shared fleet: its trainer joins the fleet's
+            require_fleet(self.jobs, plan.fleet, self.endpoint)
+            trainers = [self.start(spec) for spec in trainer_specs(plan)]
+            self.say(f"waiting for the trainer to start (it declares run {plan.run_name} on the "
+                     f"proxy of fleet {plan.fleet})")  # fmt: skip
+            self.wait_trainers(trainers, None)
+            return [self.jobs.inspect(job.id) for job in self.launched]
         replicas = [self.start(replica_spec(plan, index)) for index in range(plan.replicas)]
         self.say(f"waiting for {len(replicas)} replica(s) to be RUNNING and healthy")
         urls = self.serving_urls(replicas, HEALTH)
@@ -86,6 +94,8 @@ class Launch:
             proxy = self.start(proxy_spec(plan, urls))
             self.say("waiting for the proxy to be RUNNING and to route to every replica")
             (proxy_url,) = self.serving_urls([proxy], routes)
+            if plan.shared:  # a fleet: its runs come later (deploy up --fleet)
+                return [self.jobs.inspect(job.id) for job in self.launched]
             trainers = [self.start(spec) for spec in trainer_specs(plan, proxy_url=proxy_url)]
             self.say("waiting for the trainer to start")
             self.wait_trainers(trainers, None)

@@ -40,6 +40,13 @@ the adapter receiver inside vLLM and every proxy pushes (the sidecar, or the tra
 the proxy job), so a sync does not wait for the bucket mount; the flags are written out in each
 command, so ``--dry-run`` shows them. Off: replicas without a receiver, proxies that only load
 from the mount.
+
+Shared fleets (``deploy fleet up``, ``shared``): a fleet named F is a run of replicas and a proxy
+job only, its proxy serving many runs at ``/runs/<run>`` with an admin key derived from the
+user's HF token (``deploy.keys``). A run R on it (``deploy up --fleet F``, ``fleet``) is its
+trainer jobs alone, in F's network group (alias ``R-trainer``), writing to ``/lora/R/`` of the
+same bucket, pointed at ``http://proxy:8000/runs/R``; the trainer declares R on the proxy with
+the same key and removes it when it ends. Every job of both carries ``rollout-fleet: F``.
 """
 
 from __future__ import annotations
@@ -51,7 +58,9 @@ from typing import Literal
 
 from deploy.durations import format_duration
 from deploy.install import VLLM_IMAGE, Expanded, Install
+from deploy.keys import fleet_key
 from deploy.specs import (
+    FLEET_LABEL,
     INDEX_LABEL,
     REPLICAS_LABEL,
     ROLE_LABEL,
@@ -67,6 +76,8 @@ Network = Literal["private", "public"]
 PORT = 8000
 TOKEN_SECRET = "HF_TOKEN"
 UPSTREAM_TOKEN_SECRET = "PROXY_UPSTREAM_TOKEN"
+ADMIN_KEY_SECRET = "PROXY_ADMIN_KEY"  # a fleet's proxy job: its admin API's key
+FLEET_KEY_SECRET = "FLEET_ADMIN_KEY"  # a run on a fleet: the same key, to declare itself
 REPLICA_KEY_SECRET = "VLLM_API_KEY"  # the run's replica key, where the replicas' vLLM reads it
 NETWORK_PREFIX = "HF_NETWORK_GROUP_PREFIX"  # set by HF Jobs inside every member of a group
 
@@ -120,6 +131,12 @@ class RunPlan:
     attempts: int = 3  # every job's runs in all: HF Jobs retries a failed one (module docstring)
     network: Network = "private"
     trainer_nodes: int = 1  # trainer jobs; node 0 runs the proxy side, all meet at its alias
+    # Shared fleets (``deploy.fleet``): ``shared``, this plan is a fleet (replicas and a proxy
+    # job serving many runs, named ``run_name``); ``fleet``, this run's trainer joins that fleet
+    # with ``run_weight``.
+    shared: bool = False
+    fleet: str | None = None
+    run_weight: float = 1.0
 
     @property
     def replica_env(self) -> dict[str, str]:
@@ -131,26 +148,38 @@ class RunPlan:
 
     @property
     def network_group(self) -> str | None:
-        """The run's network group: its name (run names fit the group's naming rules)."""
-        return self.run_name if self.private else None
+        """The run's network group: its name, or its fleet's (names fit the group's rules)."""
+        return (self.fleet or self.run_name) if self.private else None
+
+    def alias(self, role: Role) -> str:
+        """The alias a role claims in the group: a run on a fleet shares the group with other
+        runs' trainers, so its own are ``<run>-trainer``."""
+        return f"{self.run_name}-trainer" if role == "trainer" and self.fleet else role
 
     def secrets(self, role: Role) -> tuple[str, ...]:
         """The secret names a job gets (``secret_values`` says what each holds)."""
         if role == "proxy":
-            return (
+            names = (
                 (UPSTREAM_TOKEN_SECRET,) if self.private else (TOKEN_SECRET, UPSTREAM_TOKEN_SECRET)
             )
+            return (*names, ADMIN_KEY_SECRET) if self.shared else names
+        if role == "trainer" and self.fleet:
+            return (TOKEN_SECRET, FLEET_KEY_SECRET)
         private_sidecar = self.private and (role == "replica" or self.topology == "sidecar")
         # The HF token stays with replicas and trainer: it reads gated models and datasets.
         return (TOKEN_SECRET, REPLICA_KEY_SECRET) if private_sidecar else (TOKEN_SECRET,)
 
     def secret_values(self, hf_token: str, replica_key: str) -> dict[str, str]:
         """What each secret name holds: the proxy sends the run's replica key upstream on the
-        private network, the HF token the edge demands on the public one."""
+        private network, the HF token the edge demands on the public one; a fleet's admin key
+        is derived from the HF token (``fleet_key``), never stored."""
+        admin = fleet_key(hf_token, self.fleet or self.run_name)
         return {
             TOKEN_SECRET: hf_token,
             REPLICA_KEY_SECRET: replica_key,
             UPSTREAM_TOKEN_SECRET: replica_key if self.private else hf_token,
+            ADMIN_KEY_SECRET: admin,
+            FLEET_KEY_SECRET: admin,
         }
 
     @property
@@ -189,6 +218,8 @@ class RunPlan:
 
     def labels(self, role: Role, index: int | None = None) -> dict[str, str]:
         labels = {RUN_LABEL: self.run_name, ROLE_LABEL: role}
+        if self.shared or self.fleet:
+            labels[FLEET_LABEL] = self.fleet or self.run_name
         if role == "replica":
             labels[REPLICAS_LABEL] = self.run_name
         if index is not None:
@@ -227,7 +258,7 @@ def network_of(plan: RunPlan, role: Role, claims: bool = True) -> GroupMember | 
     """The job's place in the run's network group, claiming its role as alias unless not
     ``claims`` (none on the public network)."""
     group = plan.network_group
-    return None if group is None else GroupMember(group, (role,) if claims else ())
+    return None if group is None else GroupMember(group, (plan.alias(role),) if claims else ())
 
 
 def replica_spec(plan: RunPlan, index: int) -> JobSpec:
@@ -262,7 +293,9 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
     argv = [
         *("python3", "-m", "proxy", "--host", "0.0.0.0", "--port", str(PORT)),
         *where,
-        *("--adapters-dir", plan.adapters_dir),
+        # A fleet's proxy takes each run's adapters from that run's relay (push or its load's
+        # path in the bucket), no one directory of its own to watch.
+        *(() if plan.shared else ("--adapters-dir", plan.adapters_dir)),
         "--supervise",  # a proxy that dies comes back on the same port within seconds
         plan.push_flag,
     ]
@@ -303,7 +336,7 @@ def trainer_argv(
     if plan.trainer_nodes > 1:
         world = [
             *("--nnodes", str(plan.trainer_nodes), "--node-rank", str(node)),
-            *("--master-addr", alias_address("trainer")),
+            *("--master-addr", alias_address(plan.alias("trainer"))),
         ]
     return [
         *("python3", "-m", "trainer_entry", "--model", plan.model),
@@ -317,6 +350,14 @@ def trainer_argv(
 
 
 def _private_target(plan: RunPlan) -> list[str]:
+    if plan.fleet:  # its fleet's proxy job, under the run's own path, declared by the trainer
+        return [
+            *(
+                "--proxy-url",
+                Expanded(f"http://{alias_address('proxy')}:{PORT}/runs/{plan.run_name}"),
+            ),
+            *("--fleet-key-env", FLEET_KEY_SECRET, "--run-weight", f"{plan.run_weight:g}"),
+        ]
     if plan.topology == "job":
         return ["--proxy-url", Expanded(f"http://{alias_address('proxy')}:{PORT}")]
     return [
@@ -387,8 +428,10 @@ def trainer_specs(
 
 def dry_run_specs(plan: RunPlan) -> list[JobSpec]:
     """Every job of the run in launch order, exposed URLs shown as placeholders."""
+    if plan.fleet:  # a run on a fleet: its trainer only
+        return trainer_specs(plan)
     replicas = [replica_spec(plan, index) for index in range(plan.replicas)]
     if plan.topology == "sidecar":
         return [*replicas, *trainer_specs(plan)]
     proxy = proxy_spec(plan, [exposed_url_placeholder(spec.name) for spec in replicas])
-    return [*replicas, proxy, *trainer_specs(plan)]
+    return [*replicas, proxy, *(() if plan.shared else trainer_specs(plan))]

@@ -98,7 +98,15 @@ def lora_limits(trainer: TrainerOptions) -> tuple[str, ...]:
 
 def checked(plan: RunPlan) -> RunPlan:
     """``plan`` with the replicas' LoRA limits linked to the trainer, every job's flags read by
-    its own entry point; ``BadFlags`` names the first that would fail."""
+    its own entry point; ``BadFlags`` names the first that would fail. A fleet (no trainer):
+    its replicas' flags; a run on a fleet (no replicas): its trainer's."""
+    if plan.shared:
+        replica = replica_options(plan)
+        if replica.effective_max_loras < 2:
+            raise BadFlags(
+                "the fleet's replicas would hold one adapter: give --max-loras 2 or more"
+            )
+        return plan
     trainer = trainer_options(plan)
     if str(trainer.output_dir) != plan.run_dir:
         raise BadFlags(
@@ -107,12 +115,16 @@ def checked(plan: RunPlan) -> RunPlan:
             "from the flags after --"
         )
     world = trainer.world
-    master = str(alias_address("trainer")) if plan.trainer_nodes > 1 else World.master_addr
+    master = (
+        str(alias_address(plan.alias("trainer"))) if plan.trainer_nodes > 1 else World.master_addr
+    )
     if (world.nnodes, world.node_rank, world.master_addr) != (plan.trainer_nodes, 0, master):
         raise BadFlags(
             "--nnodes, --node-rank and --master-addr are deploy's to write (each trainer job "
             "gets its own): drop them from the flags after --, and use deploy's --trainer-nodes"
         )
+    if plan.fleet:  # its replicas are the fleet's, already running
+        return plan
     linked = replace(plan, replica_args=(*lora_limits(trainer), *plan.replica_args))
     replica = replica_options(linked)
     rank, staleness = trainer.recipe.lora_rank, trainer.recipe.max_staleness

@@ -20,6 +20,7 @@ RUN_LABEL = "rollout-run"
 ROLE_LABEL = "rollout-role"
 INDEX_LABEL = "rollout-index"
 REPLICAS_LABEL = "rollout-replicas"  # on replica jobs only: what the proxy job discovers
+FLEET_LABEL = "rollout-fleet"  # a shared fleet's jobs, and the trainer jobs of the runs on it
 MASK = "***"
 
 

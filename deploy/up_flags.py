@@ -1,5 +1,6 @@
-"""The flags of ``deploy up`` (and of ``rehearse``, which takes the same): defined, checked
-(argparse's exit 2, naming the flag), and read into the ``RunPlan`` they describe.
+"""The flags of ``deploy up`` (and of ``rehearse``, which takes the same, and ``fleet up``,
+which takes those that describe replicas and a proxy job): defined, checked (argparse's exit 2,
+naming the flag), and read into the ``RunPlan`` they describe.
 
 Durations are ``replica_entry.helpformat.duration``'s (``30m``, ``90s``, plain seconds); a
 flavor is one of huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than
@@ -13,6 +14,7 @@ import re
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from huggingface_hub import JobHardware
 
@@ -26,20 +28,37 @@ from replica_entry.helpformat import duration
 FLAVORS = tuple(flavor.value for flavor in JobHardware)
 
 RUN_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+ALIAS_MAX = 34  # HF Jobs' network aliases; a run on a fleet claims ``<run>-trainer``
+FLEET_RUN_MAX = ALIAS_MAX - len("-trainer")
+FLEET_MAX_LORAS = 12  # a fleet's replicas: e.g. 4 runs at max_staleness 1 (a share of 3 each)
+FLEET_MAX_LORA_RANK = 16
 BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 
 
-def add_up_flags(up: argparse.ArgumentParser) -> None:
+def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
+    """``deploy up``'s flags; ``fleet``: ``deploy fleet up``'s (no trainer, no topology)."""
     add = up.add_argument
     add("--bucket", required=True, help="NS/BUCKET holding the code and the adapters")
     add("--model", required=True, help="the base model every replica serves")
-    add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
-    add(
-        "--topology",
-        choices=["sidecar", "job"],
-        default="sidecar",
-        help="sidecar: the proxy runs beside the trainer, in its job; job: in a job of its own",
-    )
+    if fleet:
+        _fleet_up_flags(up)
+    else:
+        add("--replicas", type=int, help="number of vLLM replica jobs (required, but with --fleet)")
+        add(
+            "--topology",
+            choices=["sidecar", "job"],
+            default=None,
+            help="sidecar: the proxy runs beside the trainer, in its job; job: in a job of its "
+            "own (default: sidecar)",
+        )
+        add(
+            "--fleet",
+            default=None,
+            help="put this run on a shared fleet (`deploy fleet up`): only its trainer is "
+            "launched, in the fleet's network, at the fleet proxy's /runs/<run-name> (default: "
+            "none, a fleet of the run's own)",
+        )
+        add("--run-weight", type=float, default=1.0, help="with --fleet: the run's weight there")
     add(
         "--network",
         choices=["private", "public"],
@@ -48,12 +67,14 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
         "a key made for the run; public: every hop crosses HF's edge with your HF token "
         "(default: %(default)s)",
     )
-    add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
-    for role, help_text in (
+    if not fleet:
+        add("--run-name", help="lowercase letters, digits, dashes (default: rollout-<time>)")
+    roles = [
         ("replica", "each replica job's hardware"),
         ("trainer", "trainer_entry starts one FSDP2 rank per GPU"),
         ("proxy", "the proxy job's (topology job only)"),
-    ):
+    ]
+    for role, help_text in roles if not fleet else [roles[0], roles[2]]:
         add(
             f"--{role}-flavor",
             default=getattr(Flavors, role),
@@ -62,7 +83,8 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
             help=help_text,
         )
     add("--replica-image", default=Images.replica, help="the replicas' Docker image")
-    add("--trainer-image", default=Images.trainer, help="the trainer's (it needs vLLM too)")
+    if not fleet:
+        add("--trainer-image", default=Images.trainer, help="the trainer's (it needs vLLM too)")
     add("--proxy-image", default=Images.proxy, help="the proxy job's (topology job)")
     add(
         "--code",
@@ -92,13 +114,14 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
     )
     add("--ready-timeout", type=duration, default="30m", help="the wait for each wave of jobs")
     add("--poll-interval", type=duration, default="5s", help="between status polls")
-    add(
-        "--trainer-nodes",
-        type=int,
-        default=RunPlan.trainer_nodes,
-        help="trainer jobs, each with every GPU of --trainer-flavor; they meet at node 0's "
-        "network alias (private network only; default: %(default)s)",
-    )
+    if not fleet:
+        add(
+            "--trainer-nodes",
+            type=int,
+            default=RunPlan.trainer_nodes,
+            help="trainer jobs, each with every GPU of --trainer-flavor; they meet at node 0's "
+            "network alias (private network only; default: %(default)s)",
+        )
     add(
         "--attempts",
         type=int,
@@ -109,28 +132,65 @@ def add_up_flags(up: argparse.ArgumentParser) -> None:
     add("--dry-run", action="store_true", help="print the job specs as JSON, launch nothing")
 
 
+def _fleet_up_flags(up: argparse.ArgumentParser) -> None:
+    add = up.add_argument
+    add("--fleet", required=True, help="the fleet's name: lowercase letters, digits, dashes")
+    add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
+    add(
+        "--max-loras",
+        type=int,
+        default=FLEET_MAX_LORAS,
+        help="adapters each replica holds at once, shared by the runs by weight (a run needs "
+        "its TRL max_staleness + 2)",
+    )
+    add(
+        "--max-lora-rank",
+        type=int,
+        default=FLEET_MAX_LORA_RANK,
+        help="the largest --lora-rank a run on the fleet may train",
+    )
+
+
 def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock: Clock) -> RunPlan:
-    run_name = args.run_name or time.strftime("rollout-%Y%m%d-%H%M%S", time.gmtime(clock.wall()))
+    """The plan the flags describe: a run (``deploy up``, on a fleet of its own or ``--fleet``)
+    or a fleet (``deploy fleet up``: ``args.shared``)."""
+    shared = getattr(args, "shared", False)
+    if shared:
+        run_name = args.fleet
+    else:
+        run_name = args.run_name or time.strftime(
+            "rollout-%Y%m%d-%H%M%S", time.gmtime(clock.wall())
+        )
     source = args.code or default_source()
+    lora = (
+        ("--max-loras", str(args.max_loras), "--max-lora-rank", str(args.max_lora_rank))
+        if shared
+        else ()
+    )
+    trainer_image = getattr(args, "trainer_image", Images.trainer)
+    trainer_flavor = getattr(args, "trainer_flavor", Flavors.trainer)
     return RunPlan(
         run_name=run_name,
         bucket=args.bucket,
         model=args.model,
-        replicas=args.replicas,
+        replicas=args.replicas or 0,
         install=install_for(source, f"{args.mount_path}/{run_name}/code"),
         namespace=args.namespace or args.bucket.split("/")[0],
-        topology=args.topology,
-        images=Images(args.replica_image, args.trainer_image, args.proxy_image),
-        flavors=Flavors(args.replica_flavor, args.trainer_flavor, args.proxy_flavor),
+        topology="job" if shared or args.fleet else (args.topology or "sidecar"),
+        images=Images(args.replica_image, trainer_image, args.proxy_image),
+        flavors=Flavors(args.replica_flavor, trainer_flavor, args.proxy_flavor),
         timeout_s=whole_seconds(args.timeout),
         ready_timeout_s=args.ready_timeout,
         mount_path=args.mount_path.rstrip("/"),
-        replica_args=tuple(shlex.split(args.replica_args)),
+        replica_args=(*lora, *shlex.split(args.replica_args)),
         trainer_args=tuple(trainer_args),
         adapter_push=args.adapter_push,
         attempts=args.attempts,
         network=args.network,
-        trainer_nodes=args.trainer_nodes,
+        trainer_nodes=getattr(args, "trainer_nodes", 1),
+        shared=shared,
+        fleet=None if shared else args.fleet,
+        run_weight=getattr(args, "run_weight", 1.0),
     )
 
 
@@ -140,19 +200,72 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"argument --bucket: must look like NAMESPACE/BUCKET (got {args.bucket!r})")
     if args.attempts < 1:
         parser.error(f"argument --attempts: must be at least 1 (got {args.attempts})")
-    if args.replicas < 1:
+    if getattr(args, "shared", False) or args.fleet is not None:
+        _check_fleet_args(parser, args)
+    elif args.replicas is None:
+        parser.error("argument --replicas: required (but with --fleet, whose replicas it uses)")
+    if args.replicas is not None and args.replicas < 1:
         parser.error(f"argument --replicas: must be at least 1 (got {args.replicas})")
-    if args.trainer_nodes < 1:
+    if getattr(args, "trainer_nodes", 1) < 1:
         parser.error(f"argument --trainer-nodes: must be at least 1 (got {args.trainer_nodes})")
-    if args.trainer_nodes > 1 and args.network == "public":
+    if getattr(args, "trainer_nodes", 1) > 1 and args.network == "public":
         parser.error(
             "argument --trainer-nodes: several trainer nodes meet on the run's private network "
             "only (HF's edge exposes one port, not torch's rendezvous): drop --network public"
         )
-    if args.run_name is not None and not RUN_NAME.match(args.run_name):
+    if getattr(args, "run_name", None) is not None and not RUN_NAME.match(args.run_name):
         parser.error(
             f"argument --run-name: 1-40 lowercase letters, digits or dashes, not starting or "
             f"ending with a dash (got {args.run_name!r})"
         )
     if not args.mount_path.startswith("/"):
         parser.error(f"argument --mount-path: must be absolute (got {args.mount_path!r})")
+
+
+def _check_fleet_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A fleet (``fleet up``) or a run on one (``up --fleet``)."""
+    if not RUN_NAME.match(args.fleet):
+        parser.error(
+            f"argument --fleet: 1-40 lowercase letters, digits or dashes, not starting or "
+            f"ending with a dash (got {args.fleet!r})"
+        )
+    if args.network == "public":
+        parser.error(
+            "argument --network: a shared fleet's runs reach its proxy on the fleet's private "
+            "network (HF's edge takes your token in the one Authorization header its admin key "
+            "needs): drop --network public"
+        )
+    if getattr(args, "shared", False):
+        if args.max_loras < 2:
+            parser.error(f"argument --max-loras: at least 2 (got {args.max_loras})")
+        return
+    if args.command == "rehearse":  # the fleet is rehearsed with the run
+        if args.replicas is None:
+            parser.error("argument --replicas: required: the fleet's, rehearsed with the run")
+    elif args.replicas is not None:
+        parser.error("argument --replicas: not with --fleet (the run uses the fleet's replicas)")
+    if args.topology is not None:
+        parser.error("argument --topology: not with --fleet (the fleet's proxy job serves it)")
+    if args.run_name is not None and len(args.run_name) > FLEET_RUN_MAX:
+        parser.error(
+            f"argument --run-name: at most {FLEET_RUN_MAX} characters on a fleet (its trainer "
+            f"claims the network alias <run>-trainer, at most {ALIAS_MAX}; got {args.run_name!r})"
+        )
+    if not 0 < args.run_weight <= 1000:
+        parser.error(f"argument --run-weight: above 0, at most 1000 (got {args.run_weight:g})")
+
+
+def fleet_of(plan: RunPlan) -> RunPlan:
+    """The fleet a run on one (``plan.fleet``) joins, as ``fleet up`` with ``plan``'s flags and
+    the fleet defaults would plan it (``rehearse --fleet`` runs both)."""
+    assert plan.fleet is not None
+    lora = ("--max-loras", str(FLEET_MAX_LORAS), "--max-lora-rank", str(FLEET_MAX_LORA_RANK))
+    return replace(
+        plan,
+        run_name=plan.fleet,
+        install=install_for(plan.install.source, f"{plan.mount_path}/{plan.fleet}/code"),
+        shared=True,
+        fleet=None,
+        trainer_args=(),
+        replica_args=(*lora, *plan.replica_args),
+    )

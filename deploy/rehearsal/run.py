@@ -101,6 +101,7 @@ class Rehearsal:
     steps: int = 2
     ready_timeout_s: float = 900.0
     train_timeout_s: float = 900.0
+    fleet: RunPlan | None = None  # a run on a fleet: the fleet's plan, its jobs rehearsed first
     started: list[jobs.LocalJob] = field(default_factory=list)
 
     def run(self) -> None:
@@ -115,10 +116,14 @@ class Rehearsal:
         previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # as a Ctrl-C
         try:
             rehearsed = self.stand_ins()
+            fleet = self.fleet
+            if fleet is not None:  # the same stand-ins: the run's tiny model, the CPU flags
+                fleet = replace(fleet, model=rehearsed.model,
+                                replica_args=(*fleet.replica_args, *CPU_REPLICA_ARGS))  # fmt: skip
             mount.mkdir(parents=True, exist_ok=True)
             group.open()
             registry = tunnel.start(group.gateway)
-            self.launch(rehearsed, group, registry)
+            self.launch(rehearsed, group, registry, fleet)
         except (subprocess.SubprocessError, OSError) as exc:
             raise DeployError(
                 f"the rehearsal could not set its jobs up ({exc}): check --image-base (a Python "
@@ -176,9 +181,15 @@ class Rehearsal:
             replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS),
         )
 
-    def launch(self, plan: RunPlan, group: Group, registry: str) -> None:
+    def launch(
+        self, plan: RunPlan, group: Group, registry: str, fleet: RunPlan | None = None
+    ) -> None:
+        """``plan``'s jobs; a run on a fleet: ``fleet``'s replicas and proxy job first."""
         bucket = self.workdir / "bucket"
+        served = fleet or plan  # whose replicas and proxy the trainer trains through
         self.publish(plan, bucket)
+        if fleet is not None:
+            self.publish(fleet, bucket)
         key = secrets.token_urlsafe(REPLICA_KEY_BYTES)  # as `up` makes one
         values = plan.secret_values("hf_rehearsal_token_not_a_real_one", key)
         env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
@@ -198,12 +209,12 @@ class Rehearsal:
                      f"aliases {aliases}: log {job.log_path}")  # fmt: skip
             return job
 
-        replicas = [start(replica_spec(plan, i)) for i in range(plan.replicas)]
+        replicas = [start(replica_spec(served, i)) for i in range(served.replicas)]
         self.wait(replicas, "/health", key, lambda probe: probe.ok)
-        if plan.topology == "job":
-            proxy = start(proxy_spec(plan))
+        if served.topology == "job":
+            proxy = start(proxy_spec(served))
             self.wait([proxy], "/proxy/status", key,
-                      lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
+                      lambda probe: routes_everywhere(probe, served.replicas).ok)  # fmt: skip
         trainer, *others = [start(spec) for spec in trainer_specs(plan)]
         if plan.topology == "sidecar":
             self.wait([trainer], "/proxy/status", key,

@@ -30,7 +30,7 @@ from deploy.wheel import build_wheel
 from tests.support.readme import deploy_commands
 
 REHEARSAL_TIMEOUT_S = 900
-STARTED = r"^started math-r1-(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
+STARTED = r"^started (?:math-r1-)?(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal needs root")
 
 
@@ -82,8 +82,15 @@ def _namespaces_left() -> list[str]:
             ["replica-0", "proxy", "trainer", "trainer-1"],
             "$15.03 per hour (3 x h200, 1 x cpu-upgrade)",
         ),
+        # The run on a shared fleet: the fleet's replica and proxy job, then the run's trainer,
+        # which declares itself on the fleet's proxy and trains at /runs/math-r1.
+        (
+            ("--fleet", "sweep"),
+            ["sweep-replica-0", "sweep-proxy", "trainer"],
+            "$15.03 per hour (1 x h200, 1 x cpu-upgrade, 1 x h200x2)",
+        ),
     ],
-    ids=["default-plan", "job-topology-two-trainer-nodes"],
+    ids=["default-plan", "job-topology-two-trainer-nodes", "run-on-a-shared-fleet"],
 )
 def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
     changes: tuple[str, ...], jobs_started: list[str], cost: str, workdir: Path
@@ -96,9 +103,12 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
     started = re.findall(STARTED, out, flags=re.M)
     assert [name for name, _, _ in started] == jobs_started
     images_of = {name: image for name, image, _ in started}
-    assert images_of["replica-0"] == images_of["trainer"] == "vllm/vllm-openai:v0.32.0"
-    assert images_of.get("proxy", "python:3.11-slim") == "python:3.11-slim"
-    assert {name: alias for name, _, alias in started}["trainer"] == "trainer"
+    replica = jobs_started[0]
+    assert images_of[replica] == images_of["trainer"] == "vllm/vllm-openai:v0.32.0"
+    proxies = [name for name in images_of if name.endswith("proxy")]
+    assert all(images_of[name] == "python:3.11-slim" for name in proxies)
+    trainer_alias = "math-r1-trainer" if "--fleet" in changes else "trainer"
+    assert {name: alias for name, _, alias in started}["trainer"] == trainer_alias
     # The trainer's versions reached the replica through the proxy, then it exited 0.
     assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
     assert "trained 1 step(s) through the proxy and exited 0" in out
@@ -108,6 +118,10 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
     assert (run_dir / ".vllm_lora" / "trl-policy-v2").is_dir()
     assert list(run_dir.glob("checkpoint-*"))
     logs = workdir / "run" / "logs"
+    if "--fleet" in changes:  # declared on the fleet's proxy before training, removed after
+        trained = (logs / "math-r1-trainer.log").read_text()
+        assert "run math-r1 declared on the fleet's proxy" in trained
+        assert "run math-r1 removed from the fleet's proxy" in trained
     if "trainer-1" in jobs_started:  # two machines, one rank each, met at the alias
         assert "rank 1 of 2: DistributedType.FSDP" in (logs / "math-r1-trainer-1.log").read_text()
     else:  # h200x2: the published two ranks on one machine

@@ -92,11 +92,14 @@ def test_every_timeout_flag_takes_durations_as_users_write_them(
 def test_every_program_calls_itself_by_its_console_script(prog: str) -> None:
     parsers = list(_walk(PARSERS[prog]()))
     assert parsers[0].format_usage().startswith(f"usage: {prog} ")
-    for sub in parsers[1:]:  # rollout-deploy up, rehearse, status, logs, down
-        assert sub.format_usage().startswith(f"usage: {prog} {sub.prog.split()[-1]} ")
+    for sub in parsers[1:]:  # rollout-deploy up, rehearse, status, logs, down, fleet up, ...
+        assert sub.prog.startswith(f"{prog} ")
+        assert sub.format_usage().startswith(f"usage: {sub.prog} ")
     assert {p.prog for p in _walk(deploy_cli.build_parser())} >= {
         "rollout-deploy up",
         "rollout-deploy rehearse",
+        "rollout-deploy fleet up",
+        "rollout-deploy fleet down",
     }
 
 
