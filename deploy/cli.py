@@ -287,7 +287,8 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
             f"--workdir {workdir} is under /tmp, which every rehearsed job gets a fresh copy of "
             "(a container's own): choose a folder elsewhere (default: one in /var/tmp)"
         )
-    runtime.say(f"rehearsing run {plan.run_name} in {workdir} (jobs, logs, the bucket)")
+    on = f" on fleet {plan.fleet} (its jobs first)" if plan.fleet else ""
+    runtime.say(f"rehearsing run {plan.run_name}{on} in {workdir} (jobs, logs, the bucket)")
     Rehearsal(
         plan, base, workdir, runtime.say, steps=args.steps,
         ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout, fleet=shared,

@@ -234,7 +234,7 @@ class Rehearsal:
         (bucket / plan.run_name).mkdir(parents=True)
         root = source_root()
         if plan.install.source == "wheel" and root is not None:
-            self.say(f"building the wheel of {root} into the bucket folder {bucket}")
+            self.say(f"building the wheel of {root} into the bucket's {plan.code_dir}")
             build_wheel(root, bucket / plan.code_dir, project_version("wheel"))
 
     def wait(self, waited: Sequence[jobs.LocalJob], path: str, key: str,
