@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from benchmarks import report
+from benchmarks.fleet.advice import recommend
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sharing import SHARING_LEGEND, grid, sharing_table
 from benchmarks.fleet.suite import run_grid, validate, what_if
@@ -130,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
     add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
     add("--runs", type=int, help="sharing: K runs on one fleet of --shared-replicas (#25)")
+    add("--share-runs", type=int,
+        help="what-if: whether K runs of this shape should share a fleet (advice.py)")  # fmt: skip
     add("--shared-replicas", type=int, default=3, help="sharing: the shared fleet's size M")
     add("--shared-grid", action="store_true",
         help="sharing: K 2,4,8 x M 1..8, as given and with train_s doubled")  # fmt: skip
@@ -261,7 +264,18 @@ def _what_if(
         f" {100 * pick['wasted_share']:.1f} % of generated tokens wasted);"
         " more replicas gain less than 5 %"
     )
-    return {"rows": rows, "recommended": pick}, text
+    results: dict[str, Any] = {"rows": rows, "recommended": pick}
+    if args.share_runs:
+        shape = dataclasses.replace(trainer, max_inflight=int(pick["max_inflight_tasks"]))
+        separate = args.separate_replicas or int(pick["replicas"])
+        layouts = grid({"given": shape}, WORKLOADS[args.workload], gpu, sync, proxy,
+                       runs=(args.share_runs,), sizes=tuple(range(1, args.max_replicas + 1)),
+                       quick=args.quick, separate=separate, trainer_gpus=args.trainer_gpus,
+                       fit_loras=args.max_loras is None, progress=_progress)  # fmt: skip
+        advice = recommend(layouts, args.share_runs)
+        results["sharing"] = {"rows": layouts, "advice": advice}
+        text += f"\n{sharing_table(layouts)}\n{advice['line']}"
+    return results, text
 
 
 def _sharing(
