@@ -153,6 +153,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
             f"adapters {run.get('adapters', 0)}/{_num(run.get('max_loras_share'))}  in flight "
             f"{run.get('inflight', 0)}  queued {run.get('queued', 0)}  requests "
             f"{run.get('requests', 0)}  pauses {run.get('pauses', 0)}"
+            + (f"  advice {run['advice'].get('verdict', '-')}" if run.get("advice") else "")
         )
     advice = s.get("advice") or {}
     if advice:

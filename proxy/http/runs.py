@@ -45,6 +45,7 @@ from proxy.http.handlers import ROUTING_KEY_HEADERS, Handlers
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.responses import error_response, json_response
 from proxy.http.run_admin import RunAdmin
+from proxy.insight.advisor import VERDICTS
 from proxy.routing.facts import UnknownModel
 from proxy.routing.peek import BadBody, Peek, peek_generation
 from proxy.routing.policy import RouteRequest
@@ -95,8 +96,9 @@ class RunRoutes:
         registry.scope_of = self._scope_of
         registry.scope_window = self._window
         self.requests: dict[str, int] = {}  # answered per declared run (bounded by MAX_RUNS)
-        h.metrics.read_runs(self.views)
+        h.metrics.read_runs(self.views, VERDICTS)
         h.runs_page = self.page
+        h.status_of.run_requests = self._answered
 
     # -- what the adapter registry asks ----------------------------------------------------
 
@@ -108,8 +110,13 @@ class RunRoutes:
         max_loras = self.adapters.registry.max_loras
         return self.runs.share(run, max_loras) if max_loras is not None and run in self.runs else 4
 
+    def _answered(self) -> dict[str, int]:
+        return {run.name: self.requests.get(run.name, 0) for run in self.runs}
+
     def views(self) -> list[RunView]:
         max_loras = self.adapters.registry.max_loras
+        sampler = self.h.sampler
+        advice = {n: a.as_dict() for n, a in sampler.run_advice().items()} if sampler else {}
         return [
             RunView(
                 run.name,
@@ -121,6 +128,7 @@ class RunRoutes:
                 self.requests.get(run.name, 0),
                 self.limiter.inflight_of(run.name),
                 self.limiter.queued_of(run.name),
+                advice.get(run.name),
             )
             for run in self.runs
         ]

@@ -19,7 +19,7 @@ from proxy.dataplane.limiter import Limiter
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.sync import FleetSync
-from proxy.insight.advisor import VERDICTS, Advice, Sample
+from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
 from proxy.routing.policy import Policy
@@ -37,6 +37,8 @@ class Status:
     policy: Policy
     clock: Clock
     queue_limit: int  # --queue-size
+    # Several runs on one fleet: each declared run's requests answered (``http.runs`` sets it).
+    run_requests: Callable[[], dict[str, int]] = dict
     started: float = field(init=False)  # when the proxy was assembled, by ``clock`` (uptime)
 
     def __post_init__(self) -> None:
@@ -54,6 +56,10 @@ class Status:
             replica_waiting={r.id: r.reported.waiting for r in routable if r.reported is not None},
             replica_kv={r.id: r.reported.kv_usage for r in routable if r.reported is not None},
             pushing=self.adapters.pushing,
+            runs={
+                name: RunSample(self.limiter.inflight_of(name), self.limiter.queued_of(name), count)
+                for name, count in self.run_requests().items()
+            },
             requests=totals["requests"],
             paused_s=self.fleet.paused_seconds(),
             prompt_tokens=totals["prompt"],

@@ -18,12 +18,17 @@ verdict, the action to take, and the figures behind it. The first rule that hold
 6. ``cache-poor``: of the prefix reuse the traffic offered (at least ``MIN_REUSE``), routing
    captured less than ``POOR_EFFICIENCY``: prompts re-do prefill on the wrong replica.
 7. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy.
+
+With several runs on one fleet (``proxy.runs``), ``advise_run`` gives each run its own verdict
+by the same rules: the window seen through that run's requests (its in flight, queued at the
+proxy and answered) beside the replicas' state, which every run shares. Syncs and prefix reuse
+are not split by run (a run's pause stays at its relay), so rules 2 and 6 are the fleet's alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SYNC_SHARE = 0.2
 SATURATED_SHARE = 0.5
@@ -33,6 +38,16 @@ IMBALANCE = 1.5
 POOR_EFFICIENCY = 0.6
 MIN_REUSE = 0.2
 MIN_SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RunSample:
+    """One run at one moment (several runs on one fleet): its requests in flight, queued at the
+    proxy, and answered so far."""
+
+    inflight: int
+    queued: int
+    requests: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +67,7 @@ class Sample:
     offered_tokens: float = 0.0  # sampled prompts (available reuse estimate)
     available_tokens: float = 0.0
     pushing: bool = False  # adapters reach the replicas by push (else through the bucket mount)
+    runs: dict[str, RunSample] = field(default_factory=dict)  # declared runs (``proxy.runs``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +187,24 @@ def advise(window: Sequence[Sample]) -> Advice:
             f,
         )
     return Advice("balanced", "no bottleneck found in the window", f)
+
+
+def advise_run(window: Sequence[Sample], run: str) -> Advice:
+    """``run``'s own verdict (module docstring), from the samples since it was declared."""
+    seen = [
+        replace(
+            s,
+            inflight=r.inflight,
+            queued=r.queued,
+            requests=r.requests,
+            paused_s=0.0,
+            prompt_tokens=0.0,
+            cached_tokens=0.0,
+            offered_tokens=0.0,
+            available_tokens=0.0,
+            runs={},
+        )
+        for s in window
+        if (r := s.runs.get(run)) is not None
+    ]
+    return advise(seen)

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 
 from proxy.clock import Clock, Failed, run_every
-from proxy.insight.advisor import Advice, Sample, advise
+from proxy.insight.advisor import Advice, Sample, advise, advise_run
 
 SAMPLES = 60
 
@@ -41,3 +41,9 @@ class Sampler:
 
     def advice(self) -> Advice:
         return advise(list(self._samples))
+
+    def run_advice(self) -> dict[str, Advice]:
+        """Each run's own verdict (several runs on one fleet), for the runs declared now."""
+        window = list(self._samples)
+        names = window[-1].runs if window else {}
+        return {name: advise_run(window, name) for name in names}

@@ -161,9 +161,11 @@ class Metrics:
     def record_ejection(self, cause: str) -> None:
         self._ejections[cause,].inc()
 
-    def read_runs(self, views: RunViews) -> None:
-        """Where the per-run families read from (``proxy.http.runs``, made after us)."""
+    def read_runs(self, views: RunViews, verdicts: tuple[str, ...] = ()) -> None:
+        """Where the per-run families read from (``proxy.http.runs``, made after us), and the
+        advisor's verdicts (each run's is 1, the others 0)."""
         self._runs.views = views
+        self._runs.verdicts = verdicts
 
     def read_state(self, sources: StateSources) -> None:
         """Where the scrape-time gauges read from now on (their owners exist after us)."""

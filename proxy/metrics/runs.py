@@ -22,6 +22,7 @@ def _none() -> list[RunView]:
 class RunCollector(Collector):
     def __init__(self) -> None:
         self.views: RunViews = _none  # replaced once the edge exists (``Metrics.read_runs``)
+        self.verdicts: tuple[str, ...] = ()
 
     def collect(self) -> Iterable[Metric]:
         views = self.views()
@@ -50,3 +51,13 @@ class RunCollector(Collector):
             for view in views:
                 family.add_metric([view.name], value(view))
             yield family
+        advice = GaugeMetricFamily(
+            PREFIX + "run_advice",
+            "1 for the advisor's verdict on a run now, 0 for the others",
+            labels=["run", "verdict"],
+        )
+        for view in views:
+            current = (view.advice or {}).get("verdict")
+            for verdict in self.verdicts:
+                advice.add_metric([view.name, verdict], 1.0 if verdict == current else 0.0)
+        yield advice

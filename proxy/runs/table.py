@@ -170,6 +170,8 @@ class RunView:
     requests: int  # requests answered under /runs/<run>/
     inflight: int  # the proxy's slots its requests hold (its weighted share when others wait)
     queued: int  # its requests waiting for a slot
+    # The advisor's verdict on this run (``proxy.insight.advisor.advise_run``, as a dict).
+    advice: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -181,4 +183,5 @@ class RunView:
             "requests": self.requests,
             "inflight": self.inflight,
             "queued": self.queued,
+            "advice": self.advice,
         }

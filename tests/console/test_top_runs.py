@@ -7,15 +7,17 @@ from proxy.console.top import Snapshot, summary_lines
 
 FIGURES = Figures(seconds=60.0, requests_per_s=3.0, p50_s=0.1, p99_s=0.2, hit_ratio=None)
 RUN = {"weight": 2.0, "paused": True, "pauses": 4, "adapters": 3, "max_loras_share": 4,
-       "requests": 120, "inflight": 7, "queued": 2}  # fmt: skip
+       "requests": 120, "inflight": 7, "queued": 2,
+       "advice": {"verdict": "client-concurrency-bound", "action": "raise it"}}  # fmt: skip
 
 
 def test_a_line_per_run_in_name_order() -> None:
-    status = {"runs": {"b": RUN, "a": {**RUN, "paused": False, "weight": 1.0}}}
+    status = {"runs": {"b": RUN, "a": {**RUN, "paused": False, "weight": 1.0, "advice": None}}}
     lines = [line for line in summary_lines(Snapshot("u", status, FIGURES)) if line[:4] == "run "]
     assert lines == [
         "run a  weight 1  paused no  adapters 3/4  in flight 7  queued 2  requests 120  pauses 4",
-        "run b  weight 2  paused yes  adapters 3/4  in flight 7  queued 2  requests 120  pauses 4",
+        "run b  weight 2  paused yes  adapters 3/4  in flight 7  queued 2  requests 120  pauses 4"
+        "  advice client-concurrency-bound",
     ]
 
 

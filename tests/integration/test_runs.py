@@ -16,7 +16,7 @@ from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import listed, load_body, metric_value, metrics_text, post, records
 from tests.support.fleet import Stack, run_stack
-from tests.support.waiting import wait_for
+from tests.support.waiting import eventually, wait_for
 
 PROMPT = list(range(300, 340))
 
@@ -260,3 +260,36 @@ async def test_a_replica_failing_a_run_that_another_serves_still_opens_its_circu
             assert status == 200, body  # failed over
         await wait_for(lambda: len(stack.pool.routable()) == 1, what="the circuit to open")
         assert stack.pool.routable()[0].url == stack.sims[1].url
+
+
+async def test_each_run_gets_the_advisors_verdict_on_it() -> None:
+    """Run a keeps 4 requests in flight on a fleet with room; run b sends nothing: a's verdict
+    is its own client's cap, b's idle, in /proxy/status, top's line and /metrics."""
+    async with run_stack(2, runs="a,b", advice_window=2.0, sim={"gen_token_s": 0.01}) as stack:
+        stop = asyncio.Event()
+
+        async def client() -> None:
+            while not stop.is_set():
+                status, body, _ = await post(stack, "/runs/a/v1/completions", rollout("sim-model"))
+                assert status == 200, body
+
+        clients = [asyncio.create_task(client()) for _ in range(4)]
+        seen: list[Any] = []
+
+        async def judged() -> bool:
+            _, status = await get(stack, "/proxy/status")
+            seen.append({run: (status["runs"][run]["advice"] or {}).get("verdict")
+                         for run in ("a", "b")})  # fmt: skip
+            return bool(seen[-1] == {"a": "client-concurrency-bound", "b": "idle"})
+
+        try:
+            await eventually(judged, timeout=20.0, what="the runs' verdicts", interval=0.1)
+            text = await metrics_text(stack)
+        except AssertionError as exc:
+            raise AssertionError(f"last verdicts: {seen[-1:]}") from exc
+        finally:
+            stop.set()
+            await asyncio.gather(*clients)
+        assert 'rollout_proxy_run_advice{run="a",verdict="client-concurrency-bound"} 1.0' in text
+        assert 'rollout_proxy_run_advice{run="b",verdict="idle"} 1.0' in text
+        assert 'rollout_proxy_run_advice{run="b",verdict="balanced"} 0.0' in text
