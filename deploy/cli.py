@@ -126,14 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         "a new folder in /var/tmp)",
     )
     add("--train-timeout", type=duration, default="15m", help="how long the trainer may take")
-    for name, text in (
+    for name, sub in _commands(commands, common, (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
         ("down", "cancel every job of a run"),
-    ):
-        sub = commands.add_parser(
-            name, parents=[common], help=text, formatter_class=DefaultsFormatter
-        )
+    )):  # fmt: skip
         sub.add_argument("--run-name", required=True, help="the run's name, as `up` printed it")
         if name == "logs":
             sub.add_argument(
@@ -146,6 +143,23 @@ def build_parser() -> argparse.ArgumentParser:
             )
     _fleet_commands(commands, common)
     return parser
+
+
+def _commands(
+    commands: argparse._SubParsersAction[Any],
+    common: argparse.ArgumentParser,
+    table: Sequence[tuple[str, str]],
+) -> list[tuple[str, argparse.ArgumentParser]]:
+    """A subcommand per (name, help) of ``table``, each taking the ``common`` flags."""
+    return [
+        (
+            name,
+            commands.add_parser(
+                name, parents=[common], help=text, formatter_class=DefaultsFormatter
+            ),
+        )
+        for name, text in table
+    ]
 
 
 def _fleet_commands(
@@ -164,13 +178,10 @@ def _fleet_commands(
     )  # fmt: skip
     add_up_flags(up, fleet=True)
     up.set_defaults(shared=True)
-    for name, text in (
+    for name, command in _commands(sub, common, (
         ("status", "the fleet's jobs, the runs its proxy serves, the runs' trainer jobs"),
         ("down", "cancel the fleet's jobs (refused while runs train on it, unless --force)"),
-    ):
-        command = sub.add_parser(
-            name, parents=[common], help=text, formatter_class=DefaultsFormatter
-        )
+    )):  # fmt: skip
         command.add_argument("--fleet", required=True, help="the fleet's name")
         if name == "down":
             command.add_argument(

@@ -95,7 +95,6 @@ class RunRoutes:
         registry = adapters.registry
         registry.scope_of = self._scope_of
         registry.scope_window = self._window
-        self.requests: dict[str, int] = {}  # answered per declared run (bounded by MAX_RUNS)
         h.metrics.read_runs(self.views, VERDICTS)
         h.runs_page = self.page
         h.status_of.run_requests = self._answered
@@ -111,7 +110,7 @@ class RunRoutes:
         return self.runs.share(run, max_loras) if max_loras is not None and run in self.runs else 4
 
     def _answered(self) -> dict[str, int]:
-        return {run.name: self.requests.get(run.name, 0) for run in self.runs}
+        return {run.name: run.requests for run in self.runs}
 
     def views(self) -> list[RunView]:
         max_loras = self.adapters.registry.max_loras
@@ -125,7 +124,7 @@ class RunRoutes:
                 run.pauses,
                 len(self.held(run.name)),
                 self.runs.share(run.name, max_loras) if max_loras is not None else None,
-                self.requests.get(run.name, 0),
+                run.requests,
                 self.limiter.inflight_of(run.name),
                 self.limiter.queued_of(run.name),
                 advice.get(run.name),
@@ -187,7 +186,7 @@ class RunRoutes:
                 self.h.metrics.record_rejection("unknown_run")
                 return error_response(404, str(exc), param="run")
             response = await handler(request, run)
-            self.requests[name] = self.requests.get(name, 0) + 1
+            run.requests += 1
             return response
 
         return in_run

@@ -42,6 +42,7 @@ class Run:
     weight: float = 1.0
     _open: asyncio.Event = field(default_factory=asyncio.Event)
     pauses: int = 0  # pauses answered, for status
+    requests: int = 0  # answered under /runs/<run>/ (gone with the run when it is removed)
 
     def __post_init__(self) -> None:
         self._open.set()

@@ -182,6 +182,11 @@ async def test_the_admin_api_declares_reweighs_and_removes_runs(tmp_path: Path) 
         assert status == 404
         await stack.proxy_app[PROXY].adapters.service.settled()
         assert "b.trl-policy-v1" not in await listed(stack, 0)  # unloaded behind the answer
+        # Declared again, it starts afresh: a removed run leaves nothing behind in the proxy.
+        status, body, _ = await post(stack, "/admin/runs", {"name": "b"}, headers=key)
+        assert status == 201, body
+        _, page = await get(stack, "/proxy/status")
+        assert page["runs"]["b"]["requests"] == 0
 
 
 async def test_a_runs_burst_does_not_queue_another_run_behind_it() -> None:
