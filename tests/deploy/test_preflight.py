@@ -27,7 +27,8 @@ ROOT = source_root() or Path()
 def _up(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     runtime = Runtime(clock=SteppingClock(), token=lambda: None, out=out, err=err)
-    code = main([*argv[:1], "--hub-endpoint", "http://127.0.0.1:9", *argv[1:]], runtime)
+    words = 2 if argv[0] == "fleet" else 1  # `fleet up`: the flags come after both words
+    code = main([*argv[:words], "--hub-endpoint", "http://127.0.0.1:9", *argv[words:]], runtime)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -189,8 +190,9 @@ def test_the_trainer_installs_the_trl_the_e2e_tier_tests() -> None:
 def test_every_deploy_up_in_the_readme_passes_its_dry_run() -> None:
     commands = [("up", argv) for argv in deploy_commands("up")]
     commands += [("rehearse", argv) for argv in deploy_commands("rehearse")]
-    assert commands, "the README shows no `python -m deploy up`"
-    for subcommand, argv in commands:
+    fleets = [("fleet", argv) for argv in deploy_commands("fleet") if argv[0] == "up"]
+    assert commands and fleets, "the README shows no `python -m deploy up` or `fleet up`"
+    for subcommand, argv in [*commands, *fleets]:
         split = argv.index("--") if "--" in argv else len(argv)
         code, out, err = _up(subcommand, *argv[:split], "--dry-run", *argv[split:])
         assert code == 0, (argv, err)
