@@ -31,7 +31,7 @@ def recommend(rows: Sequence[dict[str, Any]], runs: int) -> dict[str, Any]:
             "share": False,
             "runs": runs,
             "line": f"do not share: no fleet of these sizes holds {runs} runs' adapter windows "
-            "(each run holds max_staleness + 1 versions; raise --max-loras)",
+            "(each run needs a share of max_staleness + 2; raise --max-loras)",
         }
     paying = [r for r in fitting if r["pays"]]
     best = min(paying or fitting, key=lambda r: (r["gpu_ratio"], r["step_ratio"]))

@@ -148,7 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.share_runs is not None:
+        if not args.what_if or args.runs or args.shared_grid:
+            parser.error("argument --share-runs: with --what-if only (not --runs, --shared-grid)")
+        if args.share_runs < 2:
+            parser.error(f"argument --share-runs: at least 2 runs (got {args.share_runs})")
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     gpu = GpuModel()

@@ -43,8 +43,10 @@ def adapter_name(run: int) -> str:
 
 
 def loras_needed(runs: int, trainer: TrainerModel) -> int:
-    """Adapters each replica holds at once: every run's window of ``max_staleness + 1``."""
-    return runs * (trainer.max_staleness + 1)
+    """The ``max_loras`` a replica needs for ``runs`` equal runs on the proxy as built: each
+    run's share is ``floor(max_loras / runs)`` and TRL wants ``max_staleness + 2`` of it (its
+    window of ``max_staleness + 1``, and the next version loaded before the oldest goes)."""
+    return runs * (trainer.max_staleness + 2)
 
 
 def feasible(runs: int, trainer: TrainerModel, gpu: GpuModel) -> bool:

@@ -185,6 +185,7 @@ class AdapterService:
         if pending is not None and pending[0].same_files(version):
             return pending[1]
         turn, before = self._turns.take(version.name), self._unloads.seq
+        self._unloads.overtaken(version.name)
         task = asyncio.create_task(self._load(version, turn, before), name=f"load {version.name}")
         task.add_done_callback(lambda _: turn.abandon())
         self._pending[version.name] = (version, task)
@@ -241,8 +242,8 @@ class AdapterService:
             or name in self._retired
             or any(name in r.adapters for r in self._pool)
         )
-        if known:  # a name nothing holds needs no call (vLLM's own answer is the 404)
-            self._unload_later(name, retired=False)
+        if known and not self._unloads.waiting(name):  # nothing held: vLLM's own 404; a repeat
+            self._unload_later(name, retired=False)  # of a waiting unload: merged into it
         return UnloadResult(name, known)
 
     async def settled(self) -> None:
@@ -253,7 +254,7 @@ class AdapterService:
     def _unload_later(self, name: str, *, retired: bool) -> None:
         """Unload ``name`` everywhere in the background. ``retired``: the window moved on (or
         the source lost it): skipped if a later load wanted it again."""
-        turn, pending = self._turns.take(name), self._unloads.queue(name)
+        turn, pending = self._turns.take(name), self._unloads.queue(name, mergeable=not retired)
         task = asyncio.create_task(self._unload(name, turn, pending, retired))
         self._unloading.add(task)
         task.add_done_callback(self._unloading.discard)
@@ -263,6 +264,7 @@ class AdapterService:
 
     async def _unload(self, name: str, turn: Turn, pending: PendingUnload, retired: bool) -> None:
         async with turn:
+            self._unloads.started(pending)
             if retired and name in self.registry.versions:
                 return
             self.registry.remove(name)

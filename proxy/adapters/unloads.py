@@ -6,7 +6,9 @@ more than the window allows: vLLM would evict an adapter in use to make room). E
 bounded (``broadcast.UNLOAD_TIMEOUT_S``); a replica that does not answer is ejected by that
 call and readmitted in step. A replica that answers an unload with an error owes it: it is
 retried once before that replica's next load (at most ``MAX_OWED`` names per replica, oldest
-forgotten first, each logged).
+forgotten first, each logged). TRL's unload of a name whose previous unload is still waiting for
+its turn, with no load of that name queued between them, is that same unload: merged into it,
+so repeating one costs nothing (``waiting``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Unloads:
         self._seq = 0
         self._open: dict[int, PendingUnload] = {}  # by number, until carried out on every target
         self._owed: dict[str, dict[str, None]] = {}  # replica id -> names, oldest first
+        # TRL's unloads not begun, with no load of their name queued after them (merge targets).
+        self._waiting: dict[str, PendingUnload] = {}
 
     @property
     def seq(self) -> int:
@@ -53,10 +57,24 @@ class Unloads:
     def owed(self) -> int:
         return sum(len(names) for names in self._owed.values())
 
-    def queue(self, name: str) -> PendingUnload:
+    def queue(self, name: str, *, mergeable: bool = False) -> PendingUnload:
         self._seq += 1
         unload = self._open[self._seq] = PendingUnload(self._seq, name)
+        if mergeable:
+            self._waiting[name] = unload
         return unload
+
+    def waiting(self, name: str) -> bool:
+        """An unload of ``name`` is queued, not begun, and no load of it was queued since."""
+        return name in self._waiting
+
+    def overtaken(self, name: str) -> None:
+        """A load of ``name`` was queued: a later unload of it is a new one."""
+        self._waiting.pop(name, None)
+
+    def started(self, unload: PendingUnload) -> None:
+        if self._waiting.get(unload.name) is unload:
+            del self._waiting[unload.name]
 
     async def run(self, unload: PendingUnload, targets: list[Replica]) -> None:
         """Carry ``unload`` out on ``targets``, one call each, at once."""
@@ -77,6 +95,7 @@ class Unloads:
         """``unload`` will not be carried out (nothing to unload, or shutting down)."""
         unload.dispatched.set()
         self._open.pop(unload.seq, None)
+        self.started(unload)
 
     async def cleared(self, replica: Replica, before: int | None = None) -> None:
         """Until every unload numbered up to ``before`` (every one so far when None) is over

@@ -50,11 +50,13 @@ def test_a_runs_sync_holds_its_own_requests_and_not_the_others() -> None:
 
 
 def test_layouts_beyond_max_loras_are_infeasible_and_not_simulated() -> None:
-    """Two runs with windows of 5 versions need 10 adapters per replica: 6 refuse them."""
+    """Two runs at max_staleness 4 each need a share of 6 (TRL's max_staleness + 2), so 12
+    adapters per replica: 6 or 11 refuse them."""
     gpu = GpuModel(max_loras=6)
     assert feasible(1, TrainerModel(), gpu)
     assert not feasible(2, TrainerModel(), gpu)
-    assert feasible(2, TrainerModel(), replace(gpu, max_loras=10))
+    assert not feasible(2, TrainerModel(), replace(gpu, max_loras=11))
+    assert feasible(2, TrainerModel(), replace(gpu, max_loras=12))
     alone = {
         "step_time_mean_s": 5.0,
         "utilization": 0.5,
@@ -64,7 +66,7 @@ def test_layouts_beyond_max_loras_are_infeasible_and_not_simulated() -> None:
     row = layout("published", WORK, 2, 3, gpu, SMALL, SyncModel(), ProxyModel(), quick=True,
                  separate=3, alone=alone, trainer_gpus=2, fit_loras=False)  # fmt: skip
     assert row["feasible"] is False
-    assert row["loras_needed"] == 10
+    assert row["loras_needed"] == 12
     assert "step_time_max_s" not in row
 
 
