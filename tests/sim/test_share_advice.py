@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from benchmarks.__main__ import main
 from benchmarks.fleet.sharing import PAYS_GPU, PAYS_STEP
 
@@ -60,21 +58,3 @@ def test_runs_that_fill_the_shared_replicas_are_not_shared(tmp_path: Path) -> No
     assert advice["share"] is False
     assert all(r["step_ratio"] > PAYS_STEP for r in rows)
     assert "slower than 1.2 x the step: the shared replicas fill up" in line
-
-
-@pytest.mark.parametrize(
-    ("argv", "said"),
-    [
-        (["--share-runs", "2"], "--share-runs: with --what-if only"),
-        (["--what-if", "--share-runs", "2", "--runs", "2"], "--share-runs: with --what-if only"),
-        (["--what-if", "--share-runs", "1"], "--share-runs: at least 2 runs (got 1)"),
-    ],
-)
-def test_share_runs_flags_are_checked_in_one_line(
-    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(["fleet", *argv])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert said in err and err.count("\n") == 1, err
