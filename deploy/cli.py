@@ -31,7 +31,8 @@ from deploy.install import project_version, source_root
 from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
-from deploy.plan import RunPlan, dry_run_specs
+from deploy.plan import RunPlan
+from deploy.plan_jobs import dry_run_specs
 from deploy.preflight import BadFlags
 from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
@@ -342,7 +343,9 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
         raise DeployError(
             f"{args.run_name} is a fleet with runs training on it: stop them one by one "
             "(`deploy down --run-name RUN`), or the fleet with them: "
-            f"{fleet.command('down', args.run_name, jobs.namespace, args.hub_endpoint, '--force')}"
+            + hints.fleet_command(
+                "down", args.run_name, jobs.namespace, args.hub_endpoint, "--force"
+            )
         )
     down(jobs, args.run_name, runtime.say)
     return 0

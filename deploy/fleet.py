@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from deploy import hints
 from deploy.errors import DeployError
 from deploy.health import Prober
 from deploy.jobs import HubJobs, JobView
@@ -21,15 +22,6 @@ from deploy.plan import PORT, RunPlan
 from deploy.specs import FLEET_LABEL
 from deploy.status import job_line, report
 from deploy.teardown import down
-
-
-def command(subcommand: str, fleet: str, namespace: str, endpoint: str | None, *extra: str) -> str:
-    """``python -m deploy fleet SUBCOMMAND --fleet F --namespace NS [...]``, ready to paste."""
-    argv = ["python", "-m", "deploy", "fleet", subcommand, "--fleet", fleet]
-    argv += ["--namespace", namespace]
-    if endpoint is not None:
-        argv += ["--hub-endpoint", endpoint]
-    return shlex.join([*argv, *extra])
 
 
 def runs_on(jobs: HubJobs, fleet: str) -> list[JobView]:
@@ -47,7 +39,7 @@ def require_fleet(jobs: HubJobs, fleet: str, endpoint: str | None) -> JobView:
     raise DeployError(
         f"fleet {fleet!r} is not up in namespace {jobs.namespace} ({found}): start it with "
         f"`deploy fleet up --fleet {fleet} ...`, or check it: "
-        f"{command('status', fleet, jobs.namespace, endpoint)}"
+        f"{hints.fleet_command('status', fleet, jobs.namespace, endpoint)}"
     )
 
 
@@ -61,7 +53,7 @@ def fleet_down(
         raise DeployError(
             f"runs still train on fleet {fleet!r}: {names}. Stop each with `deploy down "
             f"--run-name RUN`, or stop them with the fleet: "
-            f"{command('down', fleet, jobs.namespace, endpoint, '--force')}"
+            f"{hints.fleet_command('down', fleet, jobs.namespace, endpoint, '--force')}"
         )
     for job in training:
         jobs.cancel(job.id)
@@ -102,6 +94,10 @@ def fleet_status(jobs: HubJobs, fleet: str, token: str, probe: Prober) -> str:
 def fleet_summary(plan: RunPlan, views: Sequence[JobView], endpoint: str | None) -> str:
     """What ``deploy fleet up`` launched, and how to put runs on it and stop it."""
     namespace = plan.namespace
+
+    def hint(subcommand: str) -> str:
+        return hints.fleet_command(subcommand, plan.run_name, namespace, endpoint)
+
     lines = [f"fleet {plan.run_name} is up in namespace {namespace}:"]
     for job in views:
         url = job.url(PORT) or ""
@@ -109,8 +105,8 @@ def fleet_summary(plan: RunPlan, views: Sequence[JobView], endpoint: str | None)
     lines += [
         f"put a run on it:  python -m deploy up --fleet {plan.run_name} --run-name RUN "
         f"--bucket {plan.bucket} --model {shlex.quote(plan.model)} -- <trainer flags>",
-        f"watch it:         {command('status', plan.run_name, namespace, endpoint)}",
-        f"stop it:          {command('down', plan.run_name, namespace, endpoint)}   (GPU jobs "
+        f"watch it:         {hint('status')}",
+        f"stop it:          {hint('down')}   (GPU jobs "
         f"bill until stopped or timed out: the replicas after {plan.timeout('replica')})",
     ]
     return "\n".join(lines)
@@ -122,9 +118,7 @@ def joined_summary(plan: RunPlan, views: Sequence[JobView], endpoint: str | None
     namespace = plan.namespace
 
     def hint(subcommand: str, *extra: str) -> str:
-        argv = ["python", "-m", "deploy", subcommand, "--run-name", plan.run_name]
-        argv += ["--namespace", namespace, *(["--hub-endpoint", endpoint] if endpoint else [])]
-        return shlex.join([*argv, *extra])
+        return hints.command(subcommand, plan.run_name, namespace, endpoint, *extra)
 
     lines = [f"run {plan.run_name} is up on fleet {plan.fleet} in namespace {namespace}:"]
     lines += [f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage}" for job in views]
@@ -132,7 +126,7 @@ def joined_summary(plan: RunPlan, views: Sequence[JobView], endpoint: str | None
         f"adapters: hf://buckets/{plan.bucket}/{plan.run_name}/.vllm_lora (the replicas hold "
         f"them as {plan.run_name}.trl-policy-vN)",
         f"follow the trainer: {hint('logs', '--role', 'trainer', '--follow')}",
-        f"watch the fleet:    {command('status', plan.fleet, namespace, endpoint)}",
+        f"watch the fleet:    {hints.fleet_command('status', plan.fleet, namespace, endpoint)}",
         f"stop this run:      {hint('down')}   (the fleet and its other runs go on)",
     ]
     return "\n".join(lines)

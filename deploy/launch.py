@@ -22,7 +22,8 @@ from deploy.errors import DeployError
 from deploy.fleet import require_fleet
 from deploy.health import Prober
 from deploy.jobs import HUB_ERRORS, HubJobs, JobView
-from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
+from deploy.plan import PORT, RunPlan
+from deploy.plan_jobs import proxy_spec, replica_spec, trainer_specs
 from deploy.readiness import HEALTH, Check, JobFailed, NotReady, Target, routes_to, wait_ready
 from deploy.specs import JobSpec
 

@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from deploy.errors import DeployError
-from deploy.plan import RunPlan, alias_address, replica_argv, trainer_argv
+from deploy.plan import RunPlan, alias_address
+from deploy.plan_jobs import replica_argv, trainer_argv
 from replica_entry import vllm_backend
 from trainer_entry import flags
 from trainer_entry.options import TrainerOptions, World

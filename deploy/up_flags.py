@@ -132,6 +132,11 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     add("--dry-run", action="store_true", help="print the job specs as JSON, launch nothing")
 
 
+def fleet_lora_args(max_loras: int, max_lora_rank: int) -> tuple[str, ...]:
+    """A fleet's replica flags: room for every run's adapters, and their ranks."""
+    return ("--max-loras", str(max_loras), "--max-lora-rank", str(max_lora_rank))
+
+
 def _fleet_up_flags(up: argparse.ArgumentParser) -> None:
     add = up.add_argument
     add("--fleet", required=True, help="the fleet's name: lowercase letters, digits, dashes")
@@ -162,11 +167,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
             "rollout-%Y%m%d-%H%M%S", time.gmtime(clock.wall())
         )
     source = args.code or default_source()
-    lora = (
-        ("--max-loras", str(args.max_loras), "--max-lora-rank", str(args.max_lora_rank))
-        if shared
-        else ()
-    )
+    lora = fleet_lora_args(args.max_loras, args.max_lora_rank) if shared else ()
     trainer_image = getattr(args, "trainer_image", Images.trainer)
     trainer_flavor = getattr(args, "trainer_flavor", Flavors.trainer)
     return RunPlan(
@@ -259,7 +260,7 @@ def fleet_of(plan: RunPlan) -> RunPlan:
     """The fleet a run on one (``plan.fleet``) joins, as ``fleet up`` with ``plan``'s flags and
     the fleet defaults would plan it (``rehearse --fleet`` runs both)."""
     assert plan.fleet is not None
-    lora = ("--max-loras", str(FLEET_MAX_LORAS), "--max-lora-rank", str(FLEET_MAX_LORA_RANK))
+    lora = fleet_lora_args(FLEET_MAX_LORAS, FLEET_MAX_LORA_RANK)
     return replace(
         plan,
         run_name=plan.fleet,

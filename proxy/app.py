@@ -144,6 +144,7 @@ def assemble(
         dataplane.policy,
         clock,
         settings.limits.queue_size,
+        runs,
     )
     sampler = Sampler(clock, status.sample, settings.advice_window, failed)
     metrics.read_state(status.sources(sampler.advice))

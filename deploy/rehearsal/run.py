@@ -31,7 +31,8 @@ from deploy.errors import DeployError
 from deploy.health import get
 from deploy.install import project_version, source_root
 from deploy.launch import REPLICA_KEY_BYTES
-from deploy.plan import PORT, RunPlan, proxy_spec, replica_spec, trainer_specs
+from deploy.plan import PORT, RunPlan
+from deploy.plan_jobs import proxy_spec, replica_spec, trainer_specs
 from deploy.preflight import trainer_options
 from deploy.prices import cost_per_hour
 from deploy.readiness import routes_everywhere

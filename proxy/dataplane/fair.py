@@ -41,24 +41,23 @@ class Waiter(Generic[T]):
 
 class FairQueues:
     def __init__(self, runs: Runs | None = None) -> None:
-        self._runs = runs
+        self._runs = runs if runs is not None else Runs()
         self._queues: dict[Class, deque[Waiter[Any]]] = {}
         self.running: dict[Class, int] = {}
         self.size = 0  # waiters in every queue
         self._seq = 0
 
     def weight(self, run: Class) -> float:
-        runs = self._runs
-        if run is None or runs is None or run not in runs:
-            return 1.0  # the bare path; or a run removed while its requests wait
-        return runs.get(run).weight
+        """A declared run's weight; 1 for the bare path (or a run removed while it waits)."""
+        return self._runs.get(run).weight if run is not None and run in self._runs else 1.0
 
     def bound(self, run: Class, queue_size: int) -> int:
         """The waiters ``run`` may keep: its weighted share of ``queue_size`` (at least 1)."""
-        runs = self._runs
-        if run is None or runs is None or run not in runs:
-            return queue_size
-        return runs.share(run, queue_size)
+        return (
+            self._runs.share(run, queue_size)
+            if run is not None and run in self._runs
+            else queue_size
+        )
 
     def queued(self, run: Class) -> int:
         queue = self._queues.get(run)

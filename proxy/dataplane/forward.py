@@ -207,7 +207,7 @@ class Forwarder:
         model = route.model
         by_model[model] = by_model.get(model, 0) + 1
         try:
-            return await self._forward(request, exchange, route, run)
+            return await self._forward(request, exchange, route)
         finally:
             left = by_model[model] - 1
             if left:
@@ -216,8 +216,9 @@ class Forwarder:
                 del by_model[model]
 
     async def _forward(
-        self, request: web.Request, exchange: _Exchange, route: RouteRequest, run: str | None
+        self, request: web.Request, exchange: _Exchange, route: RouteRequest
     ) -> web.StreamResponse:
+        run = exchange.run
         tried: set[str] = set()
         errors: list[str] = []
         last_answer: web.Response | None = None

@@ -97,7 +97,6 @@ class RunRoutes:
         registry.scope_window = self._window
         h.metrics.read_runs(self.views, VERDICTS)
         h.runs_page = self.page
-        h.status_of.run_requests = self._answered
 
     # -- what the adapter registry asks ----------------------------------------------------
 
@@ -108,9 +107,6 @@ class RunRoutes:
     def _window(self, run: str) -> int:
         max_loras = self.adapters.registry.max_loras
         return self.runs.share(run, max_loras) if max_loras is not None and run in self.runs else 4
-
-    def _answered(self) -> dict[str, int]:
-        return {run.name: run.requests for run in self.runs}
 
     def views(self) -> list[RunView]:
         max_loras = self.adapters.registry.max_loras

@@ -23,6 +23,7 @@ from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
 from proxy.routing.policy import Policy
+from proxy.runs.table import Runs
 from proxy.supervise import restarts_so_far
 
 
@@ -37,8 +38,7 @@ class Status:
     policy: Policy
     clock: Clock
     queue_limit: int  # --queue-size
-    # Several runs on one fleet: each declared run's requests answered (``http.runs`` sets it).
-    run_requests: Callable[[], dict[str, int]] = dict
+    runs: Runs = field(default_factory=Runs)  # several runs on one fleet (``proxy.runs``)
     started: float = field(init=False)  # when the proxy was assembled, by ``clock`` (uptime)
 
     def __post_init__(self) -> None:
@@ -57,8 +57,12 @@ class Status:
             replica_kv={r.id: r.reported.kv_usage for r in routable if r.reported is not None},
             pushing=self.adapters.pushing,
             runs={
-                name: RunSample(self.limiter.inflight_of(name), self.limiter.queued_of(name), count)
-                for name, count in self.run_requests().items()
+                run.name: RunSample(
+                    self.limiter.inflight_of(run.name),
+                    self.limiter.queued_of(run.name),
+                    run.requests,
+                )
+                for run in self.runs
             },
             requests=totals["requests"],
             paused_s=self.fleet.paused_seconds(),

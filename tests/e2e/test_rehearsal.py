@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from deploy.install import VLLM_IMAGE, project_version, source_root
-from deploy.plan import RunPlan, trainer_spec
+from deploy.plan import RunPlan
+from deploy.plan_jobs import trainer_spec
 from deploy.rehearsal import images, jobs
 from deploy.rehearsal.network import Group
 from deploy.rehearsal.tunnel import Tunnel

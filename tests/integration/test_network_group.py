@@ -17,7 +17,8 @@ from aiohttp import ClientSession, web
 from huggingface_hub import HfApi
 
 from deploy.install import Install
-from deploy.plan import NETWORK_PREFIX, UPSTREAM_TOKEN_SECRET, RunPlan, proxy_spec, replica_spec
+from deploy.plan import NETWORK_PREFIX, UPSTREAM_TOKEN_SECRET, RunPlan
+from deploy.plan_jobs import proxy_spec, replica_spec
 from deploy.specs import JobSpec
 from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
