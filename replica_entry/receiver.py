@@ -4,7 +4,7 @@
 replica_entry.receiver.AdapterReceiver``. vLLM (0.32, ``entrypoints/serve/middleware/register.py``)
 imports that path in each API-server process and calls ``app.add_middleware(AdapterReceiver)``
 with no arguments, after its own middleware, so this one is outermost: it sees every request
-first, answers the routes under ``proxy.adapters.wire.PREFIX`` itself and hands everything else
+first, answers the routes under ``adapter_receiver.wire.PREFIX`` itself and hands everything else
 to vLLM untouched (one path comparison per request; no ``BaseHTTPMiddleware``, which would
 buffer every generation answer). No extra port, no extra hop.
 
@@ -20,7 +20,7 @@ API-server process when runtime LoRA updating is on; the state lives on disk reg
 copy is deleted after vLLM answers an unload of its name with 200 or 404 (the name is not loaded
 there any more, so vLLM cannot reload from that path): the receiver watches
 ``/v1/unload_lora_adapter`` go through (body at most ``UNLOAD_BODY_LIMIT`` bytes, replayed to
-vLLM as it came). Imports only the standard library and ``proxy.adapters`` (which does too).
+vLLM as it came). Imports only the standard library and ``adapter_receiver`` (which does too).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.adapters.receive import Answer, ClientGone, Limits, Receiver, authorized, refusal
-from proxy.adapters.store import Store
-from proxy.adapters.wire import PREFIX
+from adapter_receiver.receive import Answer, ClientGone, Limits, Receiver, authorized, refusal
+from adapter_receiver.store import Store
+from adapter_receiver.wire import PREFIX
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

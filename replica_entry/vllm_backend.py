@@ -49,7 +49,7 @@ from enum import Enum
 from importlib import metadata
 from pathlib import Path
 
-from proxy.adapters.store import claimable
+from adapter_receiver.store import claimable
 from proxy.fleet.addresses import is_loopback
 from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
 

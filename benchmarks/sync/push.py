@@ -37,7 +37,7 @@ from typing import Any
 
 import aiohttp
 
-from proxy.adapters.store import FileSink
+from adapter_receiver.store import FileSink
 from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings

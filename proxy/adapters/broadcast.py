@@ -37,9 +37,9 @@ from typing import Literal
 
 import orjson
 
+from adapter_receiver.wire import shown
 from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.registry import Load, Registry, Unload, Version
-from proxy.adapters.wire import shown
 from proxy.clock import Clock
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica

@@ -48,9 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from adapter_receiver.wire import safe_name, shown
 from proxy.adapters.registry import Fingerprint, Version, version_number
 from proxy.adapters.sources import fingerprint
-from proxy.adapters.wire import safe_name, shown
 from proxy.clock import Clock, Failed, run_every
 
 log = logging.getLogger("proxy.adapters")

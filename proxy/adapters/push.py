@@ -30,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from proxy.adapters.wire import (
+from adapter_receiver.wire import (
     CONTENT_TYPE,
     MAX_FILES,
     PREFIX,
@@ -39,7 +39,7 @@ from proxy.adapters.wire import (
     adapter_file,
     safe_name,
 )
-from proxy.adapters.wire import content_digest as digest_of
+from adapter_receiver.wire import content_digest as digest_of
 from proxy.clock import Clock, Failed
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient

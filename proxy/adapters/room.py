@@ -17,14 +17,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapter_receiver.receive import Limits, Receiver
+from adapter_receiver.store import Entry, Store, claimable
 from proxy.adapters.broadcast import Broadcaster, RetryPolicy
 from proxy.adapters.mirror import Mirror, MirrorEvents
 from proxy.adapters.push import Pushed, Pusher
-from proxy.adapters.receive import Limits, Receiver
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
-from proxy.adapters.store import Entry, Store, claimable
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, Failed
 from proxy.config import AdapterSettings, Settings, split_bucket

@@ -37,16 +37,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from adapter_receiver.store import Entry, Store
+from adapter_receiver.wire import shown
 from proxy.adapters.broadcast import Broadcaster, Outcome
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
 from proxy.adapters.mirror import Mirror
 from proxy.adapters.push import Pusher
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.sources import fingerprint
-from proxy.adapters.store import Entry, Store
 from proxy.adapters.turns import Turn, Turns
 from proxy.adapters.unloads import PendingUnload, Unloads
-from proxy.adapters.wire import shown
 from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool

@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from adapter_receiver.store import Entry, Store
+from adapter_receiver.wire import safe_name
 from proxy.adapters.registry import Fingerprint
-from proxy.adapters.store import Entry, Store
-from proxy.adapters.wire import safe_name
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxy.adapters.wire import shown
+from adapter_receiver.wire import shown
 from proxy.fleet.replica import Replica
 
 log = logging.getLogger("proxy.adapters")

@@ -2,7 +2,7 @@
 wire``), so that a relay in front of this proxy pushes adapters here as it would to a replica.
 
 Authenticated like every other route (``--api-key``, by the route guard); the upload streams
-into the proxy's store through the same core as a replica's (``proxy.adapters.receive``: bounded
+into the proxy's store through the same core as a replica's (``adapter_receiver.receive``: bounded
 memory, sizes and sha256 checked, atomic publish, per-adapter and store caps). A stored version
 is what a later load naming its path pushes on to the replicas (``AdapterService``).
 """
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import ClientPayloadError, web
 
-from proxy.adapters.receive import Answer, ClientGone, Receiver
+from adapter_receiver.receive import Answer, ClientGone, Receiver
 from proxy.http.responses import json_response
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.adapters.wire import PREFIX as RECEIVER_PREFIX
+from adapter_receiver.wire import PREFIX as RECEIVER_PREFIX
 from proxy.http import responses
 from proxy.http.admin import Admin
 from proxy.http.handlers import Handlers

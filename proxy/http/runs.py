@@ -33,9 +33,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from adapter_receiver.wire import PREFIX as RECEIVER_PREFIX
 from proxy.adapters.calls import BadAdapterRequest, parse_adapter_request
 from proxy.adapters.service import AdapterService
-from proxy.adapters.wire import PREFIX as RECEIVER_PREFIX
 from proxy.dataplane.limiter import Limiter
 from proxy.fleet import views
 from proxy.fleet.pool import NoReplica

@@ -1,4 +1,4 @@
-"""The adapter receiver's routes on the simulated replica: the same ``proxy.adapters.receive``
+"""The adapter receiver's routes on the simulated replica: the same ``adapter_receiver.receive``
 core that ``replica_entry.receiver`` puts inside vLLM, behind aiohttp. Like there, the routes
 check the replica's API key themselves (vLLM's own check covers ``/v1`` only), and a stored copy
 goes when its name is unloaded (``routes_control``)."""
@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import ClientPayloadError, web
 
-from proxy.adapters.receive import Answer, ClientGone, authorized
-from proxy.adapters.wire import PREFIX
+from adapter_receiver.receive import Answer, ClientGone, authorized
+from adapter_receiver.wire import PREFIX
 from replica_entry.sim.errors import json_response
 from replica_entry.sim.state import SIM_STATE
 

@@ -68,7 +68,7 @@ class SimSettings(BaseModel):
     overhead_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     batch_factor: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     vocab_size: int = Field(default=1000, ge=2)
-    # The adapter receiver (``proxy.adapters.wire``'s routes), as replica_entry installs it in
+    # The adapter receiver (``adapter_receiver.wire``'s routes), as replica_entry installs it in
     # vLLM: its store is a fresh directory per process unless ``adapter_store`` names one (then
     # emptied at start); files there are visible at once (``mount_lag_s`` is the mount's only).
     adapter_receiver: bool = True

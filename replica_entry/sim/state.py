@@ -12,8 +12,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from proxy.adapters.receive import Limits, Receiver
-from proxy.adapters.store import Store
+from adapter_receiver.receive import Limits, Receiver
+from adapter_receiver.store import Store
 from replica_entry.sim.adapters import AdapterRegistry
 from replica_entry.sim.engine import Engine
 from replica_entry.sim.generation import Simulator

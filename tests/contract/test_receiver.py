@@ -1,4 +1,4 @@
-"""The adapter receiver (``proxy.adapters.wire``'s routes) on a replica: the simulated one, and
+"""The adapter receiver (``adapter_receiver.wire``'s routes) on a replica: the simulated one, and
 real vLLM with ``replica_entry``'s middleware (the e2e tier runs this suite against it).
 
 What a sender can and cannot make it do: a complete, checked upload is published atomically and
@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.adapters.wire import MANIFEST_LIMIT, MAX_FILES, PREFIX
+from adapter_receiver.wire import MANIFEST_LIMIT, MAX_FILES, PREFIX
 from tests.contract.support import EXTERNAL_URL, Replica
 from tests.support.fleet import SimServer
 from tests.support.uploads import adapter_files, listing, manifest_line, put, raw_put, upload_body

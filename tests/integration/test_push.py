@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
+from adapter_receiver.wire import PREFIX
 from proxy.adapters import push as push_module
-from proxy.adapters.wire import PREFIX
 from proxy.app import PROXY
 from tests.integration.test_adapters import rollout
 from tests.support.adapters import write_adapter

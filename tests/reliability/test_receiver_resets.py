@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.adapters.wire import PREFIX
+from adapter_receiver.wire import PREFIX
 from proxy.app import build_app, serve
 from proxy.config import Settings
 from tests.support.fleet import FAST_HEALTH, run_sim

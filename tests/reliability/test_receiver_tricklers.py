@@ -9,8 +9,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from proxy.adapters.receive import Limits, Receiver
-from proxy.adapters.store import Store
+from adapter_receiver.receive import Limits, Receiver
+from adapter_receiver.store import Store
 from tests.support.uploads import manifest_line
 from tests.support.waiting import wait_for
 

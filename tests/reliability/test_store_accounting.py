@@ -15,9 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.adapters.receive import Limits, Receiver
-from proxy.adapters.store import ENTRY_OVERHEAD, FILE_OVERHEAD, Store, charge
-from proxy.adapters.wire import UploadError
+from adapter_receiver.receive import Limits, Receiver
+from adapter_receiver.store import ENTRY_OVERHEAD, FILE_OVERHEAD, Store, charge
+from adapter_receiver.wire import UploadError
 from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from tests.reliability.test_receiver_resets import _reset_after

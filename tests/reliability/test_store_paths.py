@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from proxy.adapters.store import Store, StoreError
+from adapter_receiver.store import Store, StoreError
 from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from replica_entry.vllm_backend import Install, build_launch

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
-from proxy.adapters.store import charge
-from proxy.adapters.wire import PREFIX
+from adapter_receiver.store import charge
+from adapter_receiver.wire import PREFIX
 from replica_entry.sim import Faults
 from tests.support.adapters import write_adapter
 from tests.support.clock import FakeClock

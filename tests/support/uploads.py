@@ -1,4 +1,4 @@
-"""Adapter uploads as a pusher sends them (``proxy.adapters.wire``), for receiver tests; and a
+"""Adapter uploads as a pusher sends them (``adapter_receiver.wire``), for receiver tests; and a
 raw HTTP/1.1 client that can stop mid-body or read an answer before its body is sent."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from proxy.adapters.wire import PREFIX, FileSpec, Manifest
+from adapter_receiver.wire import PREFIX, FileSpec, Manifest
 
 
 def adapter_files(path: Path) -> dict[str, bytes]:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from proxy.adapters.receive import Limits
-from proxy.adapters.store import MAX_ENTRIES
-from proxy.adapters.wire import PREFIX
+from adapter_receiver.receive import Limits
+from adapter_receiver.store import MAX_ENTRIES
+from adapter_receiver.wire import PREFIX
 from replica_entry.receiver import (
     ENV_API_KEY,
     ENV_MAX_ADAPTER,

@@ -27,8 +27,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from proxy.adapters.store import FileSink, Store
-from proxy.adapters.wire import (
+from adapter_receiver.store import FileSink, Store
+from adapter_receiver.wire import (
     DIGEST_CHARS,
     MANIFEST_LIMIT,
     MAX_FILES,

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.adapters.wire import UploadError, content_digest, safe_name
+from adapter_receiver.wire import UploadError, content_digest, safe_name
 
 META = ".rollout.json"
 TMP = ".tmp"
