@@ -166,8 +166,9 @@ class Store:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Claim the root and empty it (its replica starts with no adapter loaded)."""
+    def reset(self, keep: Iterable[Path] = ()) -> None:
+        """Claim the root and empty it (its replica starts with no adapter loaded); ``keep``:
+        entries left in place (a proxy restarting keeps the copies it still wants to push)."""
         why = claimable(self.root)
         if why is not None:
             raise StoreError(f"adapter store refused: {why}; name a private directory instead")
@@ -179,14 +180,19 @@ class Store:
         why = claimable(self.root)
         if why is not None:
             raise StoreError(f"adapter store refused: {why}; name a private directory instead")
+        kept = {self.root / p.parent.name / p.name for p in keep}
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
+                for entry in _dirs(child) if child.name != TMP else ():
+                    if entry not in kept:
+                        shutil.rmtree(entry, ignore_errors=True)
+                if child.name == TMP or not any(child.iterdir()):
+                    shutil.rmtree(child, ignore_errors=True)
             else:
                 child.unlink(missing_ok=True)
         (self.root / TMP).mkdir()
         with self._locked():
-            self._write_usage(Usage())
+            self._write_usage(self._recount() if kept else Usage())
 
     # -- an upload -------------------------------------------------------------------------
 

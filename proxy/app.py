@@ -75,6 +75,7 @@ class Proxy:
             if fleet.discovery is not None:
                 log.info("discovering replicas: %s", fleet.discovery.lookup)
             loops: tuple[tuple[Loop | None, str], ...] = (
+                (adapters.service.state, "adapter-state"),
                 (adapters.watcher, "adapter-watcher"),
                 (fleet.health, "health-monitor"),
                 (fleet.load, "load-scraper"),
@@ -125,7 +126,7 @@ def assemble(
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)
     runs = Runs(parse_runs(settings.runs or ""))
-    adapters = build_adapters(settings, fleet_members, clock, metrics, failed)
+    adapters = build_adapters(settings, fleet_members, clock, metrics, failed, runs)
     fleet = build_fleet(
         settings, fleet_members, adapters.service, clock, failed, metrics.record_load_scrape,
         resolver,

@@ -1,8 +1,12 @@
-"""Injectable time, and the background loop that runs on it.
+"""Injectable time, the background loop that runs on it, and the one backoff policy.
 
 Background loops and timeouts read a ``Clock`` so tests can drive time by hand; every periodic
 loop (health, discovery, watcher) runs through ``run_every``, which survives its step's
-exceptions.
+exceptions. Every retry that waits longer each time (a lagging mount's adapter load, a command
+an adapter agent retries, the mirror's copy, the supervisor's restart) takes its delays from one
+``Backoff``: each caller keeps its own stop rule (a deadline on a clock, an attempt count, a
+process's uptime), which is why this is a small policy object and not a retry library wrapped
+around a call.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -41,6 +46,19 @@ class RealClock:
 
 
 Failed = Callable[[str, BaseException], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Growing delays: ``first_s``, then ``factor`` times the last, never above ``max_s``. Pure."""
+
+    first_s: float
+    max_s: float
+    factor: float = 2.0
+
+    def delay(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (0: the first retry)."""
+        return min(self.first_s * self.factor ** min(retry, 64), self.max_s)
 
 
 async def run_every(

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from proxy.clock import Backoff as DelayPolicy
 from proxy.lifeline import preexec
 
 log = logging.getLogger("proxy.supervise")
@@ -42,19 +43,17 @@ def restarts_so_far() -> int:
 
 @dataclass(slots=True)
 class Backoff:
-    """Delay before the next restart, from how long the last child lived. Pure."""
+    """Delay before the next restart, from how long the last child lived (``proxy.clock``'s
+    policy, doubling; a child that lived ``healthy_s`` starts it over). Pure."""
 
     first_s: float = 0.5
     max_s: float = 30.0
     healthy_s: float = 60.0
-    _next_s: float = 0.0
+    _young: int = -1  # children in a row that died young (-1: none started yet)
 
     def delay(self, uptime_s: float) -> float:
-        if uptime_s >= self.healthy_s or self._next_s == 0.0:
-            self._next_s = self.first_s
-        else:
-            self._next_s = min(self._next_s * 2, self.max_s)
-        return self._next_s
+        self._young = 0 if uptime_s >= self.healthy_s or self._young < 0 else self._young + 1
+        return DelayPolicy(self.first_s, self.max_s).delay(self._young)
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:

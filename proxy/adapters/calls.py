@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.adapters.broadcast import Outcome
+from proxy.adapters.carry import Outcome
 from proxy.adapters.registry import Version
 
 

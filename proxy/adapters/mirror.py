@@ -18,8 +18,8 @@ The algorithm, in the order things happen to one version:
 2. One worker carries out the jobs in the order the versions were first seen: the snapshot is
    copied to ``M/.<name>.tmp`` and renamed to ``M/<name>`` (complete or not at all; a copy
    already there with the same bytes is kept as it is), then the snapshot is dropped. A failed
-   copy is retried up to ``MAX_ATTEMPTS`` times in all, waiting ``RETRY_MIN_S`` doubling to
-   ``RETRY_MAX_S``; then it is given up (logged, counted) and its waiters are told.
+   copy is retried up to ``MAX_ATTEMPTS`` times in all, waiting as ``RETRY`` says (0.5 s
+   doubling to 8 s); then it is given up (logged, counted) and its waiters are told.
 3. A version gone from ``L`` (TRL deletes the one that left its window) is pruned from ``M``
    after its copy, by a job in the same order, and only if this mirror made that copy (or found
    the same bytes there): the bucket copies of other runs and of TRL itself are never touched.
@@ -51,15 +51,14 @@ from typing import Any, Literal
 from adapter_receiver.wire import safe_name, shown
 from proxy.adapters.registry import Fingerprint, Version, version_number
 from proxy.adapters.sources import fingerprint
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Backoff, Clock, Failed, run_every
 
 log = logging.getLogger("proxy.adapters")
 
 SNAPSHOTS = ".mirror"  # under the local directory (a dot-name: never a version)
 MAX_BACKLOG = 8  # versions waiting to land past which each new one is logged and counted
 MAX_ATTEMPTS = 5  # copies of one version to the mirror before it is given up
-RETRY_MIN_S = 0.5
-RETRY_MAX_S = 8.0
+RETRY = Backoff(first_s=0.5, max_s=8.0)  # between copies of one version
 DRAIN_S = 20.0  # at exit, how long the worker may go on landing what is left
 
 FailureCause = Literal["snapshot", "copy", "gave_up", "backlog", "prune"]
@@ -242,7 +241,6 @@ class Mirror:
                 self._empty.set()
 
     async def _land(self, copy: _Copy) -> None:
-        delay = RETRY_MIN_S
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 await asyncio.to_thread(self._copy, copy)
@@ -252,8 +250,7 @@ class Mirror:
                             attempt, MAX_ATTEMPTS, self.mirror, exc)  # fmt: skip
                 if attempt == MAX_ATTEMPTS:
                     break
-                await self._clock.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                await self._clock.sleep(RETRY.delay(attempt - 1))
                 continue
             copy.ok = True
             self.made.add(copy.name)

@@ -43,7 +43,7 @@ from adapter_receiver.wire import content_digest as digest_of
 from proxy.clock import Clock, Failed
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
-from proxy.upstream.errors import EXCHANGE_ERRORS, ReplyError
+from proxy.upstream.errors import ReplyError, UpstreamError
 
 log = logging.getLogger("proxy.adapters")
 
@@ -252,7 +252,7 @@ class _Push:
             return Pushed(cause="unreachable", detail=f"took no byte for {self.pusher.stall_s:g} s")
         except Unreadable as exc:
             return Pushed(cause="unreadable", detail=str(exc))
-        except EXCHANGE_ERRORS as exc:
+        except UpstreamError as exc:
             if isinstance(self.tee.error, Unreadable):
                 return Pushed(cause="unreadable", detail=str(self.tee.error))
             return Pushed(cause="unreachable", detail=f"{type(exc).__name__}: {exc}")
@@ -313,7 +313,7 @@ class Pusher:
         """Whether ``replica`` has a receiver (``GET`` its listing); None when unsure."""
         try:
             reply = await self.client.call(replica, "GET", PREFIX, timeout_s=self.probe_timeout_s)
-        except EXCHANGE_ERRORS:
+        except UpstreamError:
             return None
         if reply.status in (200, 404):
             self.receivers[replica.id] = reply.status == 200

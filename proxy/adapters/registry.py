@@ -1,32 +1,38 @@
-"""Adapter-version registry: pure state, no I/O, no clock.
+"""The adapter versions wanted on the fleet: pure desired state, no I/O, no clock.
 
 It knows
-- the versions wanted on the fleet (name, path, version number, source, files fingerprint), kept
-  to a window of the newest ``window`` versions (default: the replicas' smallest ``max_loras``:
-  a replica runs the unloads of a plan before its loads, so the window never needs a spare slot,
-  and TRL, which holds ``max_staleness + 1`` versions and loads the next before it unloads the
-  oldest, needs ``max_loras >= max_staleness + 2``: a window of ``max_loras`` keeps every version
-  TRL may still ask for, where one slot less would retire the oldest at the start of each load,
-  while TRL's rollouts still request it); with
-  several runs on the fleet, each run's versions to that run's own window (``scope_of``);
-- what each replica has loaded, from which version record and from which path (a pushed copy
-  lives at a path of its own on each replica).
-and turns "what is" into commands for one replica: unloads first (versions dropped), then loads;
-a name held with other files, or loaded before this proxy knew it, is replaced in place (vLLM's
-``load_inplace``), so it never disappears from a replica that is serving it.
-Invariants: a dropped or removed version is never planned again; a replica is never planned
-more than ``max_loras`` adapters (unloads run before loads).
+- the versions wanted (name, path, version number, source, files fingerprint), kept to a window
+  of the newest ``window`` versions (default: the replicas' smallest ``max_loras``: a replica
+  runs a plan's unloads before its loads, so the window never needs a spare slot, and TRL, which
+  holds ``max_staleness + 1`` versions and loads the next before it unloads the oldest, needs
+  ``max_loras >= max_staleness + 2``: a window of ``max_loras`` keeps every version TRL may still
+  ask for); with several runs on the fleet (the runs table, ``proxy.runs``), each run's versions
+  to that run's own window, its weighted share of ``max_loras``;
+- the names dropped lately (the window moved on, the source lost the directory, TRL unloaded
+  it), at most ``DROPPED_REMEMBERED``: TRL's unload of one is answered 200, and a replica still
+  holding one is told to unload it even when the proxy never knew its files;
+and turns "what one replica holds" (``held.Held``) into commands for it (``plan``): unloads first
+(names no longer wanted), then loads in version order; a name held with other files, or loaded
+before this proxy knew it, is replaced in place (vLLM's ``load_inplace``), so it never
+disappears from a replica that is serving it.
+Invariants: a dropped version is never planned again until it is added again; a replica is
+never planned more than the window of adapters this proxy manages (unloads run before loads).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
+
+from proxy.runs.names import run_of
+from proxy.runs.table import Runs
 
 _NUMBER = re.compile(r"-v([0-9]+)$")
 DEFAULT_WINDOW = 4
+DROPPED_REMEMBERED = 256
 
 Fingerprint = tuple[tuple[str, int, int], ...]  # (file name, size, mtime_ns), sorted
 
@@ -81,21 +87,27 @@ class Unload:
 Command = Load | Unload
 
 
-@dataclass(slots=True)
+class Holding(Protocol):
+    """What one replica holds, as ``plan`` reads it (``held.Held``)."""
+
+    def holds(self, name: str) -> bool: ...
+
+    def versions(self) -> Mapping[str, Version]: ...
+
+    def stored_only(self) -> list[str]: ...
+
+
 class Registry:
-    window_override: int | None = None
-    max_loras: int | None = None
-    versions: dict[str, Version] = field(default_factory=dict)  # wanted, in arrival order
-    loaded: dict[str, dict[str, Version]] = field(default_factory=dict)  # replica -> name -> v
-    at: dict[str, dict[str, str]] = field(default_factory=dict)  # replica -> name -> path used
-    epoch: int = 0  # counts changes to the wanted set, so a replica sync can tell it raced one
-    _arrival: int = 0
-    _order: dict[str, int] = field(default_factory=dict)
-    # Several runs on one fleet (``proxy.runs``): the run a name belongs to (None: the proxy's
-    # own, single-run names) and that run's window. Each run's versions are kept to its own
-    # window; by default every name is the proxy's own and the window is ``window``.
-    scope_of: Callable[[str], str | None] = lambda name: None
-    scope_window: Callable[[str], int] | None = None
+    """The wanted versions; written by the adapter service only (``service``)."""
+
+    def __init__(self, runs: Runs, window_override: int | None = None) -> None:
+        self._runs = runs
+        self.window_override = window_override
+        self.max_loras: int | None = None  # the fleet's smallest, as the service last read it
+        self.versions: dict[str, Version] = {}  # wanted, in arrival order
+        self._order: dict[str, int] = {}
+        self._arrival = 0
+        self._dropped: OrderedDict[str, None] = OrderedDict()
 
     @property
     def window(self) -> int:
@@ -105,99 +117,94 @@ class Registry:
             return self.max_loras
         return DEFAULT_WINDOW
 
+    def scope_of(self, name: str) -> str | None:
+        """The declared run a replica-side name belongs to (None: the bare path's)."""
+        run = run_of(name)
+        return run if run is not None and run in self._runs else None
+
+    def window_of(self, scope: str | None) -> int:
+        """How many versions ``scope`` may keep: its share of ``max_loras``, or ``window``."""
+        if scope is None:
+            return self.window
+        if self.max_loras is None or scope not in self._runs:
+            return DEFAULT_WINDOW
+        return self._runs.share(scope, self.max_loras)
+
     def newest(self) -> int | None:
         numbers = [v.number for v in self.versions.values() if v.number is not None]
         return max(numbers) if numbers else None
 
-    def add(self, version: Version) -> list[str]:
-        """Want ``version``; returns the names dropped to keep the window."""
+    def wanted(self, name: str) -> Version | None:
+        return self.versions.get(name)
+
+    def dropped(self, name: str) -> bool:
+        """``name`` was wanted and is not any more (kept for ``DROPPED_REMEMBERED`` names)."""
+        return name in self._dropped
+
+    def add(self, version: Version, *, pinned: Container[str] = ()) -> list[str]:
+        """Want ``version``; returns the names dropped to keep its scope's window (never one of
+        ``pinned``: a version whose load is under way stays until it ends, then ``trim``)."""
         self._arrival += 1
-        self.epoch += 1
         self._order[version.name] = self._arrival
         self.versions[version.name] = version
-        scope, scope_of = self.scope_of(version.name), self.scope_of
-        window = self.window
-        if scope is not None and self.scope_window is not None:
-            window = self.scope_window(scope)
-        same = [v for v in self.versions.values() if scope_of(v.name) == scope]
-        ranked = sorted(same, key=self._rank)
-        dropped = [v.name for v in ranked[: max(len(ranked) - window, 0)]]
-        for name in dropped:
-            self.remove(name)
+        self._dropped.pop(version.name, None)
+        return self.trim(version.name, pinned=pinned)
+
+    def trim(self, name: str, *, pinned: Container[str] = ()) -> list[str]:
+        """Drop the oldest versions of ``name``'s scope beyond its window; a ``pinned`` one is
+        kept over the window until it is trimmed again, unpinned."""
+        scope = self.scope_of(name)
+        same = sorted(
+            (v for v in self.versions.values() if self.scope_of(v.name) == scope), key=self._rank
+        )
+        oldest = same[: max(len(same) - self.window_of(scope), 0)]
+        dropped = [v.name for v in oldest if v.name not in pinned]
+        for old in dropped:
+            self.remove(old)
         return dropped
+
+    def restore(self, versions: Iterable[Version]) -> None:
+        """Want ``versions`` as a previous process of this proxy did (its window then)."""
+        for version in versions:
+            self._arrival += 1
+            self._order[version.name] = self._arrival
+            self.versions[version.name] = version
+
+    def remove(self, name: str) -> bool:
+        """No longer wanted (TRL unloaded it, its directory went away, the window moved on).
+        True when it was wanted."""
+        self._dropped[name] = None
+        self._dropped.move_to_end(name)
+        while len(self._dropped) > DROPPED_REMEMBERED:
+            self._dropped.popitem(last=False)
+        self._order.pop(name, None)
+        return self.versions.pop(name, None) is not None
 
     def _rank(self, version: Version) -> tuple[int, int]:
         number = version.number
         return (number if number is not None else -1, self._order.get(version.name, 0))
 
-    def remove(self, name: str) -> None:
-        """No longer wanted (TRL unloaded it, its directory went away, the window moved on)."""
-        if name in self.versions:
-            self.epoch += 1
-        self.versions.pop(name, None)
-        self._order.pop(name, None)
+    def plan(self, held: Holding, *, manage_unknown: bool, loads: bool = True) -> list[Command]:
+        """Commands that bring a replica holding ``held`` to the wanted versions.
 
-    def wanted(self, name: str) -> Version | None:
-        return self.versions.get(name)
-
-    def holds(self, replica: str, name: str) -> bool:
-        return name in self.loaded.get(replica, {})
-
-    def mark_loaded(self, replica: str, version: Version, at: str | None = None) -> None:
-        """``replica`` loaded ``version`` from ``at`` (default: its mount path)."""
-        self.loaded.setdefault(replica, {})[version.name] = version
-        self.at.setdefault(replica, {})[version.name] = at or version.where
-
-    def mark_unloaded(self, replica: str, name: str) -> None:
-        self.loaded.get(replica, {}).pop(name, None)
-        self.at.get(replica, {}).pop(name, None)
-
-    def forget(self, replica: str) -> None:
-        self.loaded.pop(replica, None)
-        self.at.pop(replica, None)
-
-    def _ours(self, replica: str, name: str, listed: str) -> bool:
-        """A listed path is the one we loaded (a pushed copy, or the version's own paths)."""
-        held = self.loaded.get(replica, {}).get(name)
-        if held is None:
-            return False
-        return listed in (self.at.get(replica, {}).get(name), held.path, held.where)
-
-    def observe(self, replica: str, listed: dict[str, str]) -> None:
-        """Align with a replica's own listing (name -> path): it is the truth of what it has.
-
-        Names the registry loaded keep their record (listed at the path it loaded them from, or
-        at the version's own path); others are recorded as ``replica``-sourced (unknown files),
-        so a wanted version under that name gets reloaded.
-        """
-        ours = {name for name, path in listed.items() if self._ours(replica, name, path)}
-        mine, where = self.loaded.get(replica, {}), self.at.get(replica, {})
-        self.loaded[replica] = {
-            name: mine[name] if name in ours else Version(name, path, "replica")
-            for name, path in listed.items()
-        }
-        self.at[replica] = {
-            name: where.get(name, path) if name in ours else path for name, path in listed.items()
-        }
-
-    def plan(self, replica: str, *, manage_unknown: bool) -> list[Command]:
-        """Commands that bring ``replica`` to the wanted window.
-
-        ``manage_unknown``: also unload adapters the registry never wanted (a source is
-        configured, so anything else on the replica is a leftover from an earlier run).
-        """
-        have = self.loaded.get(replica, {})
+        ``manage_unknown``: also unload adapters this proxy never knew (a source is configured,
+        so anything else on the replica is a leftover from an earlier run). ``loads``: False
+        plans the unloads only (shutting down)."""
         unloads: list[Command] = []
-        loads: list[Command] = []
-        for name, held in have.items():
+        replaces: list[Load] = []
+        for name, have in held.versions().items():
             wanted = self.versions.get(name)
             if wanted is None:
-                if manage_unknown or held.source != "replica":
+                ours = have.source != "replica" or name in self._dropped
+                if manage_unknown or ours:
                     unloads.append(Unload(name))
-            elif held.source == "replica" or not held.same_files(wanted):
-                loads.append(Load(wanted, replace=True))
-        for name, wanted in self.versions.items():
-            if name not in have:
-                loads.append(Load(wanted))
-        loads.sort(key=lambda c: self._rank(c.version) if isinstance(c, Load) else (0, 0))
-        return unloads + loads
+            elif have.source == "replica" or not have.same_files(wanted):
+                replaces.append(Load(wanted, replace=True))
+        for name in held.stored_only():
+            if name not in self.versions:
+                unloads.append(Unload(name))  # a pushed copy never loaded: its receiver drops it
+        if not loads:
+            return unloads
+        new = [Load(v) for name, v in self.versions.items() if not held.holds(name)]
+        ordered = sorted([*replaces, *new], key=lambda c: self._rank(c.version))
+        return [*unloads, *ordered]

@@ -1,15 +1,20 @@
 """The adapters room assembled: the registry, the proxy's receiver store, the pusher, the
-mirror (``--adapters-local``), the broadcaster, the service and the source's watcher, made from
-the settings in one place.
+mirror (``--adapters-local``), the carrier, the state file, the service and the source's
+watcher, made from the settings in one place.
 
 The store is the proxy's own receiver's (a relay pushes adapters into this proxy): emptied at
-start and, unless ``--adapter-store`` named it, removed at exit (``Adapters.open_store``).
+start (but for the copies an adopted state file still wants) and, unless ``--adapter-store``
+named it, removed at exit (``Adapters.open_store``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -19,18 +24,21 @@ from pathlib import Path
 
 from adapter_receiver.receive import Limits, Receiver
 from adapter_receiver.store import Entry, Store, claimable
-from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.mirror import Mirror, MirrorEvents
+from proxy.adapters.origin import Origins
 from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
+from proxy.adapters.state import Saved, StateFile
 from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, Failed
 from proxy.config import AdapterSettings, Settings, split_bucket
 from proxy.fleet.replica import Replica
 from proxy.fleet.room import Members
 from proxy.metrics.recorder import Metrics
+from proxy.runs.table import Runs
 
 log = logging.getLogger("proxy")
 
@@ -45,9 +53,17 @@ class Adapters:
 
     @asynccontextmanager
     async def open_store(self) -> AsyncIterator[None]:
-        """The receiver's store, emptied for the proxy's lifetime; removed after unless named."""
+        """What a previous process of this proxy wanted (its state file), and the receiver's
+        store, emptied for the proxy's lifetime but for the copies that state still wants;
+        removed after unless named."""
         store = self.receiver.store
-        await asyncio.to_thread(store.reset)
+        state = self.service.state
+        saved = await asyncio.to_thread(state.file.read) if state is not None else None
+        keep: list[Path] = []
+        if saved is not None:
+            adopted, keep = await asyncio.to_thread(_readable, saved, store.root)
+            self.service.adopt(adopted)
+        await asyncio.to_thread(store.reset, keep)
         try:
             yield
         finally:
@@ -68,7 +84,12 @@ class Adapters:
 
 
 def build_adapters(
-    settings: Settings, members: Members, clock: Clock, metrics: Metrics, failed: Failed
+    settings: Settings,
+    members: Members,
+    clock: Clock,
+    metrics: Metrics,
+    failed: Failed,
+    runs: Runs,
 ) -> Adapters:
     config = settings.adapters
     retry = RetryPolicy(config.load_deadline_s, config.retry_min_s, config.retry_max_s)
@@ -97,26 +118,21 @@ def build_adapters(
         interval = config.watch_interval_s or 0.5
         mirror = Mirror(config.local, config.mirror, clock, failed, interval_s=interval,
                         events=events)  # fmt: skip
-    registry = Registry(window_override=config.window)
-    broadcaster = Broadcaster(
-        members.pool, members.client, registry, clock, retry, pusher, on_pushed=pushed,
+    registry = Registry(runs, window_override=config.window)
+    carrier = Carrier(
+        members.pool, members.client, clock, retry, pusher, on_pushed=pushed,
         mounted=mirror.mounted if mirror is not None else None,
     )  # fmt: skip
     source = build_source(config, settings.hub_endpoint)
+    state_dir = state_path(settings)
+    state = None
+    if state_dir is not None:
+        state = StateFile(state_dir, state_key(settings), config.state_max_age_s)
+    origins = Origins(store, mirror, _fetcher(source, store), pusher is not None)
     service = AdapterService(
-        broadcaster,
-        registry,
-        members.pool,
-        members.info,
-        metrics,
-        pusher=pusher,
-        deadline_s=retry.deadline_s,
-        has_source=source is not None,
-        failed=failed,
-        store=store,
-        fetch=_fetcher(source, store),
-        mirror=mirror,
-    )
+        registry, carrier, members.pool, members.info, metrics, origins,
+        failed=failed, has_source=source is not None, state=state,
+    )  # fmt: skip
     watcher = None if source is None else Watcher(source, clock, service.source_changed, failed)
     receiver = Receiver(store, Limits(max_adapter_bytes=config.store_max_adapter_bytes))
     return Adapters(service, receiver, watcher, config.store is not None, mirror)
@@ -134,6 +150,49 @@ def store_path(settings: Settings) -> Path:
             return path
         log.warning("adapter store: %s, so a fresh private directory is used", why)
     return Path(tempfile.mkdtemp(prefix="rollout-proxy-adapters-"))
+
+
+def state_path(settings: Settings) -> Path | None:
+    """``--state-dir``, else one per port in the temp directory (when it is ours: never a
+    symlink or another user's), else none: a proxy on port 0 has no stable identity."""
+    if settings.adapters.state_dir is not None:
+        return settings.adapters.state_dir
+    if not settings.port:
+        return None
+    path = Path(tempfile.gettempdir()) / f"rollout-proxy-{settings.port}-state"
+    why = claimable(path)
+    if why is not None:
+        log.warning("adapter state: %s, so it is not kept across restarts", why)
+        return None
+    return path
+
+
+def state_key(settings: Settings) -> str:
+    """What makes a proxy the same proxy across its restarts (``adapters.state``): its
+    replicas (or how it discovers them), its adapter sources and directories, its address."""
+    a = settings.adapters
+    identity = {
+        "replicas": sorted(settings.replicas),
+        "discover": [settings.discover, settings.discover_namespace],
+        "adapters": [str(p) for p in (a.dir, a.bucket, a.local, a.mirror) if p is not None],
+        "mount": a.mount_path,
+        "listen": [settings.host, settings.port],
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _readable(saved: Saved, store_root: Path) -> tuple[Saved, list[Path]]:
+    """``saved`` with each version's ``files`` where this proxy can read its bytes now (its
+    store entry, its path, its bucket copy) or None; and the store entries to keep. Blocking."""
+    versions, keep = [], []
+    root = os.path.realpath(store_root)
+    for version in saved.versions:
+        candidates = [version.files, version.path, version.where]
+        files = next((p for p in candidates if p is not None and os.path.isdir(p)), None)
+        if files is not None and os.path.dirname(os.path.dirname(os.path.realpath(files))) == root:
+            keep.append(Path(files))
+        versions.append(dataclasses.replace(version, files=files))
+    return dataclasses.replace(saved, versions=tuple(versions)), keep
 
 
 def build_source(settings: AdapterSettings, hub_endpoint: str | None) -> Source | None:

@@ -1,367 +1,361 @@
-"""The adapter service: the registry, its sources and the broadcaster, behind TRL's calls.
+"""The adapter service: TRL's calls and the source's findings as desired state (``registry``),
+carried out on each replica by that replica's agent (``agent``). No aiohttp: the edge answers.
 
-- ``load`` / ``unload``: TRL's calls, carried out for the whole fleet (see ``broadcast``); they
-  return outcomes (``LoadResult``, ``UnloadResult``) that the HTTP edge turns into answers, and
-  raise ``BadAdapterRequest`` (400) or ``NoReplica`` (503). A load answers once every routable
-  replica has the version (all or nothing). An unload is answered at once and carried out in
-  the background (TRL ignores its answer, but its round trip counts in ``perf/weight_sync_s``):
-  a load that arrives later waits, on each replica, for the unloads answered before it there
-  (``unloads``), so a replica never holds the next version beside one already unloaded (vLLM's
-  ``max_loras`` counts both, and evicts a live one silently when full); the loads and unloads
-  of one name keep their arrival order (``turns``).
-- ``source_changed``: a watcher found new or changed versions (pre-loaded on every replica
-  before anyone asks) or versions whose directory went away (dropped, never replayed).
-- ``admit``: a replica that joins or comes back is given the window before it takes traffic.
-- ``out_of_step``: a replica answered "model does not exist" for a version it was believed to
-  hold (it restarted between probes): forget it there and reconcile it in the background.
-
-Where a version's bytes come from, to push them (``broadcast``): the proxy's own receiver store
-when the path is one of its entries (a relay pushed it here; the replicas' mount shows it at
-the upload's origin), else the path itself when the proxy can read it (beside the trainer, or
-through its own mount). A version the proxy cannot read loads from the mount only. A name no
-longer wanted anywhere is dropped from the proxy's store. With a ``Mirror``, a path in its local
-directory (TRL's, on the trainer's disk) is snapshotted for the bucket at once and mounts at
-its bucket copy (``Version.mount``): pushed from the local path, loaded from the bucket's.
-No aiohttp here: this is a service, not the edge.
+- ``load``: the version is wanted and an intent (``intent``) waits for every replica routable
+  now, all or nothing; a failure rolls the registry back and the answer comes once the agents
+  have undone it. A load of a name still loading joins it (same files) or waits for its end.
+- ``unload``: no longer wanted; answered at once (TRL ignores the answer, but its round trip
+  counts in ``perf/weight_sync_s``); an unload of a name still loading follows that load's end.
+- ``source_changed``: what a watcher found is wanted (pre-loaded); a directory gone is dropped.
+- ``admit`` / ``resync`` / ``out_of_step``: a replica's agent observes it afresh.
+- ``adopt`` / ``snapshot``: the wanted versions across the proxy's restart (``state``). An adopted
+  version whose bytes no one here can read is not replayed until a replica's listing vouches for
+  it, and is dropped once every replica has been listed without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from adapter_receiver.store import Entry, Store
 from adapter_receiver.wire import shown
-from proxy.adapters.broadcast import Broadcaster, Outcome
+from proxy.adapters.agent import Agent
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
-from proxy.adapters.mirror import Mirror
-from proxy.adapters.push import Pusher
-from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
-from proxy.adapters.sources import fingerprint
-from proxy.adapters.turns import Turn, Turns
-from proxy.adapters.unloads import PendingUnload, Unloads
+from proxy.adapters.carry import Carrier, Outcome
+from proxy.adapters.held import Copy, Held
+from proxy.adapters.intent import Intent
+from proxy.adapters.origin import Origins
+from proxy.adapters.registry import Command, Fingerprint, Load, Registry, Version, version_number
+from proxy.adapters.state import Saved, StateFile, StateWriter
 from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
-from proxy.upstream.errors import CONTROL_ERRORS
 
 log = logging.getLogger("proxy.adapters")
 
-_RETIRED_REMEMBERED = 256  # names of versions the proxy retired itself, kept for TRL's unloads
 # On shutdown the unloads already answered get this long to reach the replicas (each call is
-# bounded by broadcast.UNLOAD_TIMEOUT_S); what is left is cancelled.
+# bounded by carry.UNLOAD_TIMEOUT_S); what is left is cancelled.
 UNLOAD_DRAIN_S = 10.0
 
 
 class AdapterService:
     def __init__(
         self,
-        broadcaster: Broadcaster,
         registry: Registry,
+        carrier: Carrier,
         pool: ReplicaPool,
         info: FleetInfo,
         metrics: Metrics,
+        origins: Origins,
         *,
-        pusher: Pusher | None,
-        deadline_s: float,
-        has_source: bool,
         failed: Failed,
-        store: Store | None = None,
-        fetch: Callable[[str, str], Entry | None] | None = None,
-        mirror: Mirror | None = None,
+        has_source: bool,
+        state: StateFile | None = None,
     ) -> None:
-        self.broadcaster = broadcaster
-        self.registry = registry  # the broadcaster's too: it carries out the registry's plans
-        self._pool = pool
-        self._pusher = pusher  # None: pushing is off
-        self._deadline_s = deadline_s  # how long a load waits for lagging mounts
-        self.store = store  # the proxy's own receiver store
-        # fetch(name, mount path): download a version this proxy cannot read into ``store``
-        # (the Hub bucket source); None when that path is not one of the source's.
-        self._fetch = fetch
-        self.mirror = mirror  # copies what TRL saves on the trainer's disk into the bucket
-        self.metrics = metrics
-        self._info = info  # re-reads a replica's models (reconciling one that lost an adapter)
-        self._failed = failed  # reports an exception a background task of ours survived
+        self.registry, self._carrier, self._pool, self._info = registry, carrier, pool, info
+        self.metrics, self.origins, self._failed = metrics, origins, failed
         self.has_source = has_source
-        self._pending: dict[str, tuple[Version, asyncio.Task[list[Outcome]]]] = {}
-        self._reconciling: dict[str, asyncio.Task[None]] = {}
+        self.state = None if state is None else StateWriter(state, self.snapshot, failed)
+        self._intents: dict[str, Intent] = {}
+        self._agents: dict[str, tuple[Agent, asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._unloading: set[asyncio.Task[None]] = set()  # answered, being carried out
-        self._unloads = Unloads(self.broadcaster.unload_on)
-        self.broadcaster.before_load = self._unloads.cleared
-        self._turns = Turns()  # one load or unload of a name at a time, in arrival order
-        # Versions the proxy retired itself (window moved on, directory gone): TRL's later
-        # unload of one is answered 200, as if it had done it.
-        self._retired: deque[str] = deque(maxlen=_RETIRED_REMEMBERED)
+        self._remembered: dict[str, dict[str, Copy]] = {}  # replica -> copies (``adopt``)
+        self._unvouched: set[str] = set()  # adopted, not readable here, listed nowhere yet
+        self._listed: set[str] = set()  # replicas listed since the adoption
+        self._closing = False
         self.source_seen = False  # the source's first scan has been applied
 
-    # -- what routing and the fleet ask ---------------------------------------------------
-
     def knows(self, name: str) -> bool:
-        return name in self.registry.versions or name in self._pending
-
-    @property
-    def epoch(self) -> int:
-        return self.registry.epoch
+        return name in self.registry.versions or name in self._intents
 
     @property
     def versions(self) -> dict[str, Version]:
-        """The versions wanted on the fleet, by name."""
         return self.registry.versions
 
     @property
     def pushing(self) -> bool:
-        """Adapters reach the replicas by push (else through their bucket mounts)."""
-        return self._pusher is not None
+        return self._carrier.pusher is not None
 
-    def limit(self, max_loras: int | None) -> None:
-        """The fleet's smallest ``max_loras`` (sets the default window)."""
-        self.registry.max_loras = max_loras
+    def roots(self) -> dict[str, str]:
+        """Each wanted version's path as its client named it (``/v1/models`` shows these)."""
+        return {name: version.path for name, version in self.registry.versions.items()}
 
     # -- TRL's calls ---------------------------------------------------------------------
 
     async def load(self, body: bytes) -> LoadResult:
         name, path = parse_adapter_request(body, need_path=True)
         self._pool.require_routable()
-        version = await self._resolve(name, path)
         started = time.perf_counter()
-        outcomes = await asyncio.shield(self._start_load(version))
+        intent = await self._intend(await self.origins.of_load(name, path))
+        outcomes = await asyncio.shield(intent.done)
         seconds = time.perf_counter() - started
         took = sum(1 for o in outcomes if o.status == "ok")
-        if took and not any(o.status in ("failed", "lagging") for o in outcomes):
+        if took and intent.ok:
             log.info("adapter %s loaded on %d replica(s) in %.2f s", shown(name), took, seconds)
-        return LoadResult(version, outcomes, seconds, self._deadline_s)
+        return LoadResult(intent.version, outcomes, seconds, self._carrier.retry.deadline_s)
 
-    async def _resolve(self, name: str, path: str) -> Version:
-        """The version a client's load names, with where its bytes can be read (if anywhere)."""
-        entry = await asyncio.to_thread(self.store.lookup, path) if self.store else None
-        if entry is not None:
-            return Version(name, path, "client", mount=entry.origin, files=str(entry.path))
-        mount = await self._mirrored(name, path)
-        files = await asyncio.to_thread(fingerprint, Path(path))
-        readable = path if files is not None else None
-        return Version(name, path, "client", files, mount=mount, files=readable)
-
-    async def _mirrored(self, name: str, path: str) -> str | None:
-        """The bucket path of a version the mirror copies there (seen now), else None."""
-        mirror = self.mirror
-        if mirror is None or mirror.covers(path) != name:
-            return None
-        await mirror.saw(name)
-        return mirror.target(name)
-
-    async def _fetched(self, version: Version) -> Version:
-        """A version to push that this proxy cannot read: its copy, downloaded once."""
-        if version.files is not None or self._fetch is None or self.store is None:
-            return version
-        if self._pusher is None:
-            return version
-        entry = await asyncio.to_thread(self.store.by_origin, version.where)
-        if entry is None:
-            try:
-                entry = await asyncio.to_thread(self._fetch, version.name, version.where)
-            except Exception as exc:  # the Hub failed: the replicas load from their mounts
-                why = f"{type(exc).__name__}: {exc}"
-                log.warning(
-                    "adapter %s not downloaded (%s): loading from the mount",
-                    shown(version.name),
-                    why,
-                )
-                return version
-        return version if entry is None else replace(version, files=str(entry.path))
-
-    def _start_load(self, version: Version) -> asyncio.Task[list[Outcome]]:
-        pending = self._pending.get(version.name)
-        if pending is not None and pending[0].same_files(version):
-            return pending[1]
-        turn, before = self._turns.take(version.name), self._unloads.seq
-        self._unloads.overtaken(version.name)
-        task = asyncio.create_task(self._load(version, turn, before), name=f"load {version.name}")
-        task.add_done_callback(lambda _: turn.abandon())
-        self._pending[version.name] = (version, task)
-        task.add_done_callback(lambda _: self._done(version.name, task))
-        return task
-
-    def _done(self, name: str, task: asyncio.Task[list[Outcome]]) -> None:
-        if self._pending.get(name, (None, None))[1] is task:
-            del self._pending[name]
-
-    async def _load(self, version: Version, turn: Turn, before: int) -> list[Outcome]:
-        async with turn:  # its place among this name's loads and unloads, taken at arrival
-            return await self._load_now(version, before)
-
-    async def _load_now(self, version: Version, before: int) -> list[Outcome]:
+    async def _intend(self, version: Version) -> Intent:
+        """The intent under way for these files, else a new one once the name's has ended."""
+        while (pending := self._intents.get(version.name)) is not None:
+            if pending.version.same_files(version):
+                return pending
+            await asyncio.shield(pending.done)
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
             version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
-        version = await self._fetched(version)
-        previous = self.registry.wanted(version.name)  # an in-place replace rolls back to it
-        for name in self.registry.add(version):
-            self._retired.append(name)
-            self._unload_later(name, retired=True)
-        started = time.perf_counter()
-        outcomes = await self.broadcaster.load_fleet(version, before)
-        seconds = time.perf_counter() - started
-        ok = all(o.status in ("ok", "unreachable") for o in outcomes)
-        if not ok:  # refused or never visible: rolled back to what was served, or to nothing
-            if previous is not None and not previous.same_files(version):
-                for name in self.registry.add(previous):
-                    self._retired.append(name)
-                    self._unload_later(name, retired=True)
-            else:
-                self.registry.remove(version.name)
-        # With no replica reachable yet the version stays wanted: replicas get it on admission.
-        self.metrics.record_fleet_load(seconds, "ok" if ok else "failed")
-        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
-        if ok and paths:
-            self.metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
-        for outcome in outcomes:
-            if outcome.attempts:
-                self.metrics.record_adapter_load(
-                    outcome.replica.id, outcome.status, outcome.attempts, outcome.seconds
-                )
-        return outcomes
+        self._unvouched.discard(version.name)
+        self.registry.add(version, pinned={*self._intents, version.name})
+        targets = self._pool.routable()
+        need = [r for r in targets if not self._agent(r).held.same(version)]
+        loop = asyncio.get_running_loop()
+        intent = Intent(
+            version, wanted, targets, self._carrier.deadline(), time.perf_counter(),
+            loop.create_future(), self._carrier.push(version, need),
+        )  # fmt: skip
+        self._intents[version.name] = intent
+        done = [intent.record(Outcome(r, "ok", None, 0)) for r in targets if r not in need]
+        if any(done) or not targets:
+            self._end(intent)
+        else:
+            self._changed()
+        return intent
 
     async def unload(self, body: bytes) -> UnloadResult:
-        """TRL's unload: answered at once, carried out in the background (in its turn among
-        this name's loads and unloads, and on each replica before any later load there)."""
         name, _ = parse_adapter_request(body, need_path=False)
-        known = (
-            name in self.registry.versions
-            or name in self._pending
-            or name in self._retired
-            or any(name in r.adapters for r in self._pool)
-        )
-        if known and not self._unloads.waiting(name):  # nothing held: vLLM's own 404; a repeat
-            self._unload_later(name, retired=False)  # of a waiting unload: merged into it
+        known = self.knows(name) or self.registry.dropped(name)
+        known = known or any(name in r.adapters for r in self._pool)
+        intent = self._intents.get(name)
+        if intent is not None:
+            intent.then_unload = True  # after the load under way, as they arrived
+        elif known:
+            self._drop(name)
+            self._changed()
         return UnloadResult(name, known)
 
     async def settled(self) -> None:
-        """Until every unload answered so far has been carried out."""
-        while self._unloading:
-            await asyncio.wait(list(self._unloading))
+        """Until every agent has carried out what it can (the unloads answered so far)."""
+        while busy := [agent for agent, _ in self._agents.values() if not agent.idle.is_set()]:
+            await asyncio.gather(*(agent.idle.wait() for agent in busy))
 
-    def _unload_later(self, name: str, *, retired: bool) -> None:
-        """Unload ``name`` everywhere in the background. ``retired``: the window moved on (or
-        the source lost it): skipped if a later load wanted it again."""
-        turn, pending = self._turns.take(name), self._unloads.queue(name, mergeable=not retired)
-        task = asyncio.create_task(self._unload(name, turn, pending, retired))
-        self._unloading.add(task)
-        task.add_done_callback(self._unloading.discard)
-        task.add_done_callback(lambda _: turn.abandon())
-        task.add_done_callback(lambda _: self._unloads.abandon(pending))
-        task.add_done_callback(self._report)
+    # -- what the agents ask (``agent.Desired``) -----------------------------------------
 
-    async def _unload(self, name: str, turn: Turn, pending: PendingUnload, retired: bool) -> None:
-        async with turn:
-            self._unloads.started(pending)
-            if retired and name in self.registry.versions:
-                return
-            self.registry.remove(name)
-            await self._unloads.run(pending, self.broadcaster.unload_targets(name))
-            await self._drop_stored(name)
+    def plan(self, held: Held) -> list[Command]:
+        manage = self.has_source and self.source_seen
+        commands = self.registry.plan(held, manage_unknown=manage, loads=not self._closing)
+        unvouched = self._unvouched
+        return [c for c in commands if not (isinstance(c, Load) and c.version.name in unvouched)]
 
-    async def _drop_stored(self, name: str) -> None:
-        if self.store is not None:
-            await asyncio.to_thread(self.store.drop, name)
+    def intent(self, name: str) -> Intent | None:
+        return self._intents.get(name)
 
-    # -- sources -------------------------------------------------------------------------
+    def report(self, outcome: Outcome, version: Version) -> None:
+        intent = self._intents.get(version.name)
+        if intent is not None and intent.version.same_files(version) and intent.record(outcome):
+            self._end(intent)
+
+    def carried(self, replica: Replica, name: str) -> None:
+        """``replica``'s agent carried out (or failed) a command for ``name``."""
+        self._saved()
+        intent = self._intents.get(name)
+        if intent is not None and intent.undo is not None:
+            intent.undo.discard(replica.id)
+            if not intent.undo:
+                self._finish(intent)
+
+    def inactive(self, replica: Replica) -> None:
+        """``replica`` left routing: its intents count it unreachable, undone without it."""
+        for intent in list(self._intents.values()):
+            if replica.id not in intent.outcomes:
+                if intent.record(Outcome(replica, "unreachable", None, 0)):
+                    self._end(intent)
+            elif intent.undo is not None:
+                self.carried(replica, intent.version.name)
+
+    def observed(self, replica: Replica) -> None:
+        """``replica`` was listed afresh: the window follows the fleet's ``max_loras``, and the
+        listing vouches for adopted versions."""
+        self.registry.max_loras = self._info.smallest_max_loras()
+        if self._unvouched:
+            self._unvouched -= replica.adapters.keys()
+            self._listed.add(replica.id)
+            if self._listed >= set(self._pool.ids):
+                for name in sorted(self._unvouched):
+                    log.warning("adapter %s (from the state file): no replica holds it and its "
+                                "files cannot be read here: dropped", shown(name))  # fmt: skip
+                    self.registry.remove(name)
+                self._unvouched.clear()
+        self._saved()
+
+    def _end(self, intent: Intent) -> None:
+        """Every target answered: keep the version, or roll it back and wait for the undo."""
+        version = intent.version
+        intent.cancel_pushes()
+        if not intent.ok:
+            if intent.previous is not None and not intent.previous.same_files(version):
+                self.registry.add(intent.previous, pinned=self._intents)
+            else:
+                self.registry.remove(version.name)
+            owing = [r for r in intent.targets if r.routable and self._owes(r, version.name)]
+            intent.undo = {r.id for r in owing}
+        if intent.undo:
+            self._changed()
+        else:
+            self._finish(intent)
+
+    def _owes(self, replica: Replica, name: str) -> bool:
+        commands = self.plan(self._agent(replica).held)
+        return any((c.version.name if isinstance(c, Load) else c.name) == name for c in commands)
+
+    def _finish(self, intent: Intent) -> None:
+        name = intent.version.name
+        if self._intents.get(name) is intent:
+            del self._intents[name]
+        if intent.then_unload:
+            self._drop(name)
+        self.registry.trim(name, pinned=self._intents)
+        outcomes, seconds = intent.ordered(), time.perf_counter() - intent.started
+        self.metrics.record_fleet_load(seconds, "ok" if intent.ok else "failed")
+        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
+        if intent.ok and paths:
+            self.metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
+        for o in outcomes:
+            if o.attempts:
+                self.metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
+        if not intent.done.done():
+            intent.done.set_result(outcomes)
+        self._changed()
+
+    # -- the source and the replicas -----------------------------------------------------
 
     async def source_changed(
         self, added: dict[str, tuple[str, Fingerprint]], removed: list[str]
     ) -> None:
-        for name in removed:
-            if name in self.registry.versions:
+        gone = list(removed)
+        if not self.source_seen:  # adopted versions of the source whose directory went away
+            gone += [n for n, v in self.versions.items() if v.source == "bucket" and n not in added]
+        for name in gone:
+            if self.registry.wanted(name) is not None:
                 log.info("adapter %s disappeared from the source: dropping it", shown(name))
-                self.registry.remove(name)
-                self._retired.append(name)
-                self._unload_later(name, retired=True)
+                self._drop(name)
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
-            readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
-            mount = await self._mirrored(name, path)
-            version = Version(
-                name, path, "bucket", files, mount=mount, files=path if readable else None
-            )
             wanted = self.registry.wanted(name)
-            if wanted is not None and wanted.same_files(version):
+            if wanted is not None and wanted.same_files(Version(name, path, "bucket", files)):
+                self._unvouched.discard(name)
                 continue
             log.info("adapter %s found in the source: pre-loading it on every replica", shown(name))
-            self._start_load(version)
-        if not self.source_seen:
-            # Now the source is known, leftovers on the replicas can be told apart: clean them.
-            self.source_seen = True
-            for replica in self._pool.routable():
-                self._spawn(self.admit(replica))
+            self._spawn(self._preload(name, path, files))
+        self.source_seen = True  # leftovers on the replicas can be told apart now
+        self._changed()
 
-    # -- replicas ------------------------------------------------------------------------
+    async def _preload(self, name: str, path: str, files: Fingerprint) -> None:
+        intent = await self._intend(await self.origins.of_source(name, path, files))
+        await asyncio.shield(intent.done)
 
     async def admit(self, replica: Replica) -> bool:
-        pusher = self._pusher
-        if pusher is not None:  # it may have joined anew, with or without a receiver
+        """Until ``replica`` holds the window (its agent observed it afresh)."""
+        pusher = self._carrier.pusher
+        if pusher is not None:  # it may have come back with or without a receiver
             pusher.forget(replica.id)
             await pusher.probe(replica)
-        self.registry.observe(replica.id, dict(replica.adapters))
-        manage = self.has_source and self.source_seen
-        ok = await self.broadcaster.bring_in_step(replica, manage_unknown=manage)
+        ok = await self._agent(replica).admit()
         if ok:
             self.metrics.record_reconcile()
         return ok
 
+    def resync(self, replica: Replica) -> None:
+        self._agent(replica).wake(resync=True)
+
     def out_of_step(self, replica: Replica, name: str) -> None:
-        log.warning(
-            "replica %s lost adapter %s (restarted?): reconciling it", replica.id, shown(name)
-        )
-        self.broadcaster.dropped(replica, name)
-        if replica.id not in self._reconciling:
-            task = asyncio.create_task(self._reconcile(replica))
-            self._reconciling[replica.id] = task
-            task.add_done_callback(lambda _: self._reconciling.pop(replica.id, None))
-            task.add_done_callback(self._report)
+        log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id,
+                    shown(name))  # fmt: skip
+        self.metrics.record_reconcile()
+        self._agent(replica).lost(name)
 
-    async def _reconcile(self, replica: Replica) -> None:
-        try:
-            await self._info.refresh(replica)
-            self.limit(self._info.smallest_max_loras())
-        except CONTROL_ERRORS as exc:  # the health loop takes over if it is really gone
-            log.warning("replica %s: reconcile failed: %s", replica.id, exc)
-            return
-        if await self.admit(replica):
-            log.info("replica %s reconciled", replica.id)
+    def _agent(self, replica: Replica) -> Agent:
+        found = self._agents.get(replica.id)
+        if found is not None and found[0].replica is replica:
+            return found[0]
+        if found is not None:
+            found[1].cancel()  # a replica of that id added anew: a new agent for it
+        agent = Agent(replica, self, self._carrier, self._pool, self._info.refresh, self._failed)
+        agent.held.remember(self._remembered.pop(replica.id, {}))
+        self._agents[replica.id] = (agent, asyncio.create_task(agent.run(), name="agent"))
+        return agent
 
-    def roots(self) -> dict[str, str]:
-        """Each wanted version's path as its client named it (``/v1/models`` shows these)."""
-        return {name: version.path for name, version in self.registry.versions.items()}
+    def _changed(self) -> None:
+        """The wanted set changed: saved, and every agent looks again."""
+        self._saved()
+        for rid in [rid for rid in self._agents if self._pool.get(rid) is None]:
+            self._agents.pop(rid)[1].cancel()
+        for replica in self._pool:
+            self._agent(replica).wake()
+
+    def _drop(self, name: str) -> None:
+        """No longer wanted: the proxy's own receiver drops its copies of ``name`` too."""
+        self.registry.remove(name)
+        store = self.origins.store
+        if store is not None:
+            self._spawn(asyncio.to_thread(store.drop, name))
+
+    def _saved(self) -> None:
+        if self.state is not None:
+            self.state.changed()
+
+    # -- restart -------------------------------------------------------------------------
+
+    def adopt(self, saved: Saved) -> None:
+        """Want what a previous process of this proxy wanted (``files``: where its bytes can be
+        read now, or None)."""
+        self.registry.restore(saved.versions)
+        for rid, held in saved.held.items():
+            wanted = self.registry.wanted
+            known = {n: Copy(v, at) for n, at in held.items() if (v := wanted(n)) is not None}
+            self._remembered[rid] = known
+        self._unvouched = {v.name for v in saved.versions if v.files is None}
+        log.info("adapter state adopted: %s", ", ".join(shown(v.name) for v in saved.versions))
+
+    def snapshot(self) -> Saved:
+        held = {
+            agent.replica.id: {
+                name: at
+                for name, at in agent.held.paths.items()
+                if (v := self.registry.wanted(name)) is not None and agent.held.same(v)
+            }
+            for agent, _ in self._agents.values()
+        }
+        return Saved(tuple(self.registry.versions.values()), held, time.time())
+
+    # -- status and lifetime -------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
+        mirror = self.origins.mirror
         return {
             "wanted": len(self.registry.versions),
-            "loading": len(self._pending),
+            "loading": len(self._intents),
             "newest": self.registry.newest() or 0,
-            "mirroring": self.mirror.backlog if self.mirror is not None else 0,
+            "mirroring": mirror.backlog if mirror is not None else 0,
         }
 
     def status(self) -> dict[str, Any]:
-        pusher = self._pusher
+        pusher = self._carrier.pusher
+        agents = [agent for agent, _ in self._agents.values() if agent.replica.routable]
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
-            "loading": sorted(self._pending),
-            "unloading": len(self._unloading),
-            "unloads_owed": self._unloads.owed(),
+            "loading": sorted(self._intents),
+            "unloading": sum(not agent.idle.is_set() for agent in agents),
+            "unloads_owed": sum(agent.parked_unloads() for agent in agents),
             "newest": self.registry.newest(),
             # Pushing on or off, and which replicas have a receiver (as last probed).
             "push": pusher is not None,
             "receivers": dict(pusher.receivers) if pusher is not None else {},
+            "state": None if self.state is None else str(self.state.file.path),
         }
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -371,27 +365,27 @@ class AdapterService:
         task.add_done_callback(self._report)
 
     def _report(self, task: asyncio.Task[Any]) -> None:
-        """A background task of ours ended with an exception: report it (it is not re-raised,
-        so it cannot take anything else down)."""
+        """A background task of ours ended with an exception: reported, never re-raised."""
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._failed("adapters", exc)
 
     async def close(self) -> None:
-        loads = [*self._reconciling.values(), *(task for _, task in self._pending.values())]
-        for task in loads:  # no load starts on a replica during the shutdown
-            task.cancel()
-        await asyncio.gather(*loads, return_exceptions=True)
-        if self._unloading:  # answered to TRL already: carry them out if the replicas answer
-            await asyncio.wait(list(self._unloading), timeout=UNLOAD_DRAIN_S)
-        tasks = [
-            *self._background,
-            *self._unloading,
-            *self._reconciling.values(),
-            *(task for _, task in self._pending.values()),
-        ]
+        """No load starts any more; the unloads answered already get ``UNLOAD_DRAIN_S``."""
+        self._closing = True
+        for intent in self._intents.values():
+            intent.cancel_pushes()
+            intent.done.cancel()
+        for agent, _ in self._agents.values():
+            agent.wake()
+        idle = [asyncio.ensure_future(agent.idle.wait()) for agent, _ in self._agents.values()]
+        if idle:
+            await asyncio.wait(idle, timeout=UNLOAD_DRAIN_S)
+        tasks = [*idle, *self._background, *(task for _, task in self._agents.values())]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.state is not None:
+            await self.state.flush()
 
 
 def _number(name: str) -> int:

@@ -246,6 +246,17 @@ class AdapterSettings(BaseModel):
         description="the bucket directory each version in --adapters-local is copied into; "
         "replicas without a receiver load from there",
     )
+    state_dir: Path | None = Field(
+        None,
+        alias="state_dir",
+        description="where the adapter window is kept across the proxy's restarts",
+        json_schema_extra={"unset": "<tmp>/rollout-proxy-<port>-state; none on port 0"},
+    )
+    state_max_age_s: PositiveSeconds = Field(
+        3600.0,
+        alias="state_max_age",
+        description="a state file older than this is another run's: not adopted",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> AdapterSettings:

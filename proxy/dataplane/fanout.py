@@ -44,7 +44,7 @@ from proxy.fleet.replica import Replica
 from proxy.fleet.sync import FleetSync
 from proxy.metrics.recorder import Metrics
 from proxy.upstream.client import Reply, UpstreamClient
-from proxy.upstream.errors import TRANSPORT_ERRORS, is_local
+from proxy.upstream.errors import Blame, UpstreamError, blame
 
 ANSWERED = ("/pause", "/resume")  # what the proxy answers itself unless --forward-pause
 PAUSE_MODES = ("abort", "wait", "keep")  # vLLM's (its default: abort)
@@ -73,7 +73,6 @@ class FanOut:
         self._client = client
         self._fleet = fleet
         self._metrics = metrics
-        self._lock = asyncio.Lock()  # state changes are applied one at a time, in order
 
     async def send(
         self, targets: tuple[Replica, ...], path_qs: str, body: bytes | None
@@ -83,8 +82,8 @@ class FanOut:
     async def _one(self, replica: Replica, path_qs: str, body: bytes | None) -> Outcome:
         try:
             reply = await self._client.call(replica, "POST", path_qs, body=body)
-        except TRANSPORT_ERRORS as exc:
-            if is_local(exc):  # the proxy's own limit, not the replica's fault: no ejection
+        except UpstreamError as exc:
+            if blame(exc) is Blame.OURS:  # our own limit, not the replica's fault: no ejection
                 return Outcome(replica, None, f"not sent: the proxy ran out of resources ({exc})")
             error = f"unreachable ({type(exc).__name__}) during {path_qs.split('?')[0]}"
             self._pool.eject(replica, "fanout", error)
@@ -106,7 +105,7 @@ class FanOut:
 
         Raises ``NoReplica`` when none is routable."""
         path_qs = path + (f"?{query}" if query else "")
-        async with self._lock:
+        async with self._fleet.changes:  # one at a time, in order; never beside an admission
             targets = self._pool.require_routable()
             started = time.perf_counter()
             outcomes = await self.send(targets, path_qs, None)

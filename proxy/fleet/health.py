@@ -27,7 +27,7 @@ from proxy.config import HealthSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.errors import CONTROL_ERRORS, TRANSPORT_ERRORS, is_local
+from proxy.upstream.errors import Blame, UpstreamError, blame
 from proxy.upstream.reasons import failure_reason, status_reason
 
 log = logging.getLogger("proxy.health")
@@ -73,7 +73,8 @@ def _standing(replica: Replica) -> str:
 
 
 class Admission(Protocol):
-    """What the monitor needs from the fleet: admission sync and a periodic info refresh."""
+    """What the monitor needs from the fleet: admission (brought in step, then admitted) and a
+    periodic info refresh."""
 
     async def admit(self, replica: Replica) -> bool: ...
 
@@ -148,9 +149,8 @@ class HealthMonitor:
     async def _admit(self, replica: Replica) -> None:
         self._admitting.add(replica.id)
         try:
-            if await self._fleet.admit(replica) and self._pool.get(replica.id) is replica:
+            if await self._fleet.admit(replica):  # in step and admitted (``FleetSync.admit``)
                 self._info_at[replica.id] = self._clock.monotonic()
-                self._pool.admit(replica)
         finally:
             self._admitting.discard(replica.id)
 
@@ -161,7 +161,7 @@ class HealthMonitor:
         self._info_at[replica.id] = now
         try:
             await self._fleet.refresh_info(replica)
-        except CONTROL_ERRORS as exc:
+        except UpstreamError as exc:
             log.warning("replica %s: info refresh failed: %s", replica.id, exc)
 
     async def _check(self, replica: Replica) -> tuple[bool | None, str]:
@@ -169,8 +169,8 @@ class HealthMonitor:
             reply = await self._client.call(
                 replica, "GET", "/health", timeout_s=self._settings.timeout_s
             )
-        except TRANSPORT_ERRORS as exc:
-            if is_local(exc):
+        except UpstreamError as exc:
+            if blame(exc) is Blame.OURS:
                 log.warning("replica %s not probed: %s (the proxy's own limit)", replica.id, exc)
                 return None, ""
             return False, f"probe failed: {failure_reason(exc, self._settings.timeout_s)}"

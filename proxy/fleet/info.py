@@ -2,9 +2,11 @@
 
 ``parse_models`` is pure (a vLLM ``/v1/models`` answer -> what the pool records);
 ``refresh_info`` asks the replica and hands the result to the pool, the writer of what replicas
-report. ``FleetInfo`` does that for the proxy and keeps what the listings add up to: the base
-models seen and the fleet's smallest ``max_loras`` (the adapter window's default). The fleet's
-sync and the adapter service (reconciling a replica that lost an adapter) both read through it.
+report, and returns the adapters it lists: those are the replica's agent's to record
+(``proxy.adapters.held``), and only the agent calls it, in its own turn, so a listing never
+overwrites a load the agent has just confirmed. ``FleetInfo`` does that for the proxy and keeps
+what the listings add up to: the base models seen and the fleet's smallest ``max_loras`` (the
+adapter window's default).
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ class Models:
     entries: list[dict[str, Any]]
 
 
-async def refresh_info(client: UpstreamClient, pool: ReplicaPool, replica: Replica) -> None:
-    """Read the replica's models and server info. Raises ``CONTROL_ERRORS`` on failure."""
+async def refresh_info(
+    client: UpstreamClient, pool: ReplicaPool, replica: Replica
+) -> dict[str, str]:
+    """Read the replica's models and server info; returns its adapters (name -> path).
+    Raises ``UpstreamError`` on failure."""
     models = await client.call(replica, "GET", "/v1/models")
     if models.status == 401:
         raise ReplyError("/v1/models answered HTTP 401: check --upstream-token")
@@ -38,11 +43,11 @@ async def refresh_info(client: UpstreamClient, pool: ReplicaPool, replica: Repli
         replica,
         base_model=parsed.base_model,
         max_model_len=parsed.max_model_len,
-        adapters=parsed.adapters,
         entries=parsed.entries,
     )
     info = await client.call(replica, "GET", "/server_info?config_format=json")
     pool.set_server_info(replica, info.json() if info.status == 200 else None)
+    return parsed.adapters
 
 
 class FleetInfo:
@@ -51,11 +56,13 @@ class FleetInfo:
         self._pool = pool
         self.bases: set[str] = set()  # base models replicas have listed
 
-    async def refresh(self, replica: Replica) -> None:
-        """Re-read ``replica``'s models and server info. Raises ``CONTROL_ERRORS``."""
-        await refresh_info(self._client, self._pool, replica)
+    async def refresh(self, replica: Replica) -> dict[str, str]:
+        """Re-read ``replica``'s models and server info; its adapters (name -> path).
+        Raises ``UpstreamError``."""
+        adapters = await refresh_info(self._client, self._pool, replica)
         if replica.base_model is not None:
             self.bases.add(replica.base_model)
+        return adapters
 
     def smallest_max_loras(self) -> int | None:
         """The smallest ``max_loras`` any replica reported (None: none reported one)."""

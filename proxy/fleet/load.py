@@ -35,11 +35,11 @@ from proxy.config import LoadSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica, ReportedLoad
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.errors import CONTROL_ERRORS
+from proxy.upstream.errors import UpstreamError
 
 log = logging.getLogger("proxy.load")
 
-_SCRAPE_ERRORS: tuple[type[BaseException], ...] = (*CONTROL_ERRORS, zlib.error)
+_SCRAPE_ERRORS: tuple[type[BaseException], ...] = (UpstreamError, zlib.error)
 
 _PAGE_LIMIT = 16 * 1024 * 1024  # inflated bytes read of a gzip-encoded page
 _SAMPLE = re.compile(

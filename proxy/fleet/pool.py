@@ -167,22 +167,12 @@ class ReplicaPool:
         *,
         base_model: str,
         max_model_len: int | None,
-        adapters: dict[str, str],
         entries: list[dict[str, Any]],
     ) -> None:
         replica.base_model = base_model
         replica.max_model_len = max_model_len
-        replica.adapters = adapters
         replica.model_entries = entries
         self.refresh()
 
     def set_server_info(self, replica: Replica, info: dict[str, Any] | None) -> None:
         replica.server_info = info
-
-    def adapter_loaded(self, replica: Replica, name: str, path: str) -> None:
-        replica.adapters[name] = path
-        self.refresh()  # requests waiting for this version may go now
-
-    def adapter_gone(self, replica: Replica, name: str) -> None:
-        if replica.adapters.pop(name, None) is not None:
-            self.refresh()

@@ -1,17 +1,22 @@
-"""The fleet's desired state, and bringing one replica in step with it.
+"""The fleet's paused state, TRL's sync windows, and admitting a replica in step.
 
-The proxy is the only writer of the state changes TRL makes (adapters, paused or not), so it
-remembers them and replays them into a replica that joins or comes back from ejection before
-that replica takes traffic. ``epoch`` (with the adapter window's) counts changes, so a sync that
-raced a pause, a resume or an adapter load runs again.
+The proxy is the only writer of the state changes TRL makes (adapters, paused or not), so a
+replica that joins or comes back from ejection is brought in step before it takes traffic:
+its adapters by its agent (``proxy.adapters.agent``: it lists the replica afresh and loads the
+window), then a forwarded pause (``--forward-pause``) replayed, then it is admitted. The replay
+and the admission hold ``changes``, the lock every fanned-out pause, resume and cache reset
+holds too: a change either reached the replica through the replay or finds it routable and
+reaches it through the fan-out, never neither. (An adapter loaded meanwhile is its agent's to
+load whatever the routing set; a request for it is only routed to replicas that hold it.)
 
 It also keeps TRL's sync windows (its ``/pause`` to its ``/resume``) and how long the fleet was
-frozen in them: only a forwarded pause freezes it (``--forward-pause``); by default the proxy
-answers the pause itself and the fleet generates throughout (``proxy.dataplane.fanout``).
+frozen in them: only a forwarded pause freezes it; by default the proxy answers the pause itself
+and the fleet generates throughout (``proxy.dataplane.fanout``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
@@ -20,31 +25,23 @@ from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import UpstreamClient
-from proxy.upstream.errors import CONTROL_ERRORS
+from proxy.upstream.errors import UpstreamError
 
 log = logging.getLogger("proxy.fleet")
-
-_SYNC_ROUNDS = 3
 
 
 class NotInStep(Exception):
     """A replica could not be brought in step with the fleet (the message says why)."""
 
 
-_SYNC_ERRORS: tuple[type[BaseException], ...] = (*CONTROL_ERRORS, NotInStep)
-
-
 class AdapterWindow(Protocol):
     """What the sync needs from the adapter service."""
 
-    @property
-    def epoch(self) -> int: ...
-
     def knows(self, name: str) -> bool: ...
 
-    def limit(self, max_loras: int | None) -> None: ...
-
     async def admit(self, replica: Replica) -> bool: ...
+
+    def resync(self, replica: Replica) -> None: ...
 
 
 class FleetSync:
@@ -66,7 +63,7 @@ class FleetSync:
         self.adapters = adapters
         self._clock = clock
         self._pause_query: str | None = None  # the query string of the last /pause, while frozen
-        self.epoch = 0
+        self.changes = asyncio.Lock()  # a pause, resume or cache reset fanned out; an admission
         # TRL's sync windows (a /pause to its /resume) and the fleet's frozen share of them.
         self._window_since: float | None = None
         self._frozen = False  # the open window's pause went to the replicas
@@ -91,8 +88,6 @@ class FleetSync:
         nothing changed on the fleet). Returns the length of the sync window a ``/resume``
         closes (else None)."""
         now = self._clock.monotonic()
-        if frozen:
-            self.epoch += 1
         if path == "/pause":
             if frozen:
                 self._pause_query = f"?{query}" if query else ""
@@ -118,9 +113,6 @@ class FleetSync:
         now = self._clock.monotonic()
         return self.paused_s_total + (now - since if since is not None and self._frozen else 0)
 
-    def _epoch(self) -> tuple[int, int]:
-        return self.epoch, self.adapters.epoch
-
     def unknown(self, model: str) -> bool:
         """True only when the fleet has listed its models and none serves or loads ``model``.
 
@@ -134,28 +126,26 @@ class FleetSync:
         return not any(replica.serves(model) for replica in self.pool)
 
     async def refresh_info(self, replica: Replica) -> None:
-        """Re-read ``replica``'s own view; the adapter window follows the fleet's max_loras."""
-        await self.info.refresh(replica)
-        self.adapters.limit(self.info.smallest_max_loras())
+        """Re-read ``replica``'s own view (its agent lists it, in its own turn)."""
+        self.adapters.resync(replica)
 
     async def admit(self, replica: Replica) -> bool:
-        """Bring ``replica`` in step (models, adapters, paused); True when it may take traffic."""
+        """Bring ``replica`` in step (models, adapters, paused) and admit it; True when it may
+        take traffic."""
         try:
-            for _ in range(_SYNC_ROUNDS):
-                epoch = self._epoch()
-                await self.refresh_info(replica)
-                if not await self.adapters.admit(replica):
-                    raise NotInStep(replica.last_error or "adapter window not loaded")
+            if not await self.adapters.admit(replica):
+                raise NotInStep(replica.last_error or "adapter window not loaded")
+            async with self.changes:
                 await self._replay_pause(replica)
-                if epoch == self._epoch():  # nothing changed meanwhile: the replica is in step
-                    return True
-        except _SYNC_ERRORS as exc:
+                if self.pool.get(replica.id) is replica:
+                    self.pool.admit(replica)
+        except (UpstreamError, NotInStep) as exc:
             error = f"sync failed: {exc}"
             if error != replica.last_error:  # say it once, not on every probe
                 log.warning("replica %s not admitted: %s", replica.id, error)
             self.pool.note_error(replica, error)
             return False
-        return False
+        return True
 
     async def _replay_pause(self, replica: Replica) -> None:
         if self._pause_query is not None:

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.adapters.broadcast import Outcome as LoadOutcome
 from proxy.adapters.calls import LoadResult, UnloadResult
+from proxy.adapters.carry import Outcome as LoadOutcome
 from proxy.dataplane.fanout import Outcome as ControlOutcome
 from proxy.logs import redact
 from proxy.upstream.client import Reply

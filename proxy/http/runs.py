@@ -92,21 +92,8 @@ class RunRoutes:
         self.h, self.runs, self.adapters, self.receiver = h, runs, adapters, receiver
         self.admin, self.limiter = admin, limiter
         self.queue_timeout_s = queue_timeout_s
-        registry = adapters.registry
-        registry.scope_of = self._scope_of
-        registry.scope_window = self._window
         h.metrics.read_runs(self.views, VERDICTS)
         h.runs_page = self.page
-
-    # -- what the adapter registry asks ----------------------------------------------------
-
-    def _scope_of(self, name: str) -> str | None:
-        run, sep, rest = name.partition(".")
-        return run if sep and rest and run in self.runs else None
-
-    def _window(self, run: str) -> int:
-        max_loras = self.adapters.registry.max_loras
-        return self.runs.share(run, max_loras) if max_loras is not None and run in self.runs else 4
 
     def views(self) -> list[RunView]:
         max_loras = self.adapters.registry.max_loras
@@ -134,7 +121,8 @@ class RunRoutes:
 
     def held(self, run: str) -> list[str]:
         """The run's adapters the fleet is to hold (replica-side names)."""
-        return [name for name in self.adapters.versions if self._scope_of(name) == run]
+        registry = self.adapters.registry
+        return [name for name in registry.versions if registry.scope_of(name) == run]
 
     # -- routes ------------------------------------------------------------------------------
 

@@ -4,13 +4,15 @@ Control-plane calls (health, info, fan-out) go through ``call`` on an aiohttp se
 traffic, the hot path, goes through ``pool``: lean HTTP/1.1 keep-alive connections
 (``proxy.upstream.connpool``) that send the client's bytes as they are and pass the answer on. Every
 request carries the upstream bearer token when one is configured; nothing from the client's own
-headers is copied here.
+headers is copied here. Both raise only ``proxy.upstream.errors``' tree: aiohttp's own errors are
+mapped into it where they enter (``mapped``).
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -19,7 +21,17 @@ import orjson
 
 from proxy.config import UpstreamSettings
 from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import ReplyError
+from proxy.upstream.errors import (
+    AnswerTimeout,
+    BadAnswer,
+    ConnectError,
+    ConnectTimeout,
+    Disconnected,
+    LocalResourceError,
+    ReplyError,
+    UpstreamError,
+    local_errno,
+)
 
 # A control-plane answer (health, models, server info, fan-out, metrics) is read whole: its cap.
 CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
@@ -28,8 +40,33 @@ CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
 KEEPALIVE_S = 4.0
 
 
-class AnswerTooLong(aiohttp.ClientPayloadError):
-    """A control-plane answer longer than ``CONTROL_ANSWER_LIMIT`` (a transport error)."""
+class AnswerTooLong(BadAnswer):
+    """A control-plane answer longer than ``CONTROL_ANSWER_LIMIT``."""
+
+
+@contextmanager
+def mapped() -> Iterator[None]:
+    """aiohttp's errors as ``UpstreamError``s (the original kept as the cause)."""
+    try:
+        yield
+    except UpstreamError:
+        raise
+    except aiohttp.ClientConnectorError as exc:
+        if local_errno(exc.os_error):
+            raise LocalResourceError(f"the proxy cannot open a connection: {exc}") from exc
+        raise ConnectError(str(exc)) from exc
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ConnectTimeout(str(exc) or "connect timed out") from exc
+    except TimeoutError as exc:  # aiohttp's total and read timeouts (ServerTimeoutError too)
+        raise AnswerTimeout(str(exc) or "no answer in time") from exc
+    except aiohttp.ClientOSError as exc:
+        if local_errno(exc):
+            raise LocalResourceError(f"the proxy ran out of its own resources: {exc}") from exc
+        raise Disconnected(str(exc)) from exc
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+        raise Disconnected(str(exc) or type(exc).__name__) from exc
+    except (aiohttp.ClientResponseError, aiohttp.InvalidURL) as exc:
+        raise BadAnswer(str(exc) or type(exc).__name__) from exc
 
 
 class Target(Protocol):
@@ -110,13 +147,14 @@ class UpstreamClient:
         timeout_s: float | None = None,
     ) -> Reply:
         """Send one request and read the whole answer (at most ``CONTROL_ANSWER_LIMIT`` bytes).
-        Raises ``TRANSPORT_ERRORS`` on failure."""
+        Raises ``UpstreamError`` (never ``ReplyError``: any answer is returned)."""
         timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
         headers = {"Content-Type": "application/json"} if body is not None else None
-        async with self.session.request(
-            method, target.url + path_qs, data=body, headers=headers, timeout=timeout
-        ) as resp:
-            return await _whole(resp)
+        with mapped():
+            async with self.session.request(
+                method, target.url + path_qs, data=body, headers=headers, timeout=timeout
+            ) as resp:
+                return await _whole(resp)
 
     async def upload(
         self,
@@ -131,15 +169,16 @@ class UpstreamClient:
         """PUT ``length`` bytes taken from ``chunks`` as they come (``Content-Length``, never
         chunked): memory is what ``chunks`` holds. No time limit while the body goes out (the
         caller paces and watches it); then the answer within ``answer_timeout_s``, read whole.
-        Raises ``TRANSPORT_ERRORS``."""
+        Raises ``UpstreamError``; an exception ``chunks`` raises passes through as it is."""
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.settings.connect_timeout_s, sock_read=answer_timeout_s
         )
         headers = {"Content-Type": content_type, "Content-Length": str(length)}
-        async with self.session.put(
-            target.url + path, data=chunks, headers=headers, timeout=timeout
-        ) as resp:
-            return await _whole(resp)
+        with mapped():
+            async with self.session.put(
+                target.url + path, data=chunks, headers=headers, timeout=timeout
+            ) as resp:
+                return await _whole(resp)
 
 
 async def _whole(resp: aiohttp.ClientResponse) -> Reply:

@@ -9,7 +9,7 @@ replica is a vLLM server or a stand-in for one.
 
 Failures are ``WireError`` subclasses (``proxy.upstream.errors``): ``Disconnected`` (the
 connection closed or reset before the answer was complete) and ``BadAnswer`` (not HTTP/1.x the
-parser accepts). A request's total time limit is enforced here (``TimeoutError``), so the caller
+parser accepts). A request's total time limit is enforced here (``AnswerTimeout``), so the caller
 needs no timer of its own. Reading from the replica pauses while more than ``PAUSE_AT`` bytes of
 a streamed answer wait for the caller.
 """
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final, cast
 
-from proxy.upstream.errors import BadAnswer, Disconnected
+from proxy.upstream.errors import AnswerTimeout, BadAnswer, Disconnected
 from proxy.upstream.parser import DEFAULT_MAX_BODY, AnswerParser, Head
 
 PAUSE_AT: Final = 1 << 20  # unread streamed bytes that pause reading from the replica
@@ -198,6 +198,6 @@ class Connection(asyncio.Protocol):
     def _expire(self) -> None:
         self._timer = None
         if not self._parser.done:
-            self._error = TimeoutError("the replica did not finish its answer in time")
+            self._error = AnswerTimeout("the replica did not finish its answer in time")
             self.abort()
             self._wake()

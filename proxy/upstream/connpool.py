@@ -12,7 +12,7 @@ disconnect reaches the replica and cancels the generation there.
   goes out on it). A reused connection that the replica closed anyway before answering a byte is
   retried once on a fresh connection; that is a stale keep-alive, not a failed replica.
 - ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
-  bounds the whole request, body included (``TimeoutError``); an answer read whole (it has a
+  bounds the whole request, body included (``AnswerTimeout``); an answer read whole (it has a
   Content-Length) may be at most ``max_answer_bytes`` long.
 - https:// replicas are reached over TLS with the given context; the URL's path, if any, is
   prefixed to every request target.

@@ -1,22 +1,40 @@
-"""What can go wrong talking to a replica, as exception types.
+"""What can go wrong talking to a replica: one small tree, and one place that says whose fault.
 
-Generation path (``connection``/``connpool``): ``WireError`` and its kinds. Control plane
-(``client``): aiohttp's transport errors, and ``ReplyError`` for an answer that arrived but cannot
-be used (a status the caller cannot work with, a body that is not the JSON it needs).
-``RuntimeError`` and other programming errors are deliberately not in any of these sets.
+Both clients raise only this tree: the hot path's own connections (``connection``, ``connpool``)
+raise it where they fail, and the control-plane client (``client``) maps aiohttp's errors into
+it where they enter (``mapped``, after httpcore's ``map_exceptions``), keeping the original as
+the cause (``reasons.failure_reason`` reads its detail: the errno, the certificate, the name)::
+
+    UpstreamError                  this exchange with a replica failed
+    ├── WireError                  the replica could not be reached, or dropped or garbled it
+    │   ├── ConnectError           no connection could be opened
+    │   │   └── ConnectTimeout     opening one took longer than the connect timeout
+    │   ├── Disconnected           closed or reset before the answer was complete
+    │   └── BadAnswer              bytes that are not an HTTP/1.x answer this client accepts
+    ├── AnswerTimeout              the answer did not arrive within the call's time limit
+    ├── ReplyError                 an answer arrived, but not one the caller can use
+    └── LocalResourceError         the proxy's own resources ran out (EMFILE, ENOBUFS, ...)
+
+``blame`` decides what an error means for the replica, for every caller alike: the proxy's own
+limit is never the replica's fault (never eject), a slow answer is counted but says nothing of
+its health, an unusable answer came from a live replica, and a wire failure means it is gone.
+``RuntimeError`` and other programming errors are deliberately not in the tree.
 """
 
 from __future__ import annotations
 
+import enum
 import errno
-
-import aiohttp
 
 # The proxy's own resources ran out (file descriptors, buffers, memory): not a replica's fault.
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
-class WireError(Exception):
+class UpstreamError(Exception):
+    """An exchange with a replica failed (the subclass says how)."""
+
+
+class WireError(UpstreamError):
     """The replica could not be reached, or dropped or garbled the answer."""
 
 
@@ -36,39 +54,36 @@ class BadAnswer(WireError):
     """The replica's bytes are not an HTTP/1.x answer this client accepts."""
 
 
-class LocalResourceError(Exception):
-    """The proxy could not open a connection for lack of its own resources (EMFILE, ...)."""
+class AnswerTimeout(UpstreamError, TimeoutError):
+    """The answer did not arrive within the call's time limit (a ``TimeoutError`` too)."""
 
 
-def is_local(exc: BaseException) -> bool:
-    """True when ``exc`` (or what caused it) is the proxy running out of its own resources."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a short cause chain; bounded against cycles
-        if seen is None:
-            return False
-        if isinstance(seen, LocalResourceError):
-            return True
-        os_error = getattr(seen, "os_error", None)  # aiohttp.ClientConnectorError
-        if isinstance(seen, OSError) and seen.errno in LOCAL_ERRNOS:
-            return True
-        if isinstance(os_error, OSError) and os_error.errno in LOCAL_ERRNOS:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-class ReplyError(Exception):
+class ReplyError(UpstreamError):
     """A control-plane answer that arrived but is not what the caller needs."""
 
 
-# A control-plane call could not be made or its connection dropped.
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,
-    TimeoutError,
-)
-# Everything a control-plane exchange (call + reading its answer) may raise about the replica.
-CONTROL_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ReplyError)
-# ... and an answer aiohttp could not parse (a malformed status line or header), for callers
-# that must survive any replica (the adapter push and its probe).
-EXCHANGE_ERRORS: tuple[type[BaseException], ...] = (*CONTROL_ERRORS, aiohttp.ClientResponseError)
+class LocalResourceError(UpstreamError):
+    """The proxy could not open a connection for lack of its own resources (EMFILE, ...)."""
+
+
+class Blame(enum.Enum):
+    OURS = "ours"  # the proxy's own limit: never eject, the replica did nothing wrong
+    SLOW = "slow"  # no answer in time: counted; the health probes judge the replica
+    ANSWERED = "answered"  # it answered, with something unusable: alive, not ejected for it
+    GONE = "gone"  # unreachable, dropped or garbled: eject (the health loop readmits it)
+
+
+def blame(exc: UpstreamError) -> Blame:
+    """Whose fault ``exc`` is, and so what the caller does about the replica."""
+    if isinstance(exc, LocalResourceError):
+        return Blame.OURS
+    if isinstance(exc, AnswerTimeout):
+        return Blame.SLOW
+    if isinstance(exc, ReplyError):
+        return Blame.ANSWERED
+    return Blame.GONE
+
+
+def local_errno(exc: BaseException | None) -> bool:
+    """True when ``exc`` is an OS error of the proxy's own resources."""
+    return isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS

@@ -11,6 +11,8 @@ import errno
 
 import aiohttp
 
+from proxy.upstream.errors import AnswerTimeout, UpstreamError
+
 _ERRNOS = {
     errno.ECONNREFUSED: "connection refused",
     errno.ECONNRESET: "connection reset",
@@ -25,7 +27,12 @@ _STATUSES = {
 
 
 def failure_reason(exc: BaseException, timeout_s: float) -> str:
-    """What ``exc``, raised by a call with a ``timeout_s`` limit, means for the replica."""
+    """What ``exc``, raised by a call with a ``timeout_s`` limit, means for the replica: read in
+    the error aiohttp raised when ``exc`` is its mapping (``client.mapped``)."""
+    if isinstance(exc, UpstreamError) and exc.__cause__ is not None:
+        if isinstance(exc, AnswerTimeout):
+            return f"timed out after {timeout_s:g} s"
+        return failure_reason(exc.__cause__, timeout_s)
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return f"TLS certificate not accepted ({exc.certificate_error})"
     if isinstance(exc, aiohttp.ClientSSLError):
@@ -41,6 +48,8 @@ def failure_reason(exc: BaseException, timeout_s: float) -> str:
         return "disconnected before answering"
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "answer cut short"
+    if isinstance(exc, UpstreamError) and str(exc):
+        return str(exc)
     return type(exc).__name__
 
 

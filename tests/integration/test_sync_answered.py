@@ -160,10 +160,11 @@ async def test_a_load_and_a_later_unload_of_its_name_keep_their_order(tmp_path: 
         assert "trl-policy-v2" not in stack.proxy_app[PROXY].adapters.service.versions
 
 
-async def test_a_repeated_unload_is_merged_into_the_one_still_waiting(tmp_path: Path) -> None:
+async def test_a_repeated_unload_costs_the_replica_nothing_more(tmp_path: Path) -> None:
     """A client repeating an unload while the first cannot be carried out (replica 0 frozen)
-    costs one more queued unload at most, not one per repeat; an unload after a later load of
-    the name is a new one."""
+    costs nothing more: the name is simply not wanted, and the replica's agent unloads it once.
+    An unload after a later load of the name is a new one: unload, unload, load, unload leaves
+    the name unloaded, and the load between them was carried out before the last unload."""
     async with run_stack(1, relays=True) as stack:
         service = stack.proxy_app[PROXY].adapters.service
         v1 = write_adapter(tmp_path, "trl-policy-v1")
@@ -173,24 +174,24 @@ async def test_a_repeated_unload_is_merged_into_the_one_still_waiting(tmp_path: 
         unload = {"lora_name": "trl-policy-v1"}
         answers = [await post(stack, "/v1/unload_lora_adapter", unload) for _ in range(40)]
         assert [status for status, _, _ in answers] == [200] * 40
-        # The first is under way (stuck on the frozen replica), the second waits its turn, and
-        # the other 38 were merged into that second one.
-        assert len(service._unloading) == 2
         stack.relays[0].thaw()
         await service.settled()
-        assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"] * 2
-        # An unload after a load of the name is a new one, though an earlier unload still
-        # waits: unload, unload (waiting), load, unload leaves the name unloaded.
+        assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
+        assert "trl-policy-v1" not in await listed(stack, 0)
+        # Unload, unload, load (held up on the frozen replica), unload: the last word holds.
         assert (await post(stack, "/v1/load_lora_adapter", body))[0] == 200
         stack.relays[0].freeze()
         for _ in range(2):
             assert (await post(stack, "/v1/unload_lora_adapter", unload))[0] == 200
         load = asyncio.create_task(post(stack, "/v1/load_lora_adapter", body))
-        await wait_for(lambda: "trl-policy-v1" in service._pending, what="the load queued")
+        await wait_for(lambda: service.knows("trl-policy-v1"), what="the load queued")
         assert (await post(stack, "/v1/unload_lora_adapter", unload))[0] == 200
-        assert len(service._unloading) == 3
         stack.relays[0].thaw()
         assert (await load)[0] == 200
         await service.settled()
-        assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"] * 5
+        calls = [(r.path, r.model) for r in stack.sims[0].state.records if r.model]
+        last_load = max(i for i, c in enumerate(calls) if c[0] == "/v1/load_lora_adapter")
+        assert calls[last_load + 1 :] == [("/v1/unload_lora_adapter", "trl-policy-v1")]
+        assert len(_calls(stack, 0, "/v1/unload_lora_adapter")) <= 3
         assert "trl-policy-v1" not in await listed(stack, 0)
+        assert "trl-policy-v1" not in service.versions

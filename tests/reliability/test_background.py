@@ -11,7 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.carry import Carrier, RetryPolicy
+from proxy.adapters.origin import Origins
 from proxy.adapters.registry import Fingerprint, Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import DirectorySource
@@ -24,6 +25,7 @@ from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
+from proxy.runs.table import Runs
 from proxy.upstream.client import UpstreamClient
 from tests.support.adapters import write_adapter
 from tests.support.calls import metric_value
@@ -43,15 +45,18 @@ class Failures:
 
 
 class FlakyAdmission:
-    """Admits every replica, but raises (a bug) on its first ``bugs`` calls."""
+    """Admits every replica (as ``FleetSync.admit`` does, through the pool), but raises (a
+    bug) on its first ``bugs`` calls."""
 
-    def __init__(self, bugs: int) -> None:
+    def __init__(self, pool: ReplicaPool, bugs: int) -> None:
+        self.pool = pool
         self.bugs = bugs
 
     async def admit(self, replica: Replica) -> bool:
         if self.bugs > 0:
             self.bugs -= 1
             raise RuntimeError("a bug in admission")
+        self.pool.admit(replica)
         return True
 
     async def refresh_info(self, replica: Replica) -> None:
@@ -64,7 +69,7 @@ async def test_the_health_loop_survives_a_failing_step() -> None:
         pool = ReplicaPool([sim.url], clock=clock)
         client = UpstreamClient(UpstreamSettings())
         monitor = HealthMonitor(
-            pool, client, HealthSettings(interval_s=1.0), clock, FlakyAdmission(bugs=2), failures
+            pool, client, HealthSettings(interval_s=1.0), clock, FlakyAdmission(pool, 2), failures
         )
         task = asyncio.create_task(monitor.run())
         try:
@@ -151,18 +156,17 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
         (replica,) = tuple(pool)
         pool.admit(replica)
         client = UpstreamClient(UpstreamSettings())
-        registry = Registry()
-        broadcaster = Broadcaster(pool, client, registry, clock, RetryPolicy(1.0, 0.01, 0.01))
+        carrier = Carrier(pool, client, clock, RetryPolicy(1.0, 0.01, 0.01))
         metrics = Metrics(pool)
 
         class BuggyInfo(FleetInfo):
-            async def refresh(self, replica: Replica) -> None:
+            async def refresh(self, replica: Replica) -> dict[str, str]:
                 raise RuntimeError("a bug in the refresh")
 
         info = BuggyInfo(client, pool)
         service = AdapterService(
-            broadcaster, registry, pool, info, metrics,
-            pusher=None, deadline_s=1.0, has_source=False, failed=failures,
+            Registry(Runs()), carrier, pool, info, metrics, Origins(None, None, None, False),
+            has_source=False, failed=failures,
         )  # fmt: skip
         try:
             service.out_of_step(replica, "trl-policy-v1")  # reconciles in the background

@@ -10,6 +10,7 @@ from proxy.config import LoadSettings
 from proxy.fleet.load import LoadScraper, parse_load
 from proxy.fleet.pool import ReplicaPool
 from proxy.upstream.client import Reply
+from proxy.upstream.errors import AnswerTimeout
 from tests.support.clock import FakeClock
 
 PAGE = b"""# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -117,7 +118,7 @@ async def test_a_failing_replica_keeps_its_figures_until_they_are_stale() -> Non
     client.pages = {a.url: gauges(1, 0, 0.1), b.url: gauges(1, 0, 0.1)}
     await scraper.scrape_all()
     before = a.reported
-    client.pages[a.url] = TimeoutError()
+    client.pages[a.url] = AnswerTimeout("no answer in time")  # as the real client raises it
     clock.advance(1.0)
     await scraper.scrape_all()
     assert a.reported is before  # kept while fresh

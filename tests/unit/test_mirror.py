@@ -16,9 +16,9 @@ from typing import Any, cast
 import pytest
 
 from proxy.adapters import mirror as mirror_module
-from proxy.adapters.broadcast import Broadcaster, RetryPolicy
+from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.mirror import FAILURE_CAUSES, MAX_ATTEMPTS, MAX_BACKLOG, Mirror, MirrorEvents
-from proxy.adapters.registry import Registry, Version
+from proxy.adapters.registry import Version
 from proxy.adapters.sources import DirectorySource
 from proxy.fleet.pool import ReplicaPool
 from proxy.metrics.mirror import MIRROR_FAILURE_CAUSES
@@ -166,7 +166,7 @@ async def test_a_failing_copy_is_retried_with_backoff_then_lands(
     working(mirror)
     for _ in range(2):  # each failed attempt waits on the clock before the next
         await wait_for(lambda: clock.timers, what="the retry's backoff")
-        clock.advance(mirror_module.RETRY_MAX_S)
+        clock.advance(mirror_module.RETRY.max_s)
     assert await landed(mirror, "trl-policy-v1")
     assert record.failures == ["copy", "copy"]
     assert (bucket / "trl-policy-v1" / "adapter_model.safetensors").is_file()
@@ -190,7 +190,7 @@ async def test_a_copy_that_always_fails_is_given_up_after_its_attempts(
     await wait_for(lambda: clock.timers, what="the waiter")
     for _ in range(MAX_ATTEMPTS - 1):
         await wait_for(lambda: clock.timers > 1, what="the retry's backoff")
-        clock.advance(mirror_module.RETRY_MAX_S)
+        clock.advance(mirror_module.RETRY.max_s)
     assert await waiting is False  # a waiter is told, not left to its deadline
     assert record.failures == ["copy"] * MAX_ATTEMPTS + ["gave_up"]
     shutil.rmtree(local / "trl-policy-v1")
@@ -292,13 +292,13 @@ class Loads:
         return Reply(200, b"Success", "text/plain")
 
 
-def broadcaster(clock: FakeClock, mirror: Mirror) -> tuple[Broadcaster, Loads, Any]:
+def carrier(clock: FakeClock, mirror: Mirror) -> tuple[Carrier, Loads, Any]:
     pool = ReplicaPool(["http://127.0.0.1:9"], clock=clock)
     (replica,) = tuple(pool)
     loads = Loads()
     client = cast(UpstreamClient, loads)
     retry = RetryPolicy(60.0, 0.05, 0.25)
-    made = Broadcaster(pool, client, Registry(), clock, retry, mounted=mirror.mounted)
+    made = Carrier(pool, client, clock, retry, mounted=mirror.mounted)
     return made, loads, replica
 
 
@@ -318,7 +318,7 @@ async def test_a_replica_without_a_receiver_loads_the_bucket_copy_only_once_it_l
     path = write_version(local, "trl-policy-v1")
     await mirror.saw("trl-policy-v1")
     working(mirror)
-    fleet, loads, replica = broadcaster(clock, mirror)
+    fleet, loads, replica = carrier(clock, mirror)
     version = Version("trl-policy-v1", str(path), "client", mount=mirror.target("trl-policy-v1"))
     delivering = asyncio.create_task(fleet.deliver(replica, version, clock.now + 60))
     await wait_for(entered.is_set, what="the mirror's copy to start")
@@ -339,7 +339,7 @@ async def test_the_fallback_gives_up_at_the_load_deadline_if_the_copy_has_not_la
     mirror = make(dirs, clock, Recorder())
     path = write_version(local, "trl-policy-v1")
     await mirror.saw("trl-policy-v1")  # no worker: it never lands
-    fleet, loads, replica = broadcaster(clock, mirror)
+    fleet, loads, replica = carrier(clock, mirror)
     version = Version("trl-policy-v1", str(path), "client", mount=mirror.target("trl-policy-v1"))
     delivering = asyncio.create_task(fleet.deliver(replica, version, clock.now + 60))
     await wait_for(lambda: clock.timers, what="the wait on the deadline")

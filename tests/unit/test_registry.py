@@ -1,4 +1,5 @@
-"""The adapter-version registry: window, plans, stale copies, leftovers."""
+"""The adapter-version registry (desired state) and what one replica holds (``Held``): window,
+plans, stale copies, leftovers, pushed copies."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.adapters.held import Copy, Held
 from proxy.adapters.registry import Load, Registry, Unload, Version
+from proxy.runs.table import Runs
 
 
 def v(
@@ -16,13 +19,19 @@ def v(
                    files)  # fmt: skip
 
 
+def registry(max_loras: int | None = None, window: int | None = None) -> Registry:
+    made = Registry(Runs(), window_override=window)
+    made.max_loras = max_loras
+    return made
+
+
 def test_window_follows_max_loras_and_drops_the_oldest() -> None:
-    registry = Registry(max_loras=3)
-    assert registry.window == 3
-    dropped = [name for n in range(1, 6) for name in registry.add(v(n))]
+    wanted = registry(max_loras=3)
+    assert wanted.window == 3
+    dropped = [name for n in range(1, 6) for name in wanted.add(v(n))]
     assert dropped == ["trl-policy-v1", "trl-policy-v2"]
-    assert list(registry.versions) == ["trl-policy-v3", "trl-policy-v4", "trl-policy-v5"]
-    assert registry.newest() == 5
+    assert list(wanted.versions) == ["trl-policy-v3", "trl-policy-v4", "trl-policy-v5"]
+    assert wanted.newest() == 5
 
 
 @pytest.mark.parametrize("staleness", [0, 1, 2])
@@ -30,81 +39,114 @@ def test_the_window_keeps_every_version_trl_may_still_ask_for(staleness: int) ->
     """TRL at its smallest ``max_loras`` (``max_staleness + 2``): it holds ``staleness + 1``
     versions, loads the next one, and only then unloads the oldest; until that load answers its
     rollouts may still ask for the oldest, so the load must not retire it."""
-    registry = Registry(max_loras=staleness + 2)
+    wanted = registry(max_loras=staleness + 2)
     for n in range(1, staleness + 2):
-        assert registry.add(v(n)) == []
+        assert wanted.add(v(n)) == []
     for n in range(staleness + 2, staleness + 8):
         oldest = f"trl-policy-v{n - 1 - staleness}"
-        assert registry.add(v(n)) == []
-        assert registry.wanted(oldest) is not None
-        registry.remove(oldest)  # TRL's unload, after its load answered
+        assert wanted.add(v(n)) == []
+        assert wanted.wanted(oldest) is not None
+        wanted.remove(oldest)  # TRL's unload, after its load answered
+
+
+def carry_out(wanted: Registry, held: Held, *, manage_unknown: bool = False) -> None:
+    """What an agent does with a plan (every command answered 200)."""
+    for command in wanted.plan(held, manage_unknown=manage_unknown):
+        if isinstance(command, Load):
+            held.confirm(command.version, command.version.where, pushed=False)
+        else:
+            held.drop(command.name)
 
 
 def test_plan_loads_the_window_in_version_order() -> None:
-    registry = Registry(window_override=3)
+    wanted, held = registry(window=3), Held({})
     for n in (3, 1, 2):
-        registry.add(v(n))
-    plan = registry.plan("r1", manage_unknown=False)
-    assert plan == [Load(v(1)), Load(v(2)), Load(v(3))]
-    for command in plan:
-        assert isinstance(command, Load)
-        registry.mark_loaded("r1", command.version)
-    assert registry.plan("r1", manage_unknown=False) == []
+        wanted.add(v(n))
+    assert wanted.plan(held, manage_unknown=False) == [Load(v(1)), Load(v(2)), Load(v(3))]
+    carry_out(wanted, held)
+    assert wanted.plan(held, manage_unknown=False) == []
 
 
 def test_dropped_versions_are_unloaded_and_never_planned_again() -> None:
-    registry = Registry(window_override=2)
+    wanted, held = registry(window=2), Held({})
     for n in (1, 2):
-        registry.add(v(n))
-        registry.mark_loaded("r1", v(n))
-    registry.add(v(3))
-    assert registry.plan("r1", manage_unknown=False) == [Unload("trl-policy-v1"), Load(v(3))]
+        wanted.add(v(n))
+    carry_out(wanted, held)
+    wanted.add(v(3))
+    assert wanted.plan(held, manage_unknown=False) == [Unload("trl-policy-v1"), Load(v(3))]
+
+
+def test_unloads_come_first_and_loads_only_when_asked() -> None:
+    wanted, held = registry(window=2), Held({})
+    for n in (1, 2):
+        wanted.add(v(n))
+    carry_out(wanted, held)
+    wanted.add(v(3))
+    assert wanted.plan(held, manage_unknown=False, loads=False) == [Unload("trl-policy-v1")]
 
 
 def test_stale_copy_under_the_same_name_is_replaced() -> None:
-    registry = Registry()
+    wanted, held = registry(), Held({})
     old = v(1, files=(("adapter_model.safetensors", 10, 1),))
     new = v(1, files=(("adapter_model.safetensors", 10, 2),))
-    registry.mark_loaded("r1", old)
-    registry.add(new)
-    assert registry.plan("r1", manage_unknown=False) == [Load(new, replace=True)]
+    held.confirm(old, old.where, pushed=False)
+    wanted.add(new)
+    assert wanted.plan(held, manage_unknown=False) == [Load(new, replace=True)]
 
 
 def test_adapters_loaded_before_the_proxy_knew_them() -> None:
-    registry = Registry()
-    registry.observe("r1", {"trl-policy-v1": "/lora/x", "leftover": "/old/run"})
-    registry.add(v(1, path="/lora/x"))
+    wanted, held = registry(), Held({})
+    held.observe({"trl-policy-v1": "/lora/x", "leftover": "/old/run"})
+    wanted.add(v(1, path="/lora/x"))
     # The wanted name is reloaded (its files cannot be vouched for); leftovers stay unless a
-    # source is configured.
-    assert registry.plan("r1", manage_unknown=False) == [Load(v(1, "/lora/x"), replace=True)]
-    assert Unload("leftover") in registry.plan("r1", manage_unknown=True)
+    # source is configured, or TRL unloads them by name.
+    assert wanted.plan(held, manage_unknown=False) == [Load(v(1, "/lora/x"), replace=True)]
+    assert Unload("leftover") in wanted.plan(held, manage_unknown=True)
+    wanted.remove("leftover")
+    assert Unload("leftover") in wanted.plan(held, manage_unknown=False)
 
 
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 8))
 def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -> None:
-    registry = Registry(max_loras=max_loras)
+    wanted, held = registry(max_loras=max_loras), Held({})
     for n in numbers:
-        registry.add(v(n))
-        for command in registry.plan("r1", manage_unknown=False):
-            if isinstance(command, Load):
-                registry.mark_loaded("r1", command.version)
-            else:
-                registry.mark_unloaded("r1", command.name)
-        assert len(registry.loaded["r1"]) <= max_loras
-    assert max(numbers) == registry.newest()
+        wanted.add(v(n))
+        carry_out(wanted, held)
+        assert len(held.paths) <= max_loras
+    assert max(numbers) == wanted.newest()
 
 
 def test_a_pushed_copy_is_recognised_at_its_replica_local_path() -> None:
     """A replica lists the path it loaded from: a pushed copy's, not the bucket's."""
-    registry = Registry()
+    wanted, held = registry(), Held({})
     version = v(1)
-    registry.add(version)
-    registry.mark_loaded("r1", version, at="/tmp/store/trl-policy-v1/0123abcd")
-    registry.observe("r1", {"trl-policy-v1": "/tmp/store/trl-policy-v1/0123abcd"})
-    assert registry.plan("r1", manage_unknown=True) == []
+    wanted.add(version)
+    held.confirm(version, "/tmp/store/trl-policy-v1/0123abcd", pushed=True)
+    held.observe({"trl-policy-v1": "/tmp/store/trl-policy-v1/0123abcd"})
+    assert wanted.plan(held, manage_unknown=True) == []
     # Another copy at another path is not ours: it gets replaced.
-    registry.observe("r1", {"trl-policy-v1": "/elsewhere"})
-    assert registry.plan("r1", manage_unknown=True) == [Load(version, replace=True)]
+    held.observe({"trl-policy-v1": "/elsewhere"})
+    assert wanted.plan(held, manage_unknown=True) == [Load(version, replace=True)]
+
+
+def test_a_pushed_copy_never_loaded_is_unloaded_so_its_receiver_drops_it() -> None:
+    wanted, held = registry(), Held({})
+    held.pushed("trl-policy-v1")  # the bytes landed; vLLM refused the load
+    assert wanted.plan(held, manage_unknown=False) == [Unload("trl-policy-v1")]
+
+
+def test_a_copy_a_previous_proxy_loaded_is_not_reloaded_after_its_restart() -> None:
+    """The state file remembers where each version was loaded from on each replica: a pushed
+    copy listed at that path is that version, not a copy of unknown files to replace."""
+    wanted, held = registry(), Held({})
+    version = v(1)
+    wanted.add(version)
+    held.remember({"trl-policy-v1": Copy(version, "/replica/store/trl-policy-v1/ab")})
+    held.observe({"trl-policy-v1": "/replica/store/trl-policy-v1/ab"})
+    assert wanted.plan(held, manage_unknown=True) == []
+    fresh = Held({})  # without the memory the same listing is a copy of unknown files
+    fresh.observe({"trl-policy-v1": "/replica/store/trl-policy-v1/ab"})
+    assert wanted.plan(fresh, manage_unknown=True) == [Load(version, replace=True)]
 
 
 def test_a_version_a_relay_pushed_is_the_bucket_version_at_its_mount_path() -> None:
@@ -116,9 +158,18 @@ def test_a_version_a_relay_pushed_is_the_bucket_version_at_its_mount_path() -> N
                       (("adapter_model.safetensors", 10, 1),))  # fmt: skip
     assert pushed.where == watched.where == watched.path
     assert pushed.same_files(watched) and watched.same_files(pushed)
-    registry = Registry()
-    registry.add(pushed)
-    registry.mark_loaded("r1", pushed, at="/replica/store/trl-policy-v1/cd")
+    wanted, held = registry(), Held({})
+    wanted.add(pushed)
+    held.confirm(pushed, "/replica/store/trl-policy-v1/cd", pushed=True)
     # The relay in front of this proxy sees the path it asked for listed.
-    registry.observe("r1", {"trl-policy-v1": pushed.path})
-    assert registry.plan("r1", manage_unknown=True) == []
+    held.observe({"trl-policy-v1": pushed.path})
+    assert wanted.plan(held, manage_unknown=True) == []
+
+
+def test_a_version_whose_load_is_under_way_is_not_dropped_until_it_ends() -> None:
+    wanted = registry(window=2)
+    wanted.add(v(1))
+    wanted.add(v(2))
+    assert wanted.add(v(3), pinned={"trl-policy-v1"}) == []  # over the window for now
+    assert wanted.trim("trl-policy-v1") == ["trl-policy-v1"]  # its load ended
+    assert list(wanted.versions) == ["trl-policy-v2", "trl-policy-v3"]

@@ -119,9 +119,9 @@ async def test_a_paused_run_admits_after_resume_and_times_out_otherwise() -> Non
 def test_each_runs_versions_keep_their_own_window_in_the_registry() -> None:
     from proxy.adapters.registry import Registry, Version
 
-    registry = Registry(max_loras=3)  # the proxy's own names: a window of 3
-    registry.scope_of = run_of
-    registry.scope_window = lambda run: 2
+    # Runs a and b at weight 1 each: a share of 2 of max_loras 4; the proxy's own names: 4.
+    registry = Registry(Runs({"a": 1.0, "b": 1.0}))
+    registry.max_loras = 4
 
     def add(name: str) -> list[str]:
         return registry.add(Version(name, f"/x/{name}", "client"))
@@ -130,10 +130,10 @@ def test_each_runs_versions_keep_their_own_window_in_the_registry() -> None:
     assert add("b.trl-policy-v1") == []
     # Run a's third version retires a's oldest, never b's (b's v1 is older by number and time).
     assert add("a.trl-policy-v3") == ["a.trl-policy-v1"]
-    for n in range(1, 4):
+    for n in range(1, 5):
         assert add(f"trl-policy-v{n}") == []
-    assert add("trl-policy-v4") == ["trl-policy-v1"]  # the bare path's window, as before
+    assert add("trl-policy-v5") == ["trl-policy-v1"]  # the bare path's window, as before
     assert set(registry.versions) == {
         "a.trl-policy-v2", "a.trl-policy-v3", "b.trl-policy-v1",
-        "trl-policy-v2", "trl-policy-v3", "trl-policy-v4",
+        "trl-policy-v2", "trl-policy-v3", "trl-policy-v4", "trl-policy-v5",
     }  # fmt: skip

@@ -1,0 +1,59 @@
+"""A load of one version across the fleet, all or nothing (TRL's load, the watcher's preload).
+
+It waits for one outcome from each of its ``targets`` (the replicas routable when it was made;
+one that leaves routing first counts as ``unreachable``: it gets the window on readmission).
+Then the service keeps the version, or rolls the registry back and waits until every target
+left holding something else than the rollback wants has carried it out (``undo``): the answer
+comes after the undo, as before. Its pushes start at once for every target that needs the bytes
+(read once for all); each agent takes its replica's. ``then_unload``: TRL unloaded the name while
+it loaded; the unload follows the load's end, in the order they arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from proxy.adapters.carry import Outcome
+from proxy.adapters.push import Pushed
+from proxy.adapters.registry import Version
+from proxy.fleet.replica import Replica
+
+
+@dataclass(eq=False, slots=True)
+class Intent:
+    version: Version
+    previous: Version | None  # what the name was served as before (an in-place replace)
+    targets: tuple[Replica, ...]
+    deadline: float  # the carrier's clock: mount lag is waited for until then
+    started: float  # perf_counter, for the fleet load's duration
+    done: asyncio.Future[list[Outcome]]
+    pushes: dict[str, asyncio.Task[Pushed]] = field(default_factory=dict)
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    then_unload: bool = False
+    undo: set[str] | None = None  # rolled back: the replicas still to carry the rollback out
+
+    def record(self, outcome: Outcome) -> bool:
+        """Keep ``outcome`` (the first for its replica); True once every target has answered."""
+        if outcome.replica in self.targets:
+            self.outcomes.setdefault(outcome.replica.id, outcome)
+        return self.undo is None and all(r.id in self.outcomes for r in self.targets)
+
+    def answered(self, replica: Replica, version: Version) -> bool:
+        """``replica`` has answered for this version (its next move waits for the end)."""
+        return replica.id in self.outcomes and version.same_files(self.version)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status in ("ok", "unreachable") for o in self.outcomes.values())
+
+    def take_push(self, replica: Replica) -> asyncio.Task[Pushed] | None:
+        return self.pushes.pop(replica.id, None)
+
+    def ordered(self) -> list[Outcome]:
+        return [self.outcomes[r.id] for r in self.targets if r.id in self.outcomes]
+
+    def cancel_pushes(self) -> None:
+        for task in self.pushes.values():
+            task.cancel()
+        self.pushes.clear()
