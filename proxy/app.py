@@ -38,9 +38,13 @@ from proxy.http.room import Edge, build_edge
 from proxy.http.server import CannotListen, serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
+from proxy.insight.advisor import VERDICTS
 from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors
+from proxy.metrics.collector import StateCollector
+from proxy.metrics.page import MetricsPage
 from proxy.metrics.recorder import Metrics
+from proxy.metrics.runs import RunCollector
 from proxy.runs.table import Runs, parse_runs
 from proxy.supervise import restarts_so_far
 
@@ -61,6 +65,7 @@ class Proxy:
     sampler: Sampler
     edge: Edge
     runs: Runs
+    page: MetricsPage  # what /metrics renders
 
     async def lifespan(self, app: web.Application) -> AsyncIterator[None]:
         """Start the background parts in the documented order; stop them in reverse."""
@@ -105,7 +110,9 @@ def build_app(
     is refused at once instead of queued (``fleet.outage``)."""
     spans = Spans(tracer) if tracer is not None else None
     proxy = assemble(settings, clock or RealClock(), spans, resolver, no_replica_grace_s)
-    app = web.Application(client_max_size=settings.client.max_body_bytes)
+    app = web.Application(
+        client_max_size=settings.client.max_body_bytes, middlewares=proxy.edge.middlewares
+    )
     app[PROXY] = proxy
     proxy.edge.routes(app)
     app.cleanup_ctx.append(proxy.lifespan)
@@ -148,10 +155,14 @@ def assemble(
         runs,
     )
     sampler = Sampler(clock, status.sample, settings.advice_window, failed)
-    metrics.read_state(status.sources(sampler.advice))
+    page = MetricsPage(
+        metrics.registry,
+        StateCollector(fleet.pool, status.sources(sampler.advice)),
+        RunCollector(lambda: status.run_views(sampler.run_advice()), VERDICTS),
+    )
     parts = (fleet, adapters, dataplane)
-    edge = build_edge(settings, clock, parts, metrics, status, sampler, spans, runs)
-    return Proxy(settings, metrics, fleet, adapters, dataplane, status, sampler, edge, runs)
+    edge = build_edge(settings, clock, parts, metrics, status, sampler, spans, runs, page)
+    return Proxy(settings, metrics, fleet, adapters, dataplane, status, sampler, edge, runs, page)
 
 
 class Loop(Protocol):

@@ -13,9 +13,10 @@ import orjson
 
 from proxy.adapters.carry import Outcome
 from proxy.adapters.registry import Version
+from proxy.errors import DomainError
 
 
-class BadAdapterRequest(ValueError):
+class BadAdapterRequest(DomainError, ValueError):
     """A load or unload request that cannot be carried out as sent (answered 400)."""
 
     def __init__(self, message: str, param: str | None = None) -> None:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
 from proxy.dataplane.limiter import Limiter, Placement
 from proxy.dataplane.usage import usage
 from proxy.fleet.breaker import Breaker
@@ -70,23 +71,6 @@ class Identity:
 
 
 NO_IDENTITY = Identity("", b"")
-
-
-class NoAnswer(Exception):
-    """No replica could answer (each error says which replica and what happened)."""
-
-    def __init__(self, errors: list[str]) -> None:
-        super().__init__("; ".join(errors or ["no eligible replica"]))
-        self.errors = errors
-
-
-class UpstreamTimeout(Exception):
-    """The replica took longer than the request timeout, before the client saw a byte."""
-
-    def __init__(self, replica_id: str, timeout_s: float) -> None:
-        super().__init__(f"replica {replica_id} did not answer within {timeout_s:g} s")
-        self.replica_id = replica_id
-        self.timeout_s = timeout_s
 
 
 class _Failed(Exception):
@@ -251,7 +235,6 @@ class Forwarder:
             await last_answer.prepare(request)
             await last_answer.write_eof()
             return last_answer
-        self._metrics.record_rejection("upstream_failed")
         raise NoAnswer(errors)
 
     # -- with tracing on (``--otel-spans``): the same steps, each in its own span --------------

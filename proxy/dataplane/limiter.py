@@ -29,6 +29,7 @@ from typing import TypeVar
 from proxy.clock import Clock
 from proxy.config import LimitSettings
 from proxy.dataplane.fair import FairQueues, Waiter
+from proxy.errors import DomainError
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -52,7 +53,7 @@ Pick = Callable[[], P | None]
 _SCAN_LIMIT = 64
 
 
-class Rejected(Exception):
+class Rejected(DomainError):
     """No slot can be given: answer 503 with Retry-After."""
 
     def __init__(self, reason: str, message: str, retry_after_s: int = 1) -> None:

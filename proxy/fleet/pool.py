@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from proxy.clock import Clock
 from proxy.config import check_replica_url
+from proxy.errors import DomainError
 from proxy.fleet.replica import Health, Replica, replica_id
 
 log = logging.getLogger("proxy.fleet")
@@ -38,8 +39,11 @@ EJECT_CAUSES: tuple[EjectCause, ...] = (
 )
 
 
-class NoReplica(Exception):
+class NoReplica(DomainError):
     """No replica is routable right now (the edge answers 503 with Retry-After)."""
+
+    def __init__(self) -> None:
+        super().__init__("no replica is available; retry when /health answers 200")
 
 
 class ReplicaPool:

@@ -47,13 +47,14 @@ class Admin:
 
         return run
 
-    def routes(self) -> list[web.RouteDef]:
+    def routes_table(self) -> list[tuple[str, str, Handler]]:
+        """(method, path, handler), each to be served behind ``guard``."""
         return [
-            web.get("/admin/replicas", self.guard(self.list)),
-            web.post("/admin/replicas", self.guard(self.add)),
-            web.post("/admin/replicas/{rid}/drain", self.guard(self.drain)),
-            web.post("/admin/replicas/{rid}/undrain", self.guard(self.undrain)),
-            web.delete("/admin/replicas/{rid}", self.guard(self.remove)),
+            ("GET", "/admin/replicas", self.list),
+            ("POST", "/admin/replicas", self.add),
+            ("POST", "/admin/replicas/{rid}/drain", self.drain),
+            ("POST", "/admin/replicas/{rid}/undrain", self.undrain),
+            ("DELETE", "/admin/replicas/{rid}", self.remove),
         ]
 
     async def list(self, request: web.Request) -> web.StreamResponse:

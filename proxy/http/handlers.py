@@ -1,17 +1,22 @@
-"""Thin HTTP handlers: authenticate, read, classify, delegate, record, answer.
+"""The handlers: read, classify, delegate, answer. One set for every scope.
 
-Route classes: generation (routed to one replica), fan-out (every routable replica), aggregated
-(answered from the fleet's state), passthrough (an allowlist of vLLM's public routes, to one
-healthy replica), and the proxy's own ``/metrics`` and ``/proxy/status``. Services return
-outcomes or raise domain errors; each is turned into an answer here, through
-``proxy.http.responses``.
+Route classes: generation (routed to one replica), adapters (the whole fleet), control (TRL's
+pause and resume, answered; a cache reset fanned out), aggregated (answered from the fleet's
+state), passthrough (an allowlist of vLLM's public routes, to one healthy replica), and the
+proxy's own ``/metrics`` and ``/proxy/status``. Each reads its request's scope (``edge.SCOPE``):
+under ``/runs/<run>/`` a model or adapter name is the run's own and is scoped to the replicas'
+(``proxy.runs.scope``); a generation request waits at the run's pause gate; a load past the
+run's share of ``max_loras`` is refused before any replica sees it; ``/v1/models`` lists the run's
+adapters under its own names, ``/server_info`` reports its share. Services return outcomes or
+raise domain errors (``proxy.errors``: answered by ``proxy.http.errors``); outcomes are turned
+into answers through ``proxy.http.responses``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
+import copy
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,55 +24,31 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from proxy.adapters.calls import BadAdapterRequest
+from proxy.adapters.calls import parse_adapter_request
 from proxy.adapters.service import AdapterService
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
-from proxy.dataplane.forward import (
-    REPLICA_HEADER,
-    Forwarder,
-    Identity,
-    NoAnswer,
-    UpstreamTimeout,
-)
-from proxy.dataplane.limiter import Rejected
+from proxy.dataplane.forward import Forwarder
 from proxy.fleet import views
-from proxy.fleet.pool import NoReplica, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
 from proxy.http import responses
-from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
-from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
+from proxy.http.edge import SCOPE
+from proxy.http.identity import IDENTITY
 from proxy.http.responses import Redactor, error_response, json_response
 from proxy.http.server import Guard
 from proxy.http.status import Status
-from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
+from proxy.metrics.page import MetricsPage
 from proxy.metrics.recorder import Metrics
 from proxy.routing.facts import Facts, UnknownModel
-from proxy.routing.peek import BadBody
+from proxy.routing.peek import Peek, peek_generation
 from proxy.routing.policy import RouteRequest
-from proxy.upstream.errors import LocalResourceError
+from proxy.runs.names import canonical, splice_model
+from proxy.runs.scope import Scope
+from proxy.runs.table import OverShare, Runs
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
-
-log = logging.getLogger("proxy.http")
-access_log = logging.getLogger("proxy.access")
-
-
-def _in_span(spans: Spans, handler: Handler) -> Handler:
-    """``handler`` inside the request's span; the replica gets that span's ``traceparent``."""
-
-    async def traced(request: web.Request) -> web.StreamResponse:
-        identity = request[IDENTITY]
-        with spans.request(request.headers, request.method, request.path) as (span, parent):
-            span.set_attribute("rollout.request_id", identity.request_id)
-            lines = f"{REQUEST_ID}: {identity.request_id}\r\n".encode("ascii") + parent
-            request[IDENTITY] = Identity(identity.request_id, lines)
-            response = await handler(request)
-            span.set_attribute("http.response.status_code", response.status)
-            return response
-
-    return traced
 
 
 def _printable_ascii(text: str) -> bool:
@@ -91,9 +72,6 @@ def _unsafe_request(request: web.Request) -> web.Response | None:
 
 @dataclass(slots=True)
 class Handlers:
-    """The routes' handlers. ``facts`` builds a generation request's routing facts; the
-    forwarder, the fan-out and the adapter service do the work; ``status`` reads the page."""
-
     pool: ReplicaPool
     forwarder: Forwarder
     fanout: FanOut
@@ -101,59 +79,16 @@ class Handlers:
     metrics: Metrics
     facts: Facts
     status_of: Status
-    api_key: KeyCheck
     client: ClientSettings
     redactor: Redactor
-    guard: Guard
     bodies: BodyBudget
-    ids: Identities
-    access_log: bool = False
-    spans: Spans | None = None
-    sampler: Sampler | None = None
-    runs_page: Callable[[], dict[str, Any]] | None = None  # several runs: ``http.runs``
+    runs: Runs
+    queue_timeout_s: float
+    guard: Guard
+    sampler: Sampler
+    page: MetricsPage
 
-    def guarded(self, route: str, handler: Handler, *, open_route: bool = False) -> Handler:
-        """Wrap ``handler`` with the request's identity, the inbound key check, request metrics,
-        the access log and the connection's busy mark (no head timer while it is handled)."""
-        api_key, metrics, guard, identities = self.api_key, self.metrics, self.guard, self.ids
-        access = access_log if self.access_log else None
-        if self.spans is not None:
-            handler = _in_span(self.spans, handler)
-
-        async def run(request: web.Request) -> web.StreamResponse:
-            started = time.perf_counter()
-            connection = guard.busy(request.transport)
-            identity = identities.of(request)
-            try:
-                if identity is None:
-                    metrics.record_rejection("bad_request")
-                    response: web.StreamResponse = responses.bad_request_id()
-                elif not open_route and not api_key.allows(request):
-                    metrics.record_rejection("unauthorized")
-                    response = api_key.refusal()
-                else:
-                    request[IDENTITY] = identity
-                    response = await handler(request)
-            finally:
-                if connection is not None:
-                    connection.finished()
-            if identity is not None and not response.prepared:
-                response.headers[REQUEST_ID] = identity.request_id
-            seconds = time.perf_counter() - started
-            metrics.record_request(route, response.status, seconds)
-            if access is not None:
-                access.info(
-                    "%s %s %s %d %s %.1f ms",
-                    identity.request_id if identity is not None else "-",
-                    request.method,
-                    request.path,
-                    response.status,
-                    response.headers.get(REPLICA_HEADER, "-"),
-                    1000 * seconds,
-                )
-            return response
-
-        return run
+    # -- bodies ------------------------------------------------------------------------------
 
     async def _read(self, request: web.Request) -> bytes | web.Response:
         """The request body, within the body limit, the body timeout and the memory budget.
@@ -190,13 +125,13 @@ class Handlers:
     async def _with_body(
         self,
         request: web.Request,
-        use: Callable[..., Awaitable[web.StreamResponse]],
-        *args: Any,
+        use: Callable[[web.Request, bytes], Awaitable[web.StreamResponse]],
+        *,
         forwarded: bool = True,
     ) -> web.StreamResponse:
-        """Read the body (``_read``'s bounds), answer ``use(request, body, *args)``, release
-        the body after. ``forwarded``: the request goes to a replica as it came, so it must be
-        passable (``_unsafe_request``)."""
+        """Read the body (``_read``'s bounds), answer ``use(request, body)``, release the body
+        after. ``forwarded``: the request goes to a replica as it came, so it must be passable
+        (``_unsafe_request``)."""
         if forwarded:
             bad = _unsafe_request(request)
             if bad is not None:
@@ -206,97 +141,130 @@ class Handlers:
         if isinstance(body, web.Response):
             return body
         try:
-            return await use(request, body, *args)
+            return await use(request, body)
         finally:
             self.bodies.release(len(body))
 
+    # -- generation and passthrough ------------------------------------------------------------
+
     def generation(self, route: str, prompt_key: bytes) -> Handler:
+        async def generate(request: web.Request, body: bytes) -> web.StreamResponse:
+            scope = request[SCOPE]
+            headers = request.headers
+            key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
+            peek = peek_generation(body, prompt_key, self.facts.max_elements)
+            if scope.run is not None:
+                body, peek = self._scoped(scope, body, peek, prompt_key)
+            try:
+                facts = self.facts.from_peek(peek, key)
+            except UnknownModel as exc:
+                raise UnknownModel(scope.own_name(exc.model) or exc.model) from None
+            return await self._forward(request, body, route, facts)
+
         async def handle(request: web.Request) -> web.StreamResponse:
-            return await self._with_body(request, self._generate, route, prompt_key)
+            await request[SCOPE].admitted(self.queue_timeout_s)
+            return await self._with_body(request, generate)
 
         return handle
 
-    async def _generate(
-        self, request: web.Request, body: bytes, route: str, prompt_key: bytes
-    ) -> web.StreamResponse:
-        headers = request.headers
-        key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
-        try:
-            facts = self.facts.build(body, prompt_key, key)
-        except BadBody as exc:
-            self.metrics.record_rejection("bad_request")
-            return error_response(400, str(exc), param=exc.param)
-        except UnknownModel as exc:
-            self.metrics.record_rejection("unknown_model")
-            return responses.model_not_found(exc.model)
-        return await self._forward(request, body, route, facts)
+    def _scoped(self, scope: Scope, body: bytes, peek: Peek, key: bytes) -> tuple[bytes, Peek]:
+        """A run's request with its ``model`` (any but the base) as the replicas name it: a
+        splice of the bytes the peek indexed (the prompt's span shifted if the model came
+        first), else a canonical rewrite and a new peek (rare)."""
+        model = peek.model
+        if model is None or any(r.base_model == model for r in self.pool):
+            return body, peek
+        new = scope.replica_name(model)
+        found = splice_model(body, model, new, (peek.start, peek.end))
+        if peek.buffer is not body or found is None:
+            rewritten = canonical(body, new)
+            return rewritten, peek_generation(rewritten, key, self.facts.max_elements)
+        spliced, at, delta = found
+        shift = delta if at < peek.start else 0
+        start, end = peek.start + shift, peek.end + shift
+        return spliced, dataclasses.replace(peek, model=new, buffer=spliced, start=start, end=end)
 
     async def _forward(
-        self,
-        request: web.Request,
-        body: bytes,
-        route: str,
-        facts: RouteRequest,
-        target: str | None = None,
-        run: str | None = None,
+        self, request: web.Request, body: bytes, route: str, facts: RouteRequest
     ) -> web.StreamResponse:
-        try:
-            identity = request[IDENTITY]
-            return await self.forwarder.forward(request, route, body, facts, identity, target, run)
-        except Rejected as exc:
-            self.metrics.record_rejection(exc.reason)
-            return responses.rejected(str(exc), exc.retry_after_s)
-        except NoAnswer as exc:
-            return responses.no_answer(self.redactor.text(str(exc)))
-        except UpstreamTimeout as exc:
-            return responses.upstream_timeout(str(exc))
-        except LocalResourceError as exc:
-            self.metrics.record_rejection("local_resources")
-            log.warning("%s (raise the open-files limit: ulimit -n)", exc)
-            return responses.local_resources(f"{exc}; retry shortly")
+        scope = request[SCOPE]
+        target = scope.target(request.rel_url.raw_path_qs)
+        return await self.forwarder.forward(
+            request, route, body, facts, request[IDENTITY], target, scope.name
+        )
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        return await self._with_body(request, self._forward, "passthrough", RouteRequest(None))
+        async def forward(request: web.Request, body: bytes) -> web.StreamResponse:
+            return await self._forward(request, body, "passthrough", RouteRequest(None))
+
+        return await self._with_body(request, forward)
+
+    # -- adapters --------------------------------------------------------------------------
 
     async def load(self, request: web.Request) -> web.StreamResponse:
-        return await self._with_body(request, self._load, forwarded=False)
+        async def load(request: web.Request, body: bytes) -> web.StreamResponse:
+            scope = request[SCOPE]
+            name, _ = parse_adapter_request(body, need_path=True)
+            self._check_share(scope, name)
+            result = await self.adapters.load(scope.adapter_body(body))
+            return self._own(scope, self.redactor.load_answer(result))
 
-    async def _load(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        try:
-            result = await self.adapters.load(body)
-        except BadAdapterRequest as exc:
-            return error_response(400, str(exc), param=exc.param)
-        except NoReplica:
-            return responses.no_replica()
-        return self.redactor.load_answer(result)
+        return await self._with_body(request, load, forwarded=False)
+
+    def _check_share(self, scope: Scope, name: str) -> None:
+        """``OverShare`` when loading ``name`` would exceed the run's share of ``max_loras``."""
+        max_loras, run = self.adapters.registry.max_loras, scope.run
+        if max_loras is None or run is None:
+            return
+        share = self.runs.share(run.name, max_loras)
+        held = [n for n in self.status_of.held(run.name) if n != scope.replica_name(name)]
+        if len(held) + 1 > share:
+            raise OverShare(
+                f"run {run.name} holds {len(held)} adapters and its share of max_loras is "
+                f"{share} ({max_loras} per replica over {len(self.runs)} runs by weight): unload "
+                "one first (TRL: a lower --max-staleness), or start the replicas with a larger "
+                "--max-loras"
+            )
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
-        return await self._with_body(request, self._unload, forwarded=False)
+        async def unload(request: web.Request, body: bytes) -> web.StreamResponse:
+            scope = request[SCOPE]
+            parse_adapter_request(body, need_path=False)
+            result = await self.adapters.unload(scope.adapter_body(body))
+            return self._own(scope, responses.unload_answer(result))
 
-    async def _unload(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        try:
-            result = await self.adapters.unload(body)
-        except BadAdapterRequest as exc:
-            return error_response(400, str(exc), param=exc.param)
-        return responses.unload_answer(result)
+        return await self._with_body(request, unload, forwarded=False)
+
+    @staticmethod
+    def _own(scope: Scope, response: web.Response) -> web.Response:
+        if isinstance(response.body, bytes):
+            response.body = scope.answer(response.body)
+        return response
+
+    # -- control ---------------------------------------------------------------------------
 
     async def control(self, request: web.Request) -> web.StreamResponse:
         bad = _unsafe_request(request)
         if bad is not None:
             self.metrics.record_rejection("bad_request")
             return bad
+        path = request[SCOPE].target(request.path)
+        mode = request.rel_url.query.get("mode", "abort")
+        if path == "/pause" and mode not in PAUSE_MODES:
+            return error_response(400, f"mode must be one of {PAUSE_MODES}", param="mode")
+        run = request[SCOPE].run
+        if run is not None:  # that run's gate only: the replicas and the other runs go on
+            run.pause() if path == "/pause" else run.resume()
+            status = "paused" if path == "/pause" else "resumed"
+            return json_response(200, {"status": status, "run": run.name, "fleet": "generating"})
         query = request.rel_url.raw_query_string
-        if self.fanout.answers(request.path):
-            mode = request.rel_url.query.get("mode", "abort")
-            if request.path == "/pause" and mode not in PAUSE_MODES:
-                return error_response(400, f"mode must be one of {PAUSE_MODES}", param="mode")
-            self.fanout.answer(request.path, query)
-            return responses.answered(request.path)
-        try:
-            outcomes = await self.fanout.control(request.path, query)
-        except NoReplica:
-            return responses.no_replica()
-        return self.redactor.control_answer(request.path, outcomes)
+        if self.fanout.answers(path):
+            self.fanout.answer(path, query)
+            return responses.answered(path)
+        outcomes = await self.fanout.control(path, query)
+        return self.redactor.control_answer(path, outcomes)
+
+    # -- aggregated views ------------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         status, body = views.health(self.pool)
@@ -306,26 +274,41 @@ class Handlers:
         info = views.server_info(self.pool)
         if info is None:
             return responses.not_reported("reported its server info")
+        run = request[SCOPE].run
+        if run is not None:  # the run's share of max_loras: what TRL checks its staleness on
+            info = copy.deepcopy(info)
+            config = info.get("vllm_config")
+            lora = config.get("lora_config") if isinstance(config, dict) else None
+            if isinstance(lora, dict) and isinstance(lora.get("max_loras"), int):
+                lora["max_loras"] = self.runs.share(run.name, lora["max_loras"])
         return json_response(200, info)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         listing = views.models(self.pool, self.adapters.roots())
         if listing is None:
             return responses.not_reported("listed its models")
+        scope = request[SCOPE]
+        if scope.run is not None:  # the base model, then the run's adapters under its names
+            data: list[dict[str, Any]] = [listing["data"][0]]
+            for entry in listing["data"][1:]:
+                own = scope.own_name(str(entry.get("id")))
+                if own is not None:
+                    data.append({**entry, "id": own})
+            listing = {**listing, "data": data}
         return json_response(200, listing)
 
     async def metrics_page(self, request: web.Request) -> web.StreamResponse:
         return web.Response(
-            body=self.metrics.render(),
+            body=self.page.render(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
     async def status(self, request: web.Request) -> web.StreamResponse:
-        advice = self.sampler.advice() if self.sampler is not None else None
+        sampler = self.sampler
         page = self.status_of.page(
-            advice, client_connections=self.guard.connections, body_bytes_held=self.bodies.held
+            sampler.advice(),
+            sampler.run_advice(),
+            client_connections=self.guard.connections,
+            body_bytes_held=self.bodies.held,
         )
-        runs = self.runs_page() if self.runs_page is not None else None
-        if runs:  # declared runs only: a single-run proxy's page is as it was
-            page["runs"] = runs
         return json_response(200, page)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from aiohttp import ClientPayloadError, web
 
 from adapter_receiver.receive import Answer, ClientGone, Receiver
+from proxy.http.edge import SCOPE
 from proxy.http.responses import json_response
 
 
@@ -24,9 +25,10 @@ class ReceiverRoutes:
     async def listing(self, request: web.Request) -> web.StreamResponse:
         return _answer(await self.receiver.listing())
 
-    async def upload(self, request: web.Request, name: str | None = None) -> web.Response:
-        """``name``: the entry's name (default: the path's; a run's upload is scoped)."""
-        name = request.match_info["name"] if name is None else name
+    async def upload(self, request: web.Request) -> web.Response:
+        """The entry is named as the replicas name the adapter (a run's upload is scoped; the
+        answer names the entry's path, which the relay's load then sends as it is)."""
+        name = request[SCOPE].replica_name(request.match_info["name"])
         chunks = _chunks(request)
         answer = await self.receiver.upload(name, request.content_length, chunks)
         response = _answer(answer)

@@ -1,57 +1,93 @@
-"""The route table: every path the proxy answers, and the handler behind it.
+"""The route table: every path the proxy answers, and the handler behind it, one table for the
+bare path and for each run under ``/runs/{run}`` (the scope middleware tells them apart).
 
 Only an allowlist of vLLM's public routes is registered, and the adapter receiver's (a relay
 pushes adapters into this proxy as into a replica); anything else (vLLM's dev-mode control
-routes included) is answered 404 by aiohttp.
+routes included) is answered 404. A few routes are the bare path's alone: the cache reset (it
+would touch every run's requests), the POST passthroughs (their ``model`` is not scoped) and the
+admin API (its own key).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from adapter_receiver.wire import PREFIX as RECEIVER_PREFIX
 from proxy.http import responses
 from proxy.http.admin import Admin
+from proxy.http.edge import RouteInfo, RouteInfos
 from proxy.http.handlers import Handlers
 from proxy.http.receiver import ReceiverRoutes
+from proxy.http.run_admin import RunAdmin
+from proxy.runs.scope import PREFIX as RUN_PREFIX
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
-CONTROL = ("/pause", "/resume", "/reset_prefix_cache")
+GENERATION = (
+    ("/v1/completions", "completions", b"prompt"),
+    ("/v1/chat/completions", "chat_completions", b"messages"),
+    # Token-in generation (vLLM with --enable-scale-out): routed like completions.
+    ("/inference/v1/generate", "generate", b"token_ids"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str
+    label: str  # the request metrics' ``route``
+    handler: Handler
+    open: bool = False  # no API key (the admin API checks its own)
+    runs: bool = True  # also under /runs/{run}
+
+
+def table(h: Handlers, receiver: ReceiverRoutes) -> list[Route]:
+    routes = [
+        Route("GET", RECEIVER_PREFIX, "adapter_store", receiver.listing),
+        Route("PUT", RECEIVER_PREFIX + "/{name}", "adapter_upload", receiver.upload),
+        *(Route("POST", path, label, h.generation(label, key)) for path, label, key in GENERATION),
+        Route("POST", "/v1/load_lora_adapter", "load_lora_adapter", h.load),
+        Route("POST", "/v1/unload_lora_adapter", "unload_lora_adapter", h.unload),
+        Route("POST", "/pause", "pause", h.control),
+        Route("POST", "/resume", "resume", h.control),
+        Route("POST", "/reset_prefix_cache", "reset_prefix_cache", h.control, runs=False),
+        Route("GET", "/health", "health", h.health, open=True),
+        Route("GET", "/server_info", "server_info", h.server_info),
+        Route("GET", "/v1/models", "models", h.models),
+        Route("GET", "/metrics", "metrics", h.metrics_page),
+        # The trainer reads the fleet's figures here (``trainer_entry.proxy_figures``).
+        Route("GET", "/proxy/status", "status", h.status),
+    ]
+    routes += [Route("GET", path, "passthrough", h.passthrough) for path in PASSTHROUGH_GET]
+    routes += [
+        Route("POST", path, "passthrough", h.passthrough, runs=False) for path in PASSTHROUGH_POST
+    ]
+    return routes
 
 
 def add_routes(
-    app: web.Application, h: Handlers, admin: Admin, receiver: ReceiverRoutes | None = None
+    app: web.Application,
+    h: Handlers,
+    admin: Admin,
+    run_admin: RunAdmin,
+    receiver: ReceiverRoutes,
+    infos: RouteInfos,
 ) -> None:
-    g = h.guarded
     router = app.router
-    if receiver is not None:  # a relay in front of this proxy pushes adapters here
-        router.add_get(RECEIVER_PREFIX, g("adapter_store", receiver.listing))
-        router.add_put(RECEIVER_PREFIX + "/{name}", g("adapter_upload", receiver.upload))
-    router.add_post("/v1/completions", g("completions", h.generation("completions", b"prompt")))
-    router.add_post(
-        "/v1/chat/completions",
-        g("chat_completions", h.generation("chat_completions", b"messages")),
-    )
-    # Token-in generation (vLLM with --enable-scale-out): routed like completions.
-    router.add_post("/inference/v1/generate", g("generate", h.generation("generate", b"token_ids")))
-    router.add_post("/v1/load_lora_adapter", g("load_lora_adapter", h.load))
-    router.add_post("/v1/unload_lora_adapter", g("unload_lora_adapter", h.unload))
-    for path in CONTROL:
-        router.add_post(path, g(path.lstrip("/"), h.control))
-    router.add_get("/health", g("health", h.health, open_route=True))
-    router.add_get("/server_info", g("server_info", h.server_info))
-    router.add_get("/v1/models", g("models", h.models))
-    router.add_get("/metrics", g("metrics", h.metrics_page))
-    router.add_get("/proxy/status", g("status", h.status))
-    for path in PASSTHROUGH_GET:
-        router.add_get(path, g("passthrough", h.passthrough))
-    for path in PASSTHROUGH_POST:
-        router.add_post(path, g("passthrough", h.passthrough))
-    for route in admin.routes():  # the admin API checks its own key
-        assert isinstance(route, web.RouteDef)
-        handler = g("admin", route.handler, open_route=True)
-        web.RouteDef(route.method, route.path, handler, route.kwargs).register(router)
+    admin_routes = [
+        Route(method, path, "admin", admin.guard(handler), open=True, runs=False)
+        for method, path, handler in (*admin.routes_table(), *run_admin.routes_table())
+    ]
+    for route in [*table(h, receiver), *admin_routes]:
+        noted = RouteInfo(route.label, route.open)
+        for prefix in ("", RUN_PREFIX) if route.runs else ("",):
+            resource = router.add_resource(prefix + route.path)
+            if route.method == "GET":  # HEAD too, as aiohttp's add_get: the same route info
+                infos.note(resource.add_route("HEAD", route.handler), noted)
+            infos.note(resource.add_route(route.method, route.handler), noted)
     known = frozenset(
         info["path"] for resource in router.resources() if "path" in (info := resource.get_info())
     )
@@ -61,4 +97,4 @@ def add_routes(
         return responses.not_found(request.path in known, request.method)
 
     # Last, so it only catches what no route above takes (aiohttp tries resources in order).
-    router.add_route("*", "/{tail:.*}", g("not_found", not_found, open_route=True))
+    infos.note(router.add_route("*", "/{tail:.*}", not_found), RouteInfo("not_found", open=True))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -20,24 +19,29 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.service import AdapterService
 from proxy.http import responses
 from proxy.http.responses import error_response, json_response
+from proxy.http.status import Status
+from proxy.insight.sampler import Sampler
 from proxy.runs.table import Runs, UnknownRun
 
 log = logging.getLogger("proxy.admin")
 
 
 class RunAdmin:
-    """``page``: every run's status entry; ``held``: a run's adapters (replica-side names)."""
+    """The runs' admin routes; ``status`` reads each run's entry and adapters."""
 
     def __init__(
         self,
         runs: Runs,
-        page: Callable[[], dict[str, Any]],
-        held: Callable[[str], list[str]],
+        status: Status,
+        sampler: Sampler,
         adapters: AdapterService,
         body_timeout_s: float,
     ) -> None:
-        self.runs, self.page, self.held, self.adapters = runs, page, held, adapters
+        self.runs, self.status, self.sampler, self.adapters = runs, status, sampler, adapters
         self.body_timeout_s = body_timeout_s
+
+    def page(self) -> dict[str, Any]:
+        return self.status.runs_page(self.sampler.run_advice())
 
     def routes_table(self) -> list[tuple[str, str, Handler]]:
         return [
@@ -83,7 +87,7 @@ class RunAdmin:
         if name not in self.runs:
             return error_response(404, str(UnknownRun(name, (r.name for r in self.runs))))
         view = self.page()[name]
-        held = self.held(name)
+        held = self.status.held(name)
         self.runs.remove(name)
         for scoped_name in held:
             await self.adapters.unload(orjson.dumps({"lora_name": scoped_name}))

@@ -1,6 +1,7 @@
 """What the proxy says of itself, read across its rooms in one place: the ``/proxy/status``
-page, the advisor's samples (``insight.sampler``) and the scrape-time gauges' sources
-(``metrics.collector.StateSources``). Reads only; every figure has its owner elsewhere.
+page (its ``runs`` section too, also the admin API's list of runs), the advisor's samples
+(``insight.sampler``), the scrape-time gauges' sources (``metrics.collector.StateSources``) and
+each run's figures (``RunView``). Reads only; every figure has its owner elsewhere.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
 from proxy.routing.policy import Policy
-from proxy.runs.table import Runs
+from proxy.runs.table import Runs, RunView
 from proxy.supervise import restarts_so_far
 
 
@@ -91,7 +92,38 @@ class Status:
             verdicts=VERDICTS,
         )
 
-    def page(self, advice: Advice | None, **edge: int) -> dict[str, Any]:
+    def held(self, run: str) -> list[str]:
+        """The run's adapters the fleet is to hold (replica-side names)."""
+        registry = self.adapters.registry
+        return [name for name in registry.versions if registry.scope_of(name) == run]
+
+    def run_views(self, advice: dict[str, Advice]) -> list[RunView]:
+        """Each declared run as ``/metrics`` and ``/proxy/status`` show it (``advice``: the
+        advisor's verdict on each run)."""
+        max_loras = self.adapters.registry.max_loras
+        return [
+            RunView(
+                run.name,
+                run.weight,
+                run.paused,
+                run.pauses,
+                len(self.held(run.name)),
+                self.runs.share(run.name, max_loras) if max_loras is not None else None,
+                run.requests,
+                self.limiter.inflight_of(run.name),
+                self.limiter.queued_of(run.name),
+                advice[run.name].as_dict() if run.name in advice else None,
+            )
+            for run in self.runs
+        ]
+
+    def runs_page(self, advice: dict[str, Advice]) -> dict[str, Any]:
+        """``/proxy/status``'s ``runs`` (and the admin API's list): each declared run."""
+        return {view.name: view.as_dict() for view in self.run_views(advice)}
+
+    def page(
+        self, advice: Advice | None, run_advice: dict[str, Advice], **edge: int
+    ) -> dict[str, Any]:
         """The ``/proxy/status`` document; ``edge``: the HTTP edge's own figures."""
         uptime = self.clock.monotonic() - self.started
         fleet, limiter = self.fleet, self.limiter
@@ -123,4 +155,6 @@ class Status:
             "inflight_by_version": self.inflight_by_version(),
             "restarts": restarts_so_far(),
             **edge,
+            # Declared runs only: a single-run proxy's page is as it was.
+            **({"runs": self.runs_page(run_advice)} if self.runs else {}),
         }

@@ -42,7 +42,7 @@ class StateCollector(Collector):
 
     def __init__(self, pool: ReplicaPool, sources: StateSources) -> None:
         self._pool = pool
-        self.sources = sources  # replaced once, by ``Metrics.read_state``
+        self.sources = sources
 
     def collect(self) -> Iterable[Metric]:
         sources = self.sources

@@ -25,11 +25,9 @@ from prometheus_client import (
 
 from proxy import __version__
 from proxy.fleet.pool import ReplicaPool
-from proxy.metrics.collector import StateCollector, StateSources
 from proxy.metrics.families import FAMILIES, Children, create
 from proxy.metrics.mirror import MirrorMetrics
 from proxy.metrics.push import PushMetrics
-from proxy.metrics.runs import RunCollector, RunViews
 from proxy.metrics.tally import Spread, Tally, TallyCollector
 
 # No ``<counter>_created`` / ``<histogram>_created`` series: a timestamp per child, most of an
@@ -71,7 +69,7 @@ class Metrics:
     _sync_window_seconds: Histogram
     _reconciliations: Counter
 
-    def __init__(self, pool: ReplicaPool, sources: StateSources | None = None) -> None:
+    def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         # What is running, as exporters say it: ``rollout_proxy_build_info{version, python} 1``.
         build = Info("rollout_proxy_build", "The proxy's version", registry=self.registry)
@@ -84,10 +82,6 @@ class Metrics:
                 tallies.append(metric)
         self.push = PushMetrics(self.registry, (replica.id for replica in pool))
         self.mirror = MirrorMetrics(self.registry)
-        self._state = StateCollector(pool, sources or StateSources())
-        self.registry.register(self._state)
-        self._runs = RunCollector()
-        self.registry.register(self._runs)
         # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).
         self.registry.register(TallyCollector(tallies))
 
@@ -160,16 +154,6 @@ class Metrics:
 
     def record_ejection(self, cause: str) -> None:
         self._ejections[cause,].inc()
-
-    def read_runs(self, views: RunViews, verdicts: tuple[str, ...] = ()) -> None:
-        """Where the per-run families read from (``proxy.http.runs``, made after us), and the
-        advisor's verdicts (each run's is 1, the others 0)."""
-        self._runs.views = views
-        self._runs.verdicts = verdicts
-
-    def read_state(self, sources: StateSources) -> None:
-        """Where the scrape-time gauges read from now on (their owners exist after us)."""
-        self._state.sources = sources
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts the advisor samples: requests, and prompt/cached/reuse tokens."""

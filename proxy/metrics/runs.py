@@ -15,14 +15,12 @@ from proxy.runs.table import RunView
 RunViews = Callable[[], list[RunView]]
 
 
-def _none() -> list[RunView]:
-    return []
-
-
 class RunCollector(Collector):
-    def __init__(self) -> None:
-        self.views: RunViews = _none  # replaced once the edge exists (``Metrics.read_runs``)
-        self.verdicts: tuple[str, ...] = ()
+    """``views``: the declared runs now; ``verdicts``: the advisor's (each run's is 1)."""
+
+    def __init__(self, views: RunViews, verdicts: tuple[str, ...]) -> None:
+        self.views = views
+        self.verdicts = verdicts
 
     def collect(self) -> Iterable[Metric]:
         views = self.views()

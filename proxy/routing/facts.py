@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import xxhash
 
+from proxy.errors import DomainError
 from proxy.routing.cost import CostModel, decode_budget, estimate_prompt_tokens
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS, Peek, peek_generation, prompt_tokens
 from proxy.routing.policy import Policy, RouteRequest
@@ -23,11 +24,14 @@ SINGLE_PROMPTS = ("tokens", "text", "messages")  # the prompts the reuse estimat
 CONVERSATION_BYTES = 2048  # what identifies a conversation when no routing key does
 
 
-class UnknownModel(Exception):
-    """The body names a model no replica serves or loads (the edge answers 404)."""
+class UnknownModel(DomainError):
+    """The body names a model no replica serves or loads (answered 404, in vLLM's words)."""
+
+    reason = "unknown_model"
+    param = "model"
 
     def __init__(self, model: str) -> None:
-        super().__init__(f"the model {model!r} does not exist")
+        super().__init__(f"The model `{model}` does not exist.")
         self.model = model
 
 

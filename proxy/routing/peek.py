@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 import orjson
 
+from proxy.errors import DomainError
+
 PromptKind = Literal["tokens", "text", "batch_tokens", "batch_text", "messages", "empty"]
 
 DEFAULT_MAX_ELEMENTS = 8192
@@ -45,8 +47,10 @@ _KEYS = {
 }
 
 
-class BadBody(ValueError):
+class BadBody(DomainError, ValueError):
     """The body cannot be routed; the message says what was wrong (answered 400)."""
+
+    reason = "bad_request"
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)

@@ -21,19 +21,40 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from proxy.errors import DomainError
 from proxy.runs.names import BadRunName, check_run_name
 
 MAX_RUNS = 32
 MAX_WEIGHT = 1000.0
 
 
-class UnknownRun(LookupError):
+class UnknownRun(DomainError, LookupError):
     """A ``/runs/<run>/`` no one declared (the edge answers 404 with the known ones)."""
+
+    reason = "unknown_run"
+    param = "run"
 
     def __init__(self, run: str, known: Iterable[str]) -> None:
         names = ", ".join(sorted(known)) or "none"
         super().__init__(f"no run {run!r} on this proxy (runs: {names}); declare it with --runs")
         self.run = run
+
+
+class RunPaused(DomainError):
+    """A paused run's new request waited the whole queue timeout (answered 503)."""
+
+    reason = "run_paused"
+
+    def __init__(self, run: str, timeout_s: float) -> None:
+        super().__init__(f"run {run} stayed paused for {timeout_s:g} s (its weight sync did not "
+                         "resume); retry shortly")  # fmt: skip
+
+
+class OverShare(DomainError):
+    """A load that would make a run hold more adapters than its share (answered 400)."""
+
+    reason = "run_share"
+    param = "lora_name"
 
 
 @dataclass(eq=False, slots=True)
@@ -58,6 +79,9 @@ class Run:
 
     def resume(self) -> None:
         self._open.set()
+
+    def answered(self) -> None:
+        self.requests += 1
 
     async def admitted(self, timeout_s: float) -> bool:
         """Until the run is not paused (True), or False after ``timeout_s``."""

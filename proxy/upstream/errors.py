@@ -26,6 +26,8 @@ from __future__ import annotations
 import enum
 import errno
 
+from proxy.errors import DomainError
+
 # The proxy's own resources ran out (file descriptors, buffers, memory): not a replica's fault.
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -62,8 +64,10 @@ class ReplyError(UpstreamError):
     """A control-plane answer that arrived but is not what the caller needs."""
 
 
-class LocalResourceError(UpstreamError):
+class LocalResourceError(UpstreamError, DomainError):
     """The proxy could not open a connection for lack of its own resources (EMFILE, ...)."""
+
+    reason = "local_resources"
 
 
 class Blame(enum.Enum):

@@ -54,8 +54,7 @@ async def test_every_admin_route_is_documented_and_no_other() -> None:
 async def test_every_exported_family_is_in_the_metrics_table_and_no_other() -> None:
     async with run_stack(2) as stack:
         exported = {
-            m.name + SAMPLE_SUFFIX.get(m.type, "")
-            for m in stack.proxy_app[PROXY].metrics.registry.collect()
+            m.name + SAMPLE_SUFFIX.get(m.type, "") for m in stack.proxy_app[PROXY].page.collect()
         }
     assert len(exported) > 20 and all(name.startswith(PREFIX) for name in exported)
     documented = documented_families()

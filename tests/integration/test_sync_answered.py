@@ -46,7 +46,7 @@ async def test_pause_is_answered_while_requests_keep_flowing(tmp_path: Path) -> 
         assert status == 200, body
         assert (await post(stack, "/resume", b""))[0] == 200
         assert not _calls(stack, 0, "/resume") and not _calls(stack, 1, "/resume")
-        text = stack.proxy_app[PROXY].metrics.render().decode()
+        text = stack.proxy_app[PROXY].page.render().decode()
         assert metric_value(text, "rollout_proxy_sync_window_seconds_count") == 1
         assert metric_value(text, "rollout_proxy_sync_paused_seconds_count") == 0
         assert metric_value(text, "rollout_proxy_paused_seconds_total") == 0
@@ -65,7 +65,7 @@ async def test_forward_pause_freezes_the_fleet() -> None:
         status_page = await (await stack.session.get(stack.proxy_url + "/proxy/status")).json()
         assert status_page["syncs"]["pause"] == "forwarded"
         assert status_page["syncs"]["paused_s"] > 0
-        text = stack.proxy_app[PROXY].metrics.render().decode()
+        text = stack.proxy_app[PROXY].page.render().decode()
         assert metric_value(text, "rollout_proxy_sync_paused_seconds_count") == 1
 
 

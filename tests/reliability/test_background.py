@@ -145,7 +145,7 @@ async def test_discovery_survives_a_job_with_an_unusable_url() -> None:
 
 
 def discovery_errors(app: web.Application) -> float:
-    text = app[PROXY].metrics.render().decode()
+    text = app[PROXY].page.render().decode()
     return metric_value(text, 'rollout_proxy_background_errors_total{task="discovery"}')
 
 
