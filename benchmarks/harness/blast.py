@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import resource
 import sys
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             args.vocab,
         )
     )
+    # The loop may have left the inherited stdout pipe non-blocking: a line longer than the pipe
+    # buffer (the latency samples of a long run) would then be cut short at exit.
+    os.set_blocking(sys.stdout.fileno(), True)
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
     return 0
 

@@ -162,7 +162,9 @@ class Handlers:
             return await self._forward(request, body, route, facts)
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            await request[SCOPE].admitted(self.queue_timeout_s)
+            scope = request[SCOPE]
+            if scope.run is not None:  # the bare path has no gate: no await on the hot path
+                await scope.admitted(self.queue_timeout_s)
             return await self._with_body(request, generate)
 
         return handle
@@ -187,10 +189,12 @@ class Handlers:
     async def _forward(
         self, request: web.Request, body: bytes, route: str, facts: RouteRequest
     ) -> web.StreamResponse:
-        scope = request[SCOPE]
-        target = scope.target(request.rel_url.raw_path_qs)
+        run = request[SCOPE].run
+        if run is None:  # the bare path: the request's own target, the bare path's slots
+            return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
+        target = request.rel_url.raw_path_qs.removeprefix(f"/runs/{run.name}")
         return await self.forwarder.forward(
-            request, route, body, facts, request[IDENTITY], target, scope.name
+            request, route, body, facts, request[IDENTITY], target, run.name
         )
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
