@@ -30,6 +30,7 @@ from aiohttp import web
 from proxy.adapters.room import Adapters, build_adapters
 from proxy.clock import Clock, RealClock
 from proxy.config import Settings
+from proxy.dataplane.limiter import Limiter
 from proxy.dataplane.room import DataPlane, build_dataplane
 from proxy.fleet.discovery import Resolver, resolve
 from proxy.fleet.outage import NO_REPLICA_GRACE_S, Outage
@@ -127,21 +128,19 @@ def assemble(
     no_replica_grace_s: float = NO_REPLICA_GRACE_S,
 ) -> Proxy:
     """Every room, in dependency order (see the module docstring)."""
-    fleet_members = members(settings, clock)
+    runs = Runs(parse_runs(settings.runs or ""))
+    outage = Outage(clock, no_replica_grace_s)
+    limiter = Limiter(settings.limits, clock, outage, runs)
+    fleet_members = members(settings, clock, followers=(outage.follow, limiter.follow))
     metrics = Metrics(fleet_members.pool)
-    fleet_members.pool.listen(on_eject=metrics.record_ejection)
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)
-    runs = Runs(parse_runs(settings.runs or ""))
     adapters = build_adapters(settings, fleet_members, clock, metrics, failed, runs)
     fleet = build_fleet(
         settings, fleet_members, adapters.service, clock, failed, metrics.record_load_scrape,
         resolver,
     )  # fmt: skip
-    outage = Outage(fleet.pool, clock, no_replica_grace_s)
-    dataplane = build_dataplane(
-        settings, fleet, adapters.service, clock, metrics, spans, outage, runs
-    )
+    dataplane = build_dataplane(settings, fleet, adapters.service, limiter, metrics, spans)
     status = Status(
         fleet.pool,
         fleet.sync,

@@ -66,19 +66,17 @@ class Limiter:
     def __init__(
         self,
         settings: LimitSettings,
-        pool: ReplicaPool,
         clock: Clock,
         outage: Outage | None = None,
         runs: Runs | None = None,
     ) -> None:
         self._settings = settings
         self._outage = outage
-        self._pool = pool
         self._clock = clock
         self._waiters = FairQueues(runs)
         self.inflight = 0
+        self._members = 0  # the pool's size, as it last told (``follow``)
         self._cap = self.overall_cap()
-        pool.listen(on_change=self.wake)  # a fleet change may free slots or move the cap
 
     @property
     def per_replica(self) -> int:
@@ -97,7 +95,13 @@ class Limiter:
 
     def overall_cap(self) -> int:
         cap = self._settings.max_inflight
-        return cap if cap is not None else self.per_replica * max(len(self._pool), 1)
+        return cap if cap is not None else self.per_replica * max(self._members, 1)
+
+    def follow(self, pool: ReplicaPool) -> None:
+        """The pool changed (a follower of it): the cap follows its size, and a replica that
+        became routable or loaded a version may take a waiter now."""
+        self._members = len(pool)
+        self.wake()
 
     def try_acquire(self, pick: Pick[P], run: str | None = None) -> P | None:
         if self.inflight >= self._cap:
@@ -105,8 +109,9 @@ class Limiter:
         placed = pick()
         if placed is not None:
             self.inflight += 1
-            placed.replica.inflight += 1
-            placed.replica.cost += placed.cost
+            slots = placed.replica.slots
+            slots.inflight += 1
+            slots.cost += placed.cost
             placed.run = run
             self._waiters.took(run)
         return placed
@@ -149,18 +154,16 @@ class Limiter:
     def release(self, placed: Placement) -> None:
         self.inflight -= 1
         self._waiters.gave(placed.run)
-        replica = placed.replica
-        replica.inflight -= 1
+        slots = placed.replica.slots
+        slots.inflight -= 1
         # Float sums drift; an idle replica's cost is exactly zero again.
-        replica.cost = replica.cost - placed.cost if replica.inflight else 0.0
+        slots.cost = slots.cost - placed.cost if slots.inflight else 0.0
         if self._waiters.size:
             self.wake()
 
     def wake(self) -> None:
         """Hand free slots to waiters, each to the run furthest below its weighted share and
-        FIFO within a run (skipping those whose pick finds nothing).
-
-        Also called on every fleet change, so the overall cap follows the pool's size."""
+        FIFO within a run (skipping those whose pick finds nothing)."""
         self._cap = self.overall_cap()
         waiters = self._waiters
         if not waiters.size:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.clock import Clock
 from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder, OutOfStep, Tracing
 from proxy.dataplane.limiter import Limiter
-from proxy.fleet.outage import Outage
 from proxy.fleet.room import Fleet
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
@@ -19,7 +17,6 @@ from proxy.routing.factory import build_policy
 from proxy.routing.facts import Facts, Reuse
 from proxy.routing.policy import Policy
 from proxy.routing.reuse import ReuseEstimator
-from proxy.runs.table import Runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,14 +32,12 @@ def build_dataplane(
     settings: Settings,
     fleet: Fleet,
     adapters: OutOfStep,
-    clock: Clock,
+    limiter: Limiter,
     metrics: Metrics,
     tracing: Tracing | None,
-    outage: Outage | None = None,
-    runs: Runs | None = None,
 ) -> DataPlane:
+    """``limiter``: made before the pool, which it follows (``ReplicaPool``'s followers)."""
     pool, upstream = fleet.pool, settings.upstream
-    limiter = Limiter(settings.limits, pool, clock, outage, runs)
     policy = build_policy(settings.policy)
     costs = CostModel()
     facts = Facts(

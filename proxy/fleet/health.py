@@ -128,7 +128,7 @@ class HealthMonitor:
         ok, error = await self._check(replica)
         if ok is None:  # the proxy's own resources ran out: says nothing about the replica
             return
-        prev = ProbeState(replica.health, replica.ok_streak, replica.fail_streak)
+        prev = ProbeState(replica.health, replica.standing.ok_streak, replica.standing.fail_streak)
         state, transition = next_state(prev, ok, self._settings)
         self._pool.note_probe(replica, state.ok_streak, state.fail_streak)
         if not ok and error != replica.last_error:  # the first failure, or a new reason

@@ -1,11 +1,11 @@
 """Reading a replica's own view: its models (base and adapters) and its server info.
 
 ``parse_models`` is pure (a vLLM ``/v1/models`` answer -> what the pool records);
-``refresh_info`` asks the replica and hands the result to the pool, the writer of what replicas
-report, and returns the adapters it lists: those are the replica's agent's to record
-(``proxy.adapters.held``), and only the agent calls it, in its own turn, so a listing never
-overwrites a load the agent has just confirmed. ``FleetInfo`` does that for the proxy and keeps
-what the listings add up to: the base models seen and the fleet's smallest ``max_loras`` (the
+``refresh_info`` asks the replica and records what it lists of itself (``Replica.listing``, of
+which this module is the one writer), and returns the adapters it lists: those are its agent's
+to record (``proxy.adapters.held``), and only the agent calls it, in its own turn, so a listing
+never overwrites a load the agent has just confirmed. ``FleetInfo`` does that for the proxy and
+keeps what the listings add up to: the base models seen and the fleet's smallest ``max_loras`` (the
 adapter window's default).
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.fleet.pool import ReplicaPool
-from proxy.fleet.replica import Replica
+from proxy.fleet.replica import Listing, Replica
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.errors import ReplyError
 
@@ -39,14 +39,14 @@ async def refresh_info(
     if models.status != 200:
         raise ReplyError(f"/v1/models answered HTTP {models.status}")
     parsed = parse_models(models.json())
-    pool.set_models(
-        replica,
-        base_model=parsed.base_model,
-        max_model_len=parsed.max_model_len,
-        entries=parsed.entries,
-    )
     info = await client.call(replica, "GET", "/server_info?config_format=json")
-    pool.set_server_info(replica, info.json() if info.status == 200 else None)
+    replica.listing = Listing(
+        parsed.base_model,
+        parsed.max_model_len,
+        tuple(parsed.entries),
+        info.json() if info.status == 200 else None,
+    )
+    pool.refresh()
     return parsed.adapters
 
 

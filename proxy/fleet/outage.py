@@ -7,8 +7,8 @@ refused)``). The grace spares a blip: the first probe round at start, a replica 
 the others are ejected for a moment; a request queued before the outage is declared keeps its
 full queue timeout.
 
-Cost: the pool tells the outage of every change of the routable set (when it starts and ends);
-the limiter asks only for a request that would queue, never on its fast path.
+Cost: the outage follows the pool (told of every change of the routable set: when it starts and
+ends); the limiter asks only for a request that would queue, never on its fast path.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ _NAMED = 4  # replicas named in a refusal; the rest are counted
 
 
 class Outage:
-    def __init__(self, pool: ReplicaPool, clock: Clock, grace_s: float = NO_REPLICA_GRACE_S):
-        self._pool = pool
+    def __init__(self, clock: Clock, grace_s: float = NO_REPLICA_GRACE_S):
         self._clock = clock
         self.grace_s = grace_s
+        self._pool: ReplicaPool | None = None  # as it last told
         self._since: float | None = None  # when the routable set became empty
         self._said = False  # this outage's WARNING line has been logged
-        pool.listen(on_change=self._follow)
-        self._follow()
 
-    def _follow(self) -> None:
-        if self._pool.routable():
+    def follow(self, pool: ReplicaPool) -> None:
+        """The pool changed (a follower of it)."""
+        self._pool = pool
+        if pool.routable():
             self._since, self._said = None, False
         elif self._since is None:
             self._since = self._clock.monotonic()
@@ -52,7 +52,7 @@ class Outage:
         return message
 
     def describe(self) -> str:
-        replicas = list(self._pool)
+        replicas = list(self._pool or ())
         if not replicas:
             return "no replica is configured"
         named = [f"{r.url} ({r.last_error or r.state})" for r in replicas[:_NAMED]]

@@ -1,21 +1,20 @@
-"""The replicas, and the one place their membership, health, draining and reported models and
-server info change (the other fields' writers: ``fleet.replica``).
+"""The replicas, and the one place their membership and standing (health, draining, streaks,
+cool-down, last error) change (the other records' writers: ``fleet.replica``).
 
 A replica is *routable* when it is healthy and not draining; the routable set is cached and
-rebuilt on every change, and the ``on_change`` listeners are told (the limiter wakes queued
-requests).
+rebuilt on every change, and the followers given at construction are told (the limiter wakes
+queued requests).
 
 Ejection has exactly one path, ``eject``, whoever calls it (health probes, the forwarder, the
-circuit breaker, fan-out, adapter broadcasts): it records the cause and the error, resets the
+circuit breaker, fan-out, adapter loads): it records the cause and the error, resets the
 good-probe streak (so ``--readmit-after`` good probes are needed to come back), sets an optional
-cool-down, logs once, and counts ``rollout_proxy_ejections_total{cause}`` through its ``on_eject``
-listeners."""
+cool-down, logs once, and counts the cause (``ejections``: ``rollout_proxy_ejections_total``)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal
 
 from proxy.clock import Clock
 from proxy.config import check_replica_url
@@ -46,31 +45,26 @@ class NoReplica(DomainError):
         super().__init__("no replica is available; retry when /health answers 200")
 
 
-class ReplicaPool:
-    """The replicas, by id, in the order they were added."""
+Follower = Callable[["ReplicaPool"], None]
 
-    def __init__(self, urls: list[str] | None = None, *, clock: Clock) -> None:
+
+class ReplicaPool:
+    """The replicas, by id, in the order they were added. ``followers`` are told of every
+    change (members, the routable set, adapters loaded), the pool given: the limiter wakes
+    queued requests and follows the cap, the outage notes when the fleet went dark."""
+
+    def __init__(
+        self, urls: list[str] | None = None, *, clock: Clock, followers: Sequence[Follower] = ()
+    ) -> None:
         self._clock = clock
-        self._on_eject: list[Callable[[EjectCause], None]] = []
-        self._on_change: list[Callable[[], None]] = []
+        self._followers = tuple(followers)
         self._replicas: dict[str, Replica] = {}
         self._routable: tuple[Replica, ...] = ()
         self.ids: tuple[str, ...] = ()  # members in pool order; changes only on add/remove
+        self.ejections: dict[EjectCause, int] = dict.fromkeys(EJECT_CAUSES, 0)  # by cause
         for url in urls or ():
             self.add(url)
-
-    def listen(
-        self,
-        *,
-        on_change: Callable[[], None] | None = None,
-        on_eject: Callable[[EjectCause], None] | None = None,
-    ) -> None:
-        """Be told of every change of the routable set (the limiter wakes queued requests) or
-        of every ejection, with its cause (the metrics count them)."""
-        if on_change is not None:
-            self._on_change.append(on_change)
-        if on_eject is not None:
-            self._on_eject.append(on_eject)
+        self.refresh()
 
     def __iter__(self) -> Iterator[Replica]:
         return iter(tuple(self._replicas.values()))
@@ -95,11 +89,11 @@ class ReplicaPool:
         return sum(r.inflight for r in self._replicas.values())
 
     def refresh(self) -> None:
-        """Recompute the routable set and tell the ``on_change`` listeners."""
+        """Recompute the routable set and tell the followers."""
         self._routable = tuple(r for r in self._replicas.values() if r.routable)
         self.ids = tuple(self._replicas)
-        for listener in self._on_change:
-            listener()
+        for follower in self._followers:
+            follower(self)
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -126,17 +120,17 @@ class ReplicaPool:
 
         True when this call ejected it (it was not ejected already). ``cooldown_s``: it is not
         readmitted before that many seconds have passed (an opened circuit)."""
-        replica.ok_streak = 0
-        replica.last_error = error
+        standing = replica.standing
+        standing.ok_streak = 0
+        standing.last_error = error
         if cooldown_s > 0:
             until = self._clock.monotonic() + cooldown_s
-            replica.cooldown_until = max(replica.cooldown_until, until)
-        if replica.health is Health.EJECTED:
+            standing.cooldown_until = max(standing.cooldown_until, until)
+        if standing.health is Health.EJECTED:
             return False
         log.warning("replica %s ejected (%s): %s", replica.id, cause, error)
-        replica.health = Health.EJECTED
-        for listener in self._on_eject:
-            listener(cause)
+        standing.health = Health.EJECTED
+        self.ejections[cause] += 1
         self.refresh()
         return True
 
@@ -145,38 +139,20 @@ class ReplicaPool:
         if replica.health is not Health.HEALTHY:
             was = f" (was: {replica.last_error})" if replica.last_error else ""
             log.info("replica %s admitted%s", replica.id, was)
-        replica.health = Health.HEALTHY
-        replica.last_error = ""
+        replica.standing.health = Health.HEALTHY
+        replica.standing.last_error = ""
         self.refresh()
 
     def cooling(self, replica: Replica) -> bool:
         """True while an opened circuit keeps ``replica`` from being readmitted."""
-        return self._clock.monotonic() < replica.cooldown_until
+        return self._clock.monotonic() < replica.standing.cooldown_until
 
     def drain(self, replica: Replica, draining: bool) -> None:
-        replica.draining = draining
+        replica.standing.draining = draining
         self.refresh()
 
     def note_probe(self, replica: Replica, ok_streak: int, fail_streak: int) -> None:
-        replica.ok_streak, replica.fail_streak = ok_streak, fail_streak
+        replica.standing.ok_streak, replica.standing.fail_streak = ok_streak, fail_streak
 
     def note_error(self, replica: Replica, error: str) -> None:
-        replica.last_error = error
-
-    # -- what the replica reported --------------------------------------------------------------
-
-    def set_models(
-        self,
-        replica: Replica,
-        *,
-        base_model: str,
-        max_model_len: int | None,
-        entries: list[dict[str, Any]],
-    ) -> None:
-        replica.base_model = base_model
-        replica.max_model_len = max_model_len
-        replica.model_entries = entries
-        self.refresh()
-
-    def set_server_info(self, replica: Replica, info: dict[str, Any] | None) -> None:
-        replica.server_info = info
+        replica.standing.last_error = error

@@ -7,7 +7,7 @@ breaker, the load scraper, discovery) once the adapter window exists (``build_fl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from proxy.clock import Clock, Failed
@@ -17,7 +17,7 @@ from proxy.fleet.discovery import Discovery, Resolver, resolve
 from proxy.fleet.health import HealthMonitor
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.load import LoadScraper
-from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.pool import Follower, ReplicaPool
 from proxy.fleet.sync import AdapterWindow, FleetSync
 from proxy.upstream.client import UpstreamClient
 
@@ -43,8 +43,9 @@ class Fleet:
     discovery: Discovery | None  # None without --discover
 
 
-def members(settings: Settings, clock: Clock) -> Members:
-    pool = ReplicaPool(settings.replicas, clock=clock)
+def members(settings: Settings, clock: Clock, followers: Sequence[Follower] = ()) -> Members:
+    """The pool (``followers``: told of each of its changes), the client, the replicas' views."""
+    pool = ReplicaPool(settings.replicas, clock=clock, followers=followers)
     client = UpstreamClient(settings.upstream)
     return Members(pool, client, FleetInfo(client, pool))
 

@@ -74,14 +74,14 @@ def _is_int(value: Any) -> bool:
 
 
 def models(pool: ReplicaPool, roots: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    routable = [r for r in pool.routable() if r.model_entries]
+    routable = [r for r in pool.routable() if r.listing.entries]
     if not routable:
         return None
-    base = next(e for e in routable[0].model_entries if e.get("parent") is None)
+    base = next(e for e in routable[0].listing.entries if e.get("parent") is None)
     data: list[dict[str, Any]] = [base]
     seen = {base.get("id")}
     for replica in routable:
-        listed = {e.get("id"): e for e in replica.model_entries}
+        listed = {e.get("id"): e for e in replica.listing.entries}
         for name, path in replica.adapters.items():
             if name not in seen:
                 seen.add(name)

@@ -202,7 +202,6 @@ class GuardedConnection(asyncio.Protocol):
     def _send_expired(self) -> None:
         self._stalled = None
         if self.transport is not None:
-            self._guard.stalled_clients += 1
             self.transport.abort()
 
     def started(self) -> None:
@@ -230,7 +229,6 @@ class Guard:
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self.head_timeouts = 0
-        self.stalled_clients = 0
 
     @property
     def connections(self) -> int:

@@ -125,6 +125,12 @@ class StateCollector(Collector):
         for state in Health:
             up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))
         yield up
+        ejections = CounterMetricFamily(
+            PREFIX + "ejections", "Replicas ejected, by cause", labels=["cause"]
+        )
+        for cause, count in self._pool.ejections.items():  # every cause, from the start
+            ejections.add_metric([cause], count)
+        yield ejections
         tracked = GaugeMetricFamily(
             PREFIX + "routing_state",
             "Entries of the routing policy's bounded state",

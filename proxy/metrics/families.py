@@ -22,7 +22,6 @@ from typing import Generic, Literal, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from proxy.fleet.pool import EJECT_CAUSES
 from proxy.metrics.labels import (
     ADAPTER_ATTEMPT_BUCKETS,
     ADAPTER_LOAD_BUCKETS,
@@ -139,9 +138,6 @@ FAMILIES = (
         "replica_errors", "counter", "Upstream failures per replica, by kind", ("replica", "kind")
     ),
     Family("failovers", "counter", "Requests retried on another replica before the first byte"),
-    Family(
-        "ejections", "counter", "Replicas ejected, by cause", ("cause",), zeros=_each(EJECT_CAUSES)
-    ),
     Family(
         "adapter_loads", "counter", "Adapter loads per replica, by outcome", ("replica", "outcome")
     ),

@@ -58,7 +58,6 @@ class Metrics:
     _load_scrapes: Children[Counter]
     _replica_errors: Children[Counter]
     _failovers: Counter
-    _ejections: Children[Counter]
     _adapter_loads: Children[Counter]
     _adapter_load_attempts: Histogram
     _adapter_load_seconds: Children[Histogram]
@@ -151,9 +150,6 @@ class Metrics:
 
     def record_failover(self) -> None:
         self._failovers.inc()
-
-    def record_ejection(self, cause: str) -> None:
-        self._ejections[cause,].inc()
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts the advisor samples: requests, and prompt/cached/reuse tokens."""

@@ -34,7 +34,7 @@ def _replica(stack: Stack, index: int) -> Replica:
 async def _assert_ejected(stack: Stack, index: int, cause: str) -> None:
     replica = _replica(stack, index)
     await wait_for(lambda: replica.health is Health.EJECTED, what=f"{cause} ejection")
-    assert replica.ok_streak == 0, "an ejection must reset the good-probe streak"
+    assert replica.standing.ok_streak == 0, "an ejection must reset the good-probe streak"
     assert await _ejections(stack, cause) == 1
 
 
@@ -49,7 +49,7 @@ async def test_every_cause_is_exported_from_the_start() -> None:
 async def test_probe_ejection_is_counted() -> None:
     async with run_stack(2) as stack:
         sick = stack.sims[1]
-        await wait_for(lambda: _replica(stack, 1).ok_streak >= 2, what="good probes")
+        await wait_for(lambda: _replica(stack, 1).standing.ok_streak >= 2, what="good probes")
         async with stack.session.post(sick.url + "/sim/faults", json={"unhealthy": True}) as r:
             assert r.status == 200
         await _assert_ejected(stack, 1, "probe")
@@ -57,7 +57,7 @@ async def test_probe_ejection_is_counted() -> None:
 
 async def test_fanout_ejection_is_counted_and_resets_the_streak() -> None:
     async with run_stack(2, forward_pause=True, **ONE_ROUND) as stack:
-        assert _replica(stack, 1).ok_streak == 1
+        assert _replica(stack, 1).standing.ok_streak == 1
         await stack.sims[1].stop()
         status, _, _ = await post(stack, "/pause?mode=keep", None)
         assert status == 200
@@ -66,7 +66,7 @@ async def test_fanout_ejection_is_counted_and_resets_the_streak() -> None:
 
 async def test_broadcast_ejection_is_counted_and_resets_the_streak(tmp_path: Path) -> None:
     async with run_stack(2, **ONE_ROUND) as stack:
-        assert _replica(stack, 1).ok_streak == 1
+        assert _replica(stack, 1).standing.ok_streak == 1
         await stack.sims[1].stop()
         path = write_adapter(tmp_path, "trl-policy-v1")
         status, _, _ = await load(stack, load_body("trl-policy-v1", path))
@@ -76,7 +76,7 @@ async def test_broadcast_ejection_is_counted_and_resets_the_streak(tmp_path: Pat
 
 async def test_forward_ejection_is_counted_and_resets_the_streak() -> None:
     async with run_stack(2, policy="least_loaded", **ONE_ROUND) as stack:
-        assert _replica(stack, 0).ok_streak == 1
+        assert _replica(stack, 0).standing.ok_streak == 1
         await stack.sims[0].stop()  # least-loaded ties go to the first replica
         status, _, _ = await post(stack, "/v1/completions", completion())
         assert status == 200  # failed over to the other replica

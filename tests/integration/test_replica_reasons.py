@@ -27,6 +27,10 @@ FAILED_PROBES = 4  # enough repeats to show a reason is logged once, not once pe
 BOUND_S = 20.0
 
 
+def failed_probes(replica: Replica) -> bool:
+    return replica.standing.fail_streak >= FAILED_PROBES
+
+
 @asynccontextmanager
 async def proxy_for(url: str, **settings: Any) -> AsyncIterator[tuple[str, Replica]]:
     """A proxy in process in front of one replica ``url``: its URL and its view of the replica."""
@@ -82,7 +86,9 @@ async def check_reason(
 ) -> None:
     caplog.set_level(logging.INFO, logger="proxy")
     async with proxy_for(url, **settings) as (proxy_url, replica), aiohttp.ClientSession() as s:
-        await wait_for(lambda: replica.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes")
+        await wait_for(
+            lambda: replica.standing.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes"
+        )
         health, status, row = await reasons_shown(s, proxy_url, replica.id)
         assert health == status == reason
         assert f"pending ({reason})" in row
@@ -121,7 +127,9 @@ async def test_tls_to_a_plain_http_port_is_a_handshake_failure(
     async with answering(200) as url:
         tls_url = url.replace("http://", "https://")
         async with proxy_for(tls_url) as (_, replica):
-            await wait_for(lambda: replica.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes")
+            await wait_for(
+                lambda: replica.standing.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes"
+            )
         assert replica.last_error.startswith("probe failed: TLS handshake failed ("), replica
         assert len(warnings_about(caplog, replica)) == 1
 
@@ -132,7 +140,9 @@ async def test_a_replica_that_comes_up_is_logged_admitted_with_what_it_was(
     caplog.set_level(logging.INFO, logger="proxy")
     port = free_port()
     async with proxy_for(f"http://127.0.0.1:{port}") as (_, replica):
-        await wait_for(lambda: replica.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes")
+        await wait_for(
+            lambda: replica.standing.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes"
+        )
         async with run_sim(port=port):
             await wait_for(lambda: replica.routable, BOUND_S, "the replica admitted")
         admitted = [r for r in caplog.records if "admitted" in r.getMessage()]
@@ -158,7 +168,9 @@ async def test_a_healthy_replica_failing_probes_is_logged_going_bad_and_coming_b
         await wait_for(lambda: replica.routable, BOUND_S, "the replica admitted")
         async with session.post(sim.url + "/sim/faults", json={"unhealthy": True}) as resp:
             assert resp.status == 200
-        await wait_for(lambda: replica.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes")
+        await wait_for(
+            lambda: replica.standing.fail_streak >= FAILED_PROBES, BOUND_S, "failed probes"
+        )
         async with session.post(sim.url + "/sim/faults", json={"unhealthy": False}) as resp:
             assert resp.status == 200
         await wait_for(lambda: replica.last_error == "", BOUND_S, "a good probe")

@@ -53,11 +53,11 @@ def test_jobs_come_and_go_static_replicas_stay() -> None:
     assert {r.id for r in pool} == {"static:8000", "j1--8000.hf.jobs:443", "j2--8000.hf.jobs:443"}
     busy = pool.get("j1--8000.hf.jobs:443")
     assert busy is not None
-    busy.inflight = 2
+    busy.slots.inflight = 2  # as the limiter would count them
     discovery.apply({"https://j2--8000.hf.jobs"})  # j1's job ended while serving
     assert busy.draining
     assert pool.get("j1--8000.hf.jobs:443") is busy
-    busy.inflight = 0
+    busy.slots.inflight = 0
     discovery.apply({"https://j2--8000.hf.jobs"})
     assert pool.get("j1--8000.hf.jobs:443") is None
     discovery.apply(set())

@@ -19,11 +19,13 @@ class Fleet:
 
     def __init__(self, runs: dict[str, float], slots: int, queue_size: int = 100) -> None:
         clock = FakeClock()
-        self.pool = ReplicaPool(["http://127.0.0.1:9000"], clock=clock)
+        settings = LimitSettings(max_inflight_per_replica=slots, queue_size=queue_size)
+        self.limiter = Limiter(settings, clock, runs=Runs(runs))
+        self.pool = ReplicaPool(
+            ["http://127.0.0.1:9000"], clock=clock, followers=(self.limiter.follow,)
+        )
         for replica in self.pool:
             self.pool.admit(replica)
-        settings = LimitSettings(max_inflight_per_replica=slots, queue_size=queue_size)
-        self.limiter = Limiter(settings, self.pool, clock, runs=Runs(runs))
         self.held: list[Placement] = []
         self.granted: list[str | None] = []  # whose request got each slot, in grant order
         self.tasks: list[asyncio.Task[None]] = []

@@ -16,11 +16,12 @@ def make(
     n: int = 2, per_replica: int = 2, **limits: int | float
 ) -> tuple[Limiter, ReplicaPool, FakeClock]:
     clock = FakeClock()
-    pool = ReplicaPool([f"http://127.0.0.1:{9000 + i}" for i in range(n)], clock=clock)
+    settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)
+    limiter = Limiter(settings, clock)
+    urls = [f"http://127.0.0.1:{9000 + i}" for i in range(n)]
+    pool = ReplicaPool(urls, clock=clock, followers=(limiter.follow,))
     for replica in pool:
         pool.admit(replica)
-    settings = LimitSettings(max_inflight_per_replica=per_replica, **limits)
-    limiter = Limiter(settings, pool, clock)
     return limiter, pool, clock
 
 

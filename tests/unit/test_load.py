@@ -90,7 +90,7 @@ def setup(**settings: Any) -> Setup:
 async def test_a_scrape_records_figures_and_requests_that_are_not_ours() -> None:
     pool, client, _, scraper, outcomes, _ = setup()
     a, b = pool
-    a.inflight = 4
+    a.slots.inflight = 4  # as the limiter would count them
     client.pages = {a.url: gauges(5, 9, 0.2), b.url: gauges(0, 2, 0.0)}
     await scraper.scrape_all()
     assert a.reported is not None and b.reported is not None
