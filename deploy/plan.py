@@ -7,7 +7,8 @@ adapter paths, so the mount path must be the same everywhere):
 - ``/lora/R/code/``: the project's wheel (``--code wheel``);
 - ``/lora/R/``: the trainer's ``--output-dir``; TRL writes adapters to ``/lora/R/.vllm_lora/``.
 
-Replicas (and the proxy job) mount the bucket read-only; only the trainer mounts it writable.
+Replicas mount the bucket read-only; the trainer mounts it writable, and the proxy job too, for
+its state file alone (``/lora/R/.proxy-state/``: the adapter window, kept across its retries).
 Every job runs in ``namespace`` (by default the bucket's), where the proxy job also discovers
 replacement replicas. A job launched before the trainer must outlive it: its lifetime is the
 trainer's plus the longest the launcher may wait before the trainer starts (``ready_timeout_s``
@@ -33,8 +34,8 @@ up to ``attempts`` runs in all (``JobInfo.retry``: the runs it may add). The run
 survive that: a replica run again comes back empty, and the proxy, which health-checks every
 replica, pushes the adapter window into it before it takes traffic (the proxy job also finds
 replica jobs by label); a trainer run again resumes from its newest complete checkpoint in the
-bucket (``--resume auto``) and its adapter names continue; a proxy job run again rebuilds its
-state from the replicas and the bucket.
+bucket (``--resume auto``) and its adapter names continue; a proxy job run again takes its
+adapter window back from its state file in the bucket (``--state-dir``) and the replicas.
 
 Adapter push (``adapter_push``, on unless ``deploy up --no-adapter-push``): every replica runs
 the adapter receiver inside vLLM and every proxy pushes (the sidecar, or the trainer's relay and
@@ -201,6 +202,11 @@ class RunPlan:
     @property
     def adapters_dir(self) -> str:
         return f"{self.run_dir}/.vllm_lora"
+
+    @property
+    def proxy_state_dir(self) -> str:
+        """Where the proxy job keeps its adapter window (``--state-dir``), in the bucket."""
+        return f"{self.run_dir}/.proxy-state"
 
     @property
     def code_dir(self) -> str:

@@ -80,6 +80,8 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
         # A fleet's proxy takes each run's adapters from that run's relay (push or its load's
         # path in the bucket), no one directory of its own to watch.
         *(() if plan.shared else ("--adapters-dir", plan.adapters_dir)),
+        # Its adapter window where a retry of this job (a fresh container) finds it again.
+        *("--state-dir", plan.proxy_state_dir),
         "--supervise",  # a proxy that dies comes back on the same port within seconds
         plan.push_flag,
     ]
@@ -90,7 +92,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
         command=plan.install.wrap(argv),
         flavor=plan.flavors.proxy,
         timeout=plan.timeout("proxy"),
-        volumes=(plan.mount(),),
+        volumes=(plan.mount(writable=True),),  # its state file (nothing else is written)
         labels=plan.labels("proxy"),
         env={"PYTHONUNBUFFERED": "1"},
         secret_names=plan.secrets("proxy"),

@@ -84,12 +84,17 @@ def start(
     secrets: Mapping[str, str],
     extra_env: Mapping[str, str],
     keep: Sequence[Path] = (),
+    again: Member | None = None,
+    attempt: int = 1,
 ) -> LocalJob:
-    """Join ``spec`` to the group and start its command; returns at once."""
+    """Join ``spec`` to the group and start its command; returns at once. ``again``: the member
+    of an earlier attempt of this job, run again (``attempt``) as HF Jobs retries a job: its
+    address and aliases, a fresh ``/tmp`` and home (a new container), the same bucket."""
     aliases = spec.network.aliases if spec.network else ()
-    member = group.join(spec.name, aliases)
-    tmp = workdir / "tmp" / spec.name
-    home = workdir / "home" / spec.name
+    member = again or group.join(spec.name, aliases)
+    name = spec.name if attempt == 1 else f"{spec.name}.attempt{attempt}"
+    tmp = workdir / "tmp" / name
+    home = workdir / "home" / name
     tmp.mkdir(parents=True)
     home.mkdir(parents=True)
     (mount,) = spec.volumes
@@ -110,7 +115,7 @@ def start(
         *("unshare", "--mount", "--uts", "--propagation", "private"),
         *("sh", "-c", script, "sh", *spec.command),
     ]
-    log_path = workdir / "logs" / f"{spec.name}.log"
+    log_path = workdir / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         process = subprocess.Popen(

@@ -196,14 +196,15 @@ class Rehearsal:
         env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
         base_site = images.base_site_packages(self.base_python)  # image layers link into it
 
-        def start(spec: JobSpec) -> jobs.LocalJob:
+        def start(spec: JobSpec, again: jobs.LocalJob | None = None) -> jobs.LocalJob:
             image_bin = images.make_environment(
                 spec.image, self.base_python, self.workdir / "envs" / spec.name
             )
             extra = {**env, **(CPU_REPLICA_ENV if spec.role == "replica" else {})}
+            member, attempt = (again.member, 2) if again is not None else (None, 1)
             job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=bucket,
                              workdir=self.workdir, secrets=values, extra_env=extra,
-                             keep=[base_site])  # fmt: skip
+                             keep=[base_site], again=member, attempt=attempt)  # fmt: skip
             self.started.append(job)
             aliases = ", ".join(job.member.aliases) or "none"
             self.say(f"started {spec.name} ({spec.image}) at {job.member.address}, "
@@ -221,6 +222,8 @@ class Rehearsal:
             self.wait([trainer], "/proxy/status", key,
                       lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
         self.train(trainer, others)
+        if served.topology == "job" and not served.shared:
+            self.retry_proxy(proxy, lambda: start(proxy.spec, again=proxy), key, served)
         self.say(
             f"rehearsal passed: {len(self.started)} job(s) ran as planned. A real launch of this "
             f"plan costs about {cost_per_hour(self.started_specs)} while it runs"
@@ -293,6 +296,26 @@ class Rehearsal:
                 raise self.failure(node, f"ended with {node.exit_code()} after node 0 exited 0")
         self.say(f"  trainer: trained {self.steps} step(s) through the proxy and exited 0")
 
+    def retry_proxy(
+        self, proxy: jobs.LocalJob, again: Callable[[], jobs.LocalJob], key: str, plan: RunPlan
+    ) -> None:
+        """The proxy job killed and run again, as HF Jobs retries a job that died: a fresh
+        container (its own /tmp), the same command and bucket. It must take its adapter window
+        back (its state file in the bucket) and route to every replica again."""
+        wanted = _wanted(proxy, key)
+        os.killpg(proxy.process.pid, signal.SIGKILL)
+        proxy.process.wait(STOP_GRACE_S)
+        self.say(f"  {proxy.spec.name}: killed (holding {', '.join(wanted) or 'nothing'}); "
+                 "run again as HF Jobs retries a job")  # fmt: skip
+        retried = again()
+        self.wait([retried], "/proxy/status", key,
+                  lambda probe: routes_everywhere(probe, plan.replicas).ok)  # fmt: skip
+        back = _wanted(retried, key)
+        if not wanted or set(wanted) - set(back):
+            raise self.failure(retried, f"took back {back or 'nothing'} of {wanted or 'nothing'}")
+        self.say(f"  {proxy.spec.name}: its retry took back {', '.join(back)} from "
+                 f"{plan.proxy_state_dir} and routes to every replica")  # fmt: skip
+
     def check_alive(self, job: jobs.LocalJob) -> None:
         if job.exit_code() is not None:
             raise self.failure(job, f"exited with code {job.exit_code()}")
@@ -318,6 +341,14 @@ class Rehearsal:
         for job in self.started:
             with contextlib.suppress(*QUIET):
                 job.process.wait(5)
+
+
+def _wanted(proxy: jobs.LocalJob, key: str) -> list[str]:
+    """The adapter versions a proxy job wants on its fleet (its ``/proxy/status``)."""
+    probe = get(f"http://{proxy.member.address}:{PORT}/proxy/status", key, 5.0)
+    adapters = probe.body.get("adapters") if isinstance(probe.body, dict) else None
+    wanted = adapters.get("wanted") if isinstance(adapters, dict) else None
+    return [str(name) for name in wanted] if isinstance(wanted, list) else []
 
 
 def _since(started: float) -> str:

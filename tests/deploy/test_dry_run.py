@@ -145,7 +145,8 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {(volume["type"], volume["source"], volume["mount_path"]) for volume in mounts} == {
         ("bucket", "team/rl", "/mnt/b")
     }
-    assert [volume["read_only"] for volume in mounts] == [True, True, True, False]
+    # Read-only but for the trainer and the proxy job (its state file: its retries find it).
+    assert [volume["read_only"] for volume in mounts] == [True, True, False, False]
     assert [spec["timeout"] for spec in specs] == ["150m", "150m", "2h", "90m"]
     proxy = specs[2]
     assert proxy["name"] == "exp1-proxy"
@@ -161,7 +162,8 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
     assert script.endswith(
         " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
-        " --adapters-dir /mnt/b/exp1/.vllm_lora --supervise --adapter-push"
+        " --adapters-dir /mnt/b/exp1/.vllm_lora --state-dir /mnt/b/exp1/.proxy-state"
+        " --supervise --adapter-push"
     )
     trainer = specs[3]["command"][2]
     assert (

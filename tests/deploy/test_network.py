@@ -46,7 +46,8 @@ def test_job_topology_on_the_private_network(monkeypatch: pytest.MonkeyPatch) ->
     assert proxy["expose"] == [8000]  # kept for watching the run through the edge
     assert proxy["command"][2].endswith(
         '--discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
-        "--adapters-dir /lora/exp2/.vllm_lora --supervise --adapter-push"
+        "--adapters-dir /lora/exp2/.vllm_lora --state-dir /lora/exp2/.proxy-state --supervise "
+        "--adapter-push"
     )
     assert trainer["secrets"] == {"HF_TOKEN": "***"}
     assert trainer["expose"] == []

@@ -100,11 +100,11 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
     proxy = stand.hub.named("r1-proxy").spec
     assert proxy["dockerImage"] == "python:3.11-slim"
     assert proxy["secrets"] == {"HF_TOKEN": TOKEN, "PROXY_UPSTREAM_TOKEN": TOKEN}
-    assert proxy["volumes"][0] == {
+    assert proxy["volumes"][0] == {  # writable for its state file alone
         "type": "bucket",
         "source": "alice/rl",
         "mountPath": "/lora",
-        "readOnly": True,
+        "readOnly": False,
     }
     assert proxy["expose"]["ports"] == [8000]
     assert f"--replicas {urls[0]},{urls[1]}" in proxy["command"][2]

@@ -125,6 +125,10 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
         assert "run math-r1 removed from the fleet's proxy" in trained
     if "trainer-1" in jobs_started:  # two machines, one rank each, met at the alias
         assert "rank 1 of 2: DistributedType.FSDP" in (logs / "math-r1-trainer-1.log").read_text()
+        # The proxy job killed and run again in a fresh container: its window came back from
+        # its state file in the bucket.
+        assert re.search(r"math-r1-proxy: its retry took back trl-policy-v\d", out)
+        assert list((run_dir / ".proxy-state").glob("adapters-*.json"))
     else:  # h200x2: the published two ranks on one machine
         assert "starting 2 FSDP2 rank(s)" in (logs / "math-r1-trainer.log").read_text()
     # Nothing left behind: no namespace, no mount point the rehearsal made.
