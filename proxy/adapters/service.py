@@ -8,9 +8,7 @@ carried out on each replica by that replica's agent (``agent``). No aiohttp: the
   counts in ``perf/weight_sync_s``); an unload of a name still loading follows that load's end.
 - ``source_changed``: what a watcher found is wanted (pre-loaded); a directory gone is dropped.
 - ``admit`` / ``resync`` / ``out_of_step``: a replica's agent observes it afresh.
-- ``adopt`` / ``snapshot``: the wanted versions across the proxy's restart (``state``). An adopted
-  version whose bytes no one here can read is not replayed until a replica's listing vouches for
-  it, and is dropped once every replica has been listed without it.
+- ``adopt``: the wanted versions a previous process of this proxy left (``state``).
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ from adapter_receiver.wire import shown
 from proxy.adapters.agent import Agent
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
 from proxy.adapters.carry import Carrier, Outcome
-from proxy.adapters.held import Copy, Held
+from proxy.adapters.held import Held
 from proxy.adapters.intent import Intent
 from proxy.adapters.origin import Origins
 from proxy.adapters.registry import Command, Fingerprint, Load, Registry, Version, version_number
-from proxy.adapters.state import Saved, StateFile, StateWriter
+from proxy.adapters.state import Adopted, Saved, StateFile, StateWriter, snapshot
 from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
@@ -61,13 +59,11 @@ class AdapterService:
         self.registry, self._carrier, self._pool, self._info = registry, carrier, pool, info
         self.metrics, self.origins, self._failed = metrics, origins, failed
         self.has_source = has_source
-        self.state = None if state is None else StateWriter(state, self.snapshot, failed)
+        self.state = None if state is None else StateWriter(state, self._snapshot, failed)
         self._intents: dict[str, Intent] = {}
         self._agents: dict[str, tuple[Agent, asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._remembered: dict[str, dict[str, Copy]] = {}  # replica -> copies (``adopt``)
-        self._unvouched: set[str] = set()  # adopted, not readable here, listed nowhere yet
-        self._listed: set[str] = set()  # replicas listed since the adoption
+        self.adopted = Adopted()  # what a previous process left (``state``)
         self._closing = False
         self.source_seen = False  # the source's first scan has been applied
 
@@ -109,7 +105,7 @@ class AdapterService:
         wanted = self.registry.wanted(version.name)
         if wanted is not None and wanted.same_files(version):
             version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
-        self._unvouched.discard(version.name)
+        self.adopted.unvouched.discard(version.name)
         self.registry.add(version, pinned={*self._intents, version.name})
         targets = self._pool.routable()
         need = [r for r in targets if not self._agent(r).held.same(version)]
@@ -148,8 +144,8 @@ class AdapterService:
     def plan(self, held: Held) -> list[Command]:
         manage = self.has_source and self.source_seen
         commands = self.registry.plan(held, manage_unknown=manage, loads=not self._closing)
-        unvouched = self._unvouched
-        return [c for c in commands if not (isinstance(c, Load) and c.version.name in unvouched)]
+        hides = self.adopted.hides
+        return [c for c in commands if not (isinstance(c, Load) and hides(c.version.name))]
 
     def intent(self, name: str) -> Intent | None:
         return self._intents.get(name)
@@ -181,15 +177,10 @@ class AdapterService:
         """``replica`` was listed afresh: the window follows the fleet's ``max_loras``, and the
         listing vouches for adopted versions."""
         self.registry.max_loras = self._info.smallest_max_loras()
-        if self._unvouched:
-            self._unvouched -= replica.adapters.keys()
-            self._listed.add(replica.id)
-            if self._listed >= set(self._pool.ids):
-                for name in sorted(self._unvouched):
-                    log.warning("adapter %s (from the state file): no replica holds it and its "
-                                "files cannot be read here: dropped", shown(name))  # fmt: skip
-                    self.registry.remove(name)
-                self._unvouched.clear()
+        for name in self.adopted.listed(replica.id, set(replica.adapters), set(self._pool.ids)):
+            log.warning("adapter %s (from the state file): no replica holds it and its files "
+                        "cannot be read here: dropped", shown(name))  # fmt: skip
+            self.registry.remove(name)
         self._saved()
 
     def _end(self, intent: Intent) -> None:
@@ -246,7 +237,7 @@ class AdapterService:
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             wanted = self.registry.wanted(name)
             if wanted is not None and wanted.same_files(Version(name, path, "bucket", files)):
-                self._unvouched.discard(name)
+                self.adopted.unvouched.discard(name)
                 continue
             log.info("adapter %s found in the source: pre-loading it on every replica", shown(name))
             self._spawn(self._preload(name, path, files))
@@ -284,7 +275,7 @@ class AdapterService:
         if found is not None:
             found[1].cancel()  # a replica of that id added anew: a new agent for it
         agent = Agent(replica, self, self._carrier, self._pool, self._info.refresh, self._failed)
-        agent.held.remember(self._remembered.pop(replica.id, {}))
+        agent.held.remember(self.adopted.copies.pop(replica.id, {}))
         self._agents[replica.id] = (agent, asyncio.create_task(agent.run(), name="agent"))
         return agent
 
@@ -307,29 +298,15 @@ class AdapterService:
         if self.state is not None:
             self.state.changed()
 
-    # -- restart -------------------------------------------------------------------------
-
     def adopt(self, saved: Saved) -> None:
-        """Want what a previous process of this proxy wanted (``files``: where its bytes can be
-        read now, or None)."""
-        self.registry.restore(saved.versions)
-        for rid, held in saved.held.items():
-            wanted = self.registry.wanted
-            known = {n: Copy(v, at) for n, at in held.items() if (v := wanted(n)) is not None}
-            self._remembered[rid] = known
-        self._unvouched = {v.name for v in saved.versions if v.files is None}
-        log.info("adapter state adopted: %s", ", ".join(shown(v.name) for v in saved.versions))
+        """Want what a previous process of this proxy wanted (each version's ``files`` where
+        this proxy can read its bytes now, or None)."""
+        self.adopted.adopt(saved, self.registry)
 
-    def snapshot(self) -> Saved:
-        held = {
-            agent.replica.id: {
-                name: at
-                for name, at in agent.held.paths.items()
-                if (v := self.registry.wanted(name)) is not None and agent.held.same(v)
-            }
-            for agent, _ in self._agents.values()
-        }
-        return Saved(tuple(self.registry.versions.values()), held, time.time())
+    def _snapshot(self) -> Saved:
+        return snapshot(
+            self.registry, {rid: agent.held for rid, (agent, _) in self._agents.items()}
+        )
 
     # -- status and lifetime -------------------------------------------------------------
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.adapters.registry import Version
+from proxy.adapters.held import Copy, Held
+from proxy.adapters.registry import Registry, Version
 from proxy.clock import Failed
 
 log = logging.getLogger("proxy.adapters")
@@ -43,6 +44,52 @@ class Saved:
     versions: tuple[Version, ...]  # wanted, in arrival order
     held: dict[str, dict[str, str]] = field(default_factory=dict)  # replica -> name -> path
     saved_at: float = 0.0  # seconds since the epoch
+
+
+class Adopted:
+    """What a previous process of this proxy left, once adopted (``adopt``): each replica's
+    copies (``Held.remember``), and the versions nothing vouches for yet: their bytes cannot be
+    read here, so they are not replayed (``hides``) until a replica's listing vouches for them,
+    and dropped once every replica has been listed without them (``listed``)."""
+
+    def __init__(self) -> None:
+        self.copies: dict[str, dict[str, Copy]] = {}  # replica id -> name -> copy
+        self.unvouched: set[str] = set()
+        self._listed: set[str] = set()
+
+    def adopt(self, saved: Saved, registry: Registry) -> None:
+        registry.restore(saved.versions)
+        for rid, held in saved.held.items():
+            wanted = registry.wanted
+            self.copies[rid] = {n: Copy(v, at) for n, at in held.items() if (v := wanted(n))}
+        self.unvouched = {v.name for v in saved.versions if v.files is None}
+        log.info("adapter state adopted: %s", ", ".join(v.name for v in saved.versions))
+
+    def hides(self, name: str) -> bool:
+        return name in self.unvouched
+
+    def listed(self, replica: str, names: set[str], members: set[str]) -> list[str]:
+        """``replica`` listed ``names``; the unvouched names to drop now (every member of the
+        pool listed without them)."""
+        if not self.unvouched:
+            return []
+        self.unvouched -= names
+        self._listed.add(replica)
+        if not self._listed >= members:
+            return []
+        dropped, self.unvouched = sorted(self.unvouched), set()
+        return dropped
+
+
+def snapshot(registry: Registry, held: dict[str, Held]) -> Saved:
+    """What the state file keeps: the wanted versions, and where each replica loaded each."""
+    paths = {
+        rid: {
+            name: at for name, at in h.paths.items() if (v := registry.wanted(name)) and h.same(v)
+        }
+        for rid, h in held.items()
+    }
+    return Saved(tuple(registry.versions.values()), paths, time.time())
 
 
 class StateFile:
