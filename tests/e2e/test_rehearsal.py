@@ -80,7 +80,8 @@ def _namespaces_left() -> list[str]:
         # Topology job, and the trainer as two one-GPU jobs meeting at node 0's alias.
         (
             ("--topology", "job", "--trainer-nodes", "2", "--trainer-flavor", "h200"),
-            ["replica-0", "proxy", "trainer", "trainer-1"],
+            # ... and, once the trainer is done, the proxy job run again (a retry).
+            ["replica-0", "proxy", "trainer", "trainer-1", "proxy"],
             "$15.03 per hour (3 x h200, 1 x cpu-upgrade)",
         ),
         # The run on a shared fleet: the fleet's replica and proxy job, then the run's trainer,
@@ -104,6 +105,7 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
     started = re.findall(STARTED, out, flags=re.M)
     assert [name for name, _, _ in started] == jobs_started
     images_of = {name: image for name, image, _ in started}
+    assert len(images_of) == len(set(jobs_started))
     replica = jobs_started[0]
     assert images_of[replica] == images_of["trainer"] == "vllm/vllm-openai:v0.32.0"
     proxies = [name for name in images_of if name.endswith("proxy")]
