@@ -52,10 +52,14 @@ class UploadError(Exception):
 
 
 # What an adapter is made of, and so all a pusher sends: PEFT's config and weights (safetensors
-# or the older .bin), and the tokenizer files PEFT may save beside them. Anything else in the
-# folder (a README, a stray key file) stays where it is.
+# or the older .bin), the tokenizer files PEFT may save beside them, and the served-policy probe
+# the trainer computed under the same weights (``PROBE_FILE``: the proxy checks each replica's
+# answer against it; vLLM ignores it). Anything else in the folder (a README, a stray key file)
+# stays where it is.
+PROBE_FILE = "rollout_probe.json"
 ADAPTER_FILES = frozenset(
     {
+        PROBE_FILE,
         "adapter_config.json",
         "adapter_model.safetensors",
         "adapter_model.bin",

@@ -13,6 +13,10 @@ one task, the one writer of the replica's held record (``held.Held``, which rout
   before a load that would overtake it (vLLM counts both against ``max_loras`` and evicts a live
   adapter when full). A load this replica already answered for an intent waits for the intent
   to end (kept, or rolled back: the service wakes every agent).
+- After the plan, a version loaded and not yet probed is checked (``Check``: ``policy``); a
+  mismatch loads it once more (unload, then load), a second one withholds the replica from it.
+  What routing may use is published after every step and every round (``Held.publish``): a
+  verdict on another replica can change it (when no replica agrees with the reference).
 - It acts while its replica is healthy, or being admitted: ``admit`` runs passes until one ends
   with nothing left and nothing changed meanwhile (True), or a command fails (False). A replica
   out of routing is skipped (its intents count it unreachable) until its next admission.
@@ -23,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from adapter_receiver.wire import shown
 from proxy.adapters.carry import Carrier, Outcome, describe
-from proxy.adapters.held import Held
+from proxy.adapters.held import Held, Verdict
 from proxy.adapters.intent import Intent
+from proxy.adapters.policy import Found
 from proxy.adapters.registry import Command, Load, Unload, Version
 from proxy.clock import Backoff, Failed, Timer
 from proxy.fleet.pool import ReplicaPool
@@ -43,10 +49,28 @@ MAX_ADMISSION_PASSES = 8  # the window moving under an admission this often: try
 Key = tuple[str, str, str]
 
 
+@dataclass(frozen=True, slots=True)
+class Check:
+    """A version loaded on the replica whose served policy is to be probed (``policy``)."""
+
+    version: Version
+
+
+Step = Command | Check
+
+
 class Desired(Protocol):
     """What an agent asks of the fleet-wide side (the adapter service)."""
 
     def plan(self, held: Held) -> list[Command]: ...
+
+    def checks(self, held: Held) -> list[Version]: ...
+
+    async def verify(self, replica: Replica, version: Version) -> Found: ...
+
+    def withheld(self, replica: Replica, version: Version) -> None: ...
+
+    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool: ...
 
     def intent(self, name: str) -> Intent | None: ...
 
@@ -70,7 +94,7 @@ class Agent:
         failed: Failed,
     ) -> None:
         self.replica = replica
-        self.held = Held(replica.adapters)
+        self.held = Held(replica)
         self._desired, self._carrier, self._pool = desired, carrier, pool
         self._listing = listing  # reads the replica's models and info, returns its adapters
         self._failed = failed
@@ -81,6 +105,7 @@ class Agent:
         self._admissions: list[asyncio.Future[bool]] = []
         self._parked: dict[Key, tuple[int, float]] = {}  # command -> (failures, not before)
         self._retried: set[Key] = set()  # parked unloads tried again before a load
+        self._reloaded: set[Key] = set()  # versions loaded once more after a probe mismatch
         self._timer: Timer | None = None
 
     def wake(self, *, resync: bool = False) -> None:
@@ -98,8 +123,13 @@ class Agent:
     def lost(self, name: str) -> None:
         """The replica answered "does not exist" for ``name``: it restarted unseen."""
         self.held.lost(name)
-        self._pool.refresh()
+        self.publish()
         self.wake(resync=True)
+
+    def publish(self) -> None:
+        """What routing may use of what the replica holds, now (requests waiting may go)."""
+        self.held.publish(self._desired.servable)
+        self._pool.refresh()
 
     def parked_unloads(self) -> int:
         return sum(1 for key in self._parked if key[0] == "unload")
@@ -111,6 +141,7 @@ class Agent:
             self._wake.clear()
             try:
                 await self._round()
+                self.publish()  # another replica's verdict may have changed what this one serves
             except Exception as exc:
                 self._failed("adapters", exc)
                 self._answer(False)
@@ -156,8 +187,9 @@ class Agent:
                 self._pool.note_error(self.replica, f"listing its adapters failed: {exc}")
                 return False
             self._parked.clear()  # it may hold something else now: every command tried afresh
+            self._reloaded.clear()
             self._desired.observed(self.replica)
-            self._pool.refresh()
+            self.publish()
         while self._active():
             command = self._next(admitting)
             if command is None:
@@ -167,7 +199,7 @@ class Agent:
         self._desired.inactive(self.replica)
         return False
 
-    def _next(self, admitting: bool) -> Command | None:
+    def _next(self, admitting: bool) -> Step | None:
         now, overtaken = self._carrier.clock.monotonic(), None
         for command in self._desired.plan(self.held):
             key = _key(command)
@@ -183,10 +215,16 @@ class Agent:
                 return command
             if isinstance(command, Unload) and overtaken is None and key not in self._retried:
                 overtaken = command
+        for version in self._desired.checks(self.held):
+            parked = self._parked.get(_key(Check(version)))
+            if parked is None or parked[1] <= now or admitting:
+                return Check(version)
         return None
 
-    async def _carry(self, command: Command) -> bool:
+    async def _carry(self, command: Step) -> bool:
         key = _key(command)
+        if isinstance(command, Check):
+            return await self._check(command.version, key)
         if isinstance(command, Unload):
             ok = await self._carrier.unload(self.replica, command.name)
             if ok:
@@ -201,18 +239,42 @@ class Agent:
                 self._retried.clear()  # the next load tries a parked unload first again
             else:
                 self._pool.note_error(self.replica, describe(outcome, name))
-        if ok:
-            self._parked.pop(key, None)
-            self._pool.refresh()  # requests waiting for a version may go now
-        else:
-            fails = self._parked.get(key, (0, 0.0))[0] + 1
-            self._parked[key] = (fails, self._carrier.clock.monotonic() + RETRY.delay(fails - 1))
-            log.info("replica %s: %s of %s failed, retried later", self.replica.id, key[0],
-                     shown(name))  # fmt: skip
+        self._settle(key, ok, name)
         self._desired.carried(self.replica, name)  # before the report: an undo starts after it
         if isinstance(command, Load):
             self._desired.report(outcome, command.version)
         return ok
+
+    def _settle(self, key: Key, ok: bool, name: str) -> None:
+        """A step's end: what routing may use published, or the step parked."""
+        if ok:
+            self._parked.pop(key, None)
+            self.publish()  # requests waiting for a version may go now
+            return
+        fails = self._parked.get(key, (0, 0.0))[0] + 1
+        self._parked[key] = (fails, self._carrier.clock.monotonic() + RETRY.delay(fails - 1))
+        log.info("replica %s: %s of %s failed, retried later", self.replica.id, key[0],
+                 shown(name))  # fmt: skip
+
+    async def _check(self, version: Version, key: Key) -> bool:
+        """Probe ``version``'s served policy; a first mismatch loads it once more."""
+        found = await self._desired.verify(self.replica, version)
+        if found is None:
+            self._settle(key, False, version.name)
+            return False
+        if found == "mismatch" and key not in self._reloaded:
+            self._reloaded.add(key)  # unloaded here, the plan loads it again, then its check
+            ok = await self._carrier.unload(self.replica, version.name)
+            if ok:
+                self.held.drop(version.name)
+            self._settle(key, ok, version.name)
+            return ok
+        if found == "mismatch":
+            found = "withheld"
+            self._desired.withheld(self.replica, version)
+        self.held.judged(version.name, found)
+        self._settle(key, True, version.name)
+        return True
 
     async def _load(self, version: Version, replace: bool) -> Outcome:
         carrier, intent = self._carrier, self._desired.intent(version.name)
@@ -238,7 +300,9 @@ class Agent:
             self._timer = clock.call_later(max(due - clock.monotonic(), 0.0), self.wake)
 
 
-def _key(command: Command) -> Key:
+def _key(command: Step) -> Key:
     if isinstance(command, Unload):
         return ("unload", command.name, "")
-    return ("load", command.version.name, command.version.where)
+    version = command.version
+    verb = "check" if isinstance(command, Check) else "load"
+    return (verb, version.name, version.digest or version.where)

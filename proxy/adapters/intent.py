@@ -12,12 +12,14 @@ it loaded; the unload follows the load's end, in the order they arrived.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 
 from proxy.adapters.carry import Outcome
 from proxy.adapters.push import Pushed
 from proxy.adapters.registry import Version
 from proxy.fleet.replica import Replica
+from proxy.metrics.recorder import Metrics
 
 
 @dataclass(eq=False, slots=True)
@@ -52,6 +54,19 @@ class Intent:
 
     def ordered(self) -> list[Outcome]:
         return [self.outcomes[r.id] for r in self.targets if r.id in self.outcomes]
+
+    def finish(self, metrics: Metrics) -> None:
+        """Counted, and answered with the targets' outcomes."""
+        outcomes, seconds = self.ordered(), time.perf_counter() - self.started
+        metrics.record_fleet_load(seconds, "ok" if self.ok else "failed")
+        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
+        if self.ok and paths:
+            metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
+        for o in outcomes:
+            if o.attempts:
+                metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
+        if not self.done.done():
+            self.done.set_result(outcomes)
 
     def cancel_pushes(self) -> None:
         for task in self.pushes.values():

@@ -1,4 +1,5 @@
-"""Where a version's bytes come from, to push them, and where the replicas' mount shows it.
+"""Where a version's bytes come from, to push them, and where the replicas' mount shows it; and
+what the bytes say of it: its content digest (its identity) and the trainer's probe reference.
 
 In order: the proxy's own receiver store when the path is one of its entries (a relay pushed it
 here; the mount shows it at the upload's origin); the path itself when this proxy can read it
@@ -18,10 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from adapter_receiver.store import Entry, Store
-from adapter_receiver.wire import shown
+from adapter_receiver.wire import content_digest, shown
 from proxy.adapters.mirror import Mirror
+from proxy.adapters.probe import Reference, read_reference
+from proxy.adapters.push import Unreadable, list_files
 from proxy.adapters.registry import Fingerprint, Version
-from proxy.adapters.sources import fingerprint
+from proxy.adapters.sources import fingerprint, sha256_of
 
 log = logging.getLogger("proxy.adapters")
 
@@ -41,18 +44,28 @@ class Origins:
         store = self.store
         entry = await asyncio.to_thread(store.lookup, path) if store is not None else None
         if entry is not None:
-            return Version(name, path, "client", mount=entry.origin, files=str(entry.path))
+            reference = await asyncio.to_thread(read_reference, entry.path)
+            return Version(name, path, "client", None, entry.origin, str(entry.path),
+                           entry.digest, reference)  # fmt: skip
         mount = await self._mirrored(name, path)
         files = await asyncio.to_thread(fingerprint, Path(path))
-        readable = path if files is not None else None
-        return await self._fetched(Version(name, path, "client", files, mount, readable))
+        version = Version(name, path, "client", files, mount, path if files else None)
+        return await self._fetched(await self._read(version))
 
     async def of_source(self, name: str, path: str, files: Fingerprint) -> Version:
         """The version a watcher found (``path``: where the replicas' mount shows it)."""
         readable = await asyncio.to_thread(os.path.isdir, path)  # on this proxy's mount
         mount = await self._mirrored(name, path)
         version = Version(name, path, "bucket", files, mount, path if readable else None)
-        return await self._fetched(version)
+        return await self._fetched(await self._read(version))
+
+    @staticmethod
+    async def _read(version: Version) -> Version:
+        """With its digest and reference, when this proxy can read its files."""
+        if version.files is None:
+            return version
+        digest, reference = await asyncio.to_thread(_identity, version.files)
+        return replace(version, digest=digest, reference=reference)
 
     async def _mirrored(self, name: str, path: str) -> str | None:
         mirror = self.mirror
@@ -75,4 +88,17 @@ class Origins:
                 log.warning("adapter %s not downloaded (%s: %s): loading from the mount",
                             shown(version.name), type(exc).__name__, exc)  # fmt: skip
                 return version
-        return version if entry is None else replace(version, files=str(entry.path))
+        if entry is None:
+            return version
+        reference = await asyncio.to_thread(read_reference, entry.path)
+        return replace(version, files=str(entry.path), digest=entry.digest, reference=reference)
+
+
+def _identity(directory: str) -> tuple[str | None, Reference | None]:
+    """The content digest of the files a push would send, and the probe reference. Blocking."""
+    try:
+        specs = list_files(Path(directory))
+        files = [(s.name, s.size, sha256_of(Path(directory) / s.name)) for s in specs]
+    except (Unreadable, OSError):
+        return None, None
+    return content_digest(files), read_reference(directory)

@@ -27,6 +27,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from proxy.adapters.probe import Reference
 from proxy.runs.names import run_of
 from proxy.runs.table import Runs
 
@@ -46,7 +47,10 @@ def version_number(name: str) -> int | None:
 class Version:
     """A version: ``path`` as the client named it (what ``/v1/models`` shows); ``mount`` where
     the replicas' bucket mounts show it, when that differs (a copy a relay pushed to this proxy);
-    ``files``: a directory this proxy can read its bytes from (to push them), if any."""
+    ``files``: a directory this proxy can read its bytes from (to push them), if any; ``digest``:
+    its identity, the content digest of its files (``adapter_receiver.wire.content_digest``: the
+    push and the receivers check the same), when the proxy has read them; ``reference``: the
+    served-policy probe the trainer computed for it (``probe``), when it carries one."""
 
     name: str
     path: str
@@ -54,6 +58,8 @@ class Version:
     fingerprint: Fingerprint | None = None
     mount: str | None = field(default=None, compare=False)
     files: str | None = field(default=None, compare=False)
+    digest: str | None = field(default=None, compare=False)
+    reference: Reference | None = field(default=None, compare=False)
 
     @property
     def number(self) -> int | None:
@@ -65,9 +71,12 @@ class Version:
         return self.mount or self.path
 
     def same_files(self, other: Version) -> bool:
-        """Same place on the bucket and, where both are known, the same files."""
+        """Same place on the bucket and, where both are known, the same content (digests, else
+        the files' sizes and times)."""
         if self.where != other.where:
             return False
+        if self.digest is not None and other.digest is not None:
+            return self.digest == other.digest
         if self.fingerprint is None or other.fingerprint is None:
             return True
         return self.fingerprint == other.fingerprint

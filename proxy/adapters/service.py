@@ -24,9 +24,10 @@ from adapter_receiver.wire import shown
 from proxy.adapters.agent import Agent
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
 from proxy.adapters.carry import Carrier, Outcome
-from proxy.adapters.held import Held
+from proxy.adapters.held import Held, Verdict
 from proxy.adapters.intent import Intent
 from proxy.adapters.origin import Origins
+from proxy.adapters.policy import Found, PolicyCheck
 from proxy.adapters.registry import Command, Fingerprint, Load, Registry, Version, version_number
 from proxy.adapters.state import Adopted, Saved, StateFile, StateWriter, snapshot
 from proxy.clock import Failed
@@ -51,6 +52,7 @@ class AdapterService:
         info: FleetInfo,
         metrics: Metrics,
         origins: Origins,
+        policy: PolicyCheck,
         *,
         failed: Failed,
         has_source: bool,
@@ -58,6 +60,7 @@ class AdapterService:
     ) -> None:
         self.registry, self._carrier, self._pool, self._info = registry, carrier, pool, info
         self.metrics, self.origins, self._failed = metrics, origins, failed
+        self.policy = policy
         self.has_source = has_source
         self.state = None if state is None else StateWriter(state, self._snapshot, failed)
         self._intents: dict[str, Intent] = {}
@@ -150,6 +153,33 @@ class AdapterService:
     def intent(self, name: str) -> Intent | None:
         return self._intents.get(name)
 
+    def checks(self, held: Held) -> list[Version]:
+        return self.policy.checks(held)
+
+    async def verify(self, replica: Replica, version: Version) -> Found:
+        found = await self.policy.verify(replica, version)
+        for agent, _ in self._agents.values():  # an answer may make another replica suspect
+            if agent.replica is not replica and self.policy.checks(agent.held):
+                agent.wake()
+        return found
+
+    def withheld(self, replica: Replica, version: Version) -> None:
+        self.policy.withheld(replica, version)
+        self._wake_all()  # the others may now serve it anyway (when none agrees)
+
+    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
+        return self.policy.servable(name, version, verdict, self.held_records())
+
+    def held_records(self) -> list[Held]:
+        return [agent.held for agent, _ in self._agents.values()]
+
+    def offer_probe(self, prompt: bytes) -> None:
+        """A token-id prompt the trainer sent (taken once: the probe without a reference)."""
+        if self.policy.captured.offer(prompt):
+            log.info("served-policy probe: %d token ids taken from the trainer's first prompt",
+                     len(self.policy.captured.ids or ()))  # fmt: skip
+            self._wake_all()
+
     def report(self, outcome: Outcome, version: Version) -> None:
         intent = self._intents.get(version.name)
         if intent is not None and intent.version.same_files(version) and intent.record(outcome):
@@ -210,16 +240,7 @@ class AdapterService:
         if intent.then_unload:
             self._drop(name)
         self.registry.trim(name, pinned=self._intents)
-        outcomes, seconds = intent.ordered(), time.perf_counter() - intent.started
-        self.metrics.record_fleet_load(seconds, "ok" if intent.ok else "failed")
-        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
-        if intent.ok and paths:
-            self.metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
-        for o in outcomes:
-            if o.attempts:
-                self.metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
-        if not intent.done.done():
-            intent.done.set_result(outcomes)
+        intent.finish(self.metrics)
         self._changed()
 
     # -- the source and the replicas -----------------------------------------------------
@@ -254,6 +275,7 @@ class AdapterService:
         if pusher is not None:  # it may have come back with or without a receiver
             pusher.forget(replica.id)
             await pusher.probe(replica)
+        self.policy.forget(replica)  # it may have restarted: its probe answers start over
         ok = await self._agent(replica).admit()
         if ok:
             self.metrics.record_reconcile()
@@ -282,6 +304,9 @@ class AdapterService:
     def _changed(self) -> None:
         """The wanted set changed: saved, and every agent looks again."""
         self._saved()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         for rid in [rid for rid in self._agents if self._pool.get(rid) is None]:
             self._agents.pop(rid)[1].cancel()
         for replica in self._pool:
@@ -333,7 +358,11 @@ class AdapterService:
             "push": pusher is not None,
             "receivers": dict(pusher.receivers) if pusher is not None else {},
             "state": None if self.state is None else str(self.state.file.path),
+            "policy": self.policy_status(),
         }
+
+    def policy_status(self) -> dict[str, Any]:
+        return self.policy.status({rid: agent.held for rid, (agent, _) in self._agents.items()})
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)

@@ -136,7 +136,7 @@ class BucketSource:
             for item, local in pairs:
                 if local.stat().st_size != int(item.size):
                     raise OSError(f"{item.path}: downloaded {local.stat().st_size} bytes")
-            files = [(local.name, local.stat().st_size, _sha256(local)) for _, local in pairs]
+            files = [(local.name, local.stat().st_size, sha256_of(local)) for _, local in pairs]
             entry, _ = store.publish(tmp, name, files, origin)
         except BaseException:
             store.discard(tmp)
@@ -171,7 +171,8 @@ class BucketSource:
         return found
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of a file's bytes (blocking)."""
     hasher = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 20):

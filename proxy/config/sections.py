@@ -257,6 +257,26 @@ class AdapterSettings(BaseModel):
         alias="state_max_age",
         description="a state file older than this is another run's: not adopted",
     )
+    probe: bool = Field(
+        True,
+        alias="policy_probe",
+        description="check that each replica serves the policy of each version it loads",
+    )
+    probe_tolerance: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        alias="probe_tolerance",
+        description="mean gap (nats) a replica's probe answer may have to the trainer's",
+        json_schema_extra={"unset": "by the replicas' dtype: float32 1e-3, bf16 0.05"},
+    )
+    probe_repeat: Annotated[int, Field(ge=1)] = Field(
+        3,
+        alias="probe_repeat",
+        description="without a trainer's reference, versions a replica must look stale on "
+        "before it is withheld",
+    )
+    probe_timeout_s: PositiveSeconds = Field(
+        15.0, alias="probe_timeout", description="a probe not answered within this is retried"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> AdapterSettings:

@@ -17,6 +17,8 @@ bytes, and copy the answer back.
   blamed for it.
 - HEAD (allowed on the pass-through GET routes) is forwarded as HEAD and answered with the
   replica's status and headers, without a body, as soon as its head arrives.
+- Every answer names the replica that gave it (``X-Rollout-Replica``) and, for an adapter
+  version, the policy: ``X-Rollout-Policy: <version>@<content digest>`` (what its agent checked).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ log = logging.getLogger("proxy.forward")
 
 _PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
 REPLICA_HEADER = "X-Rollout-Replica"
+POLICY_HEADER = "X-Rollout-Policy"  # the adapter version that answered, and its content digest
+DIGEST_SHOWN = 12  # hex characters of a digest shown (header, status, metrics)
 ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 REQUEST_ID_HEADER = "X-Request-ID"
 
@@ -275,6 +279,9 @@ class Forwarder:
             ) as upstream:
                 ttfb = time.perf_counter()
                 headers = _response_headers(upstream.headers, replica, placed.reason)
+                digest = replica.digests.get(ex.model) if ex.model is not None else None
+                if digest is not None:  # the policy that answered: version @ content digest
+                    headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
                 if ex.identity.request_id:
                     headers[REQUEST_ID_HEADER] = ex.identity.request_id
                 if upstream.content_length is not None:

@@ -8,7 +8,8 @@ What the proxy knows of a replica is kept in records, each with one writer
 - ``error_streak`` (consecutive 5xx answers): the circuit breaker (``fleet.breaker``);
 - ``reported`` (its own ``/metrics`` load figures, replaced whole): the load scraper;
 - ``listing`` (its models and server info, replaced whole): ``fleet.info``;
-- ``adapters`` (name -> path it loaded from): its adapter agent, through ``adapters.held``.
+- ``adapters`` (name -> path it loaded from) and ``digests`` (name -> content digest): what of
+  its adapters routing may use (held, its policy checked), by its agent (``adapters.held``).
 Everyone else reads, through the read-only properties below (routing through its own
 ``routing.policy.Candidate`` view). Ids are stable, human-readable and come from configuration
 (the URL's host:port), never from request data.
@@ -80,6 +81,7 @@ class Replica:
     reported: ReportedLoad | None = None  # its own /metrics, while fresh
     listing: Listing = Listing()
     adapters: dict[str, str] = field(default_factory=dict)  # lora name -> path
+    digests: dict[str, str] = field(default_factory=dict)  # lora name -> content digest
 
     @property
     def health(self) -> Health:

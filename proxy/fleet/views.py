@@ -119,5 +119,7 @@ def replica_status(replica: Replica) -> dict[str, Any]:
         "base_model": replica.base_model,
         "max_model_len": replica.max_model_len,
         "adapters": sorted(replica.adapters),
+        # The content digest (first 12 hex) of each adapter it is routed for.
+        "digests": {name: digest[:12] for name, digest in sorted(replica.digests.items())},
         "last_error": replica.last_error,
     }

@@ -25,6 +25,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.adapters.calls import parse_adapter_request
+from proxy.adapters.probe import Captured
 from proxy.adapters.service import AdapterService
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
@@ -87,7 +88,7 @@ class Handlers:
     guard: Guard
     sampler: Sampler
     page: MetricsPage
-
+    captured: Captured  # the policy probe's ids, taken from the first token-id prompt
     # -- bodies ------------------------------------------------------------------------------
 
     async def _read(self, request: web.Request) -> bytes | web.Response:
@@ -153,6 +154,8 @@ class Handlers:
             headers = request.headers
             key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
             peek = peek_generation(body, prompt_key, self.facts.max_elements)
+            if self.captured.ids is None and peek.kind == "tokens":  # once: the policy probe
+                self.adapters.offer_probe(peek.buffer[peek.start : peek.end])
             if scope.run is not None:
                 body, peek = self._scoped(scope, body, peek, prompt_key)
             try:

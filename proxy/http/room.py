@@ -87,6 +87,7 @@ def build_edge(
         guard=guard,
         sampler=sampler,
         page=page,
+        captured=adapters.service.policy.captured,
     )
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)

@@ -35,6 +35,11 @@ class StateSources:
     inflight_by_version: Callable[[], dict[str, int]] = dict
     advice: Callable[[], str] = str
     verdicts: tuple[str, ...] = ()
+    # The served-policy check: the alarm (0/1), versions each replica was withheld from, and
+    # (replica, adapter, digest, state) of each replica's wanted versions.
+    policy_alarm: Callable[[], int] = _no_count
+    mismatches: Callable[[], dict[str, int]] = dict
+    policies: Callable[[], list[tuple[str, str, str, str]]] = list
 
 
 class StateCollector(Collector):
@@ -125,6 +130,30 @@ class StateCollector(Collector):
         for state in Health:
             up.add_metric([state.value], sum(1 for r in self._pool if r.health is state))
         yield up
+        yield GaugeMetricFamily(
+            PREFIX + "policy_alarm",
+            "1 while some replica does not serve the policy the trainer trained (see "
+            "/proxy/status adapters.policy)",
+            sources.policy_alarm(),
+        )
+        mismatches = CounterMetricFamily(
+            PREFIX + "policy_mismatch",
+            "Versions a replica was withheld from: it did not serve their policy",
+            labels=["replica"],
+        )
+        withheld = sources.mismatches()
+        for replica in self._pool:
+            mismatches.add_metric([replica.id], withheld.get(replica.id, 0))
+        yield mismatches
+        policies = GaugeMetricFamily(
+            PREFIX + "replica_policy",
+            "1 for each wanted adapter version a replica holds: its content digest and the "
+            "served-policy check's state (ok, unchecked, probing, withheld, stale)",
+            labels=["replica", "adapter", "digest", "state"],
+        )
+        for labels in sources.policies():
+            policies.add_metric(list(labels), 1.0)
+        yield policies
         ejections = CounterMetricFamily(
             PREFIX + "ejections", "Replicas ejected, by cause", labels=["cause"]
         )

@@ -189,6 +189,12 @@ FAMILIES = (
         buckets=SYNC_WINDOW_BUCKETS,
     ),
     Family("reconciliations", "counter", "Replicas brought in step with the adapter window"),
+    Family(
+        "probe_seconds",
+        "histogram",
+        "Served-policy probes: one short request to a replica for a version it loaded",
+        buckets=ADAPTER_LOAD_BUCKETS,
+    ),
 )
 
 

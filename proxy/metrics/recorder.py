@@ -67,6 +67,7 @@ class Metrics:
     _sync_paused_seconds: Histogram
     _sync_window_seconds: Histogram
     _reconciliations: Counter
+    _probe_seconds: Histogram
 
     def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -144,6 +145,9 @@ class Metrics:
 
     def record_reconcile(self) -> None:
         self._reconciliations.inc()
+
+    def record_probe(self, seconds: float) -> None:
+        self._probe_seconds.observe(seconds)
 
     def record_decision(self, reason: str) -> None:
         self._routing_decisions.add((reason,))

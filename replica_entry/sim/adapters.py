@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from replica_entry.sim.errors import ApiError
+from replica_entry.sim.policy import BASE, content_policy
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -46,6 +47,11 @@ class Adapter:
     name: str
     path: str
     created: int
+    policy: str = BASE  # its content (``policy.content_policy``)
+    previous: str = BASE  # the last other content loaded before it (a faulty replica's answer)
+
+
+REMEMBERED_CONTENTS = 256  # contents whose predecessor a faulty replica answers with
 
 
 class AdapterRegistry:
@@ -55,6 +61,11 @@ class AdapterRegistry:
         self.max_lora_rank = max_lora_rank
         self._clock = clock
         self._adapters: dict[str, Adapter] = {}
+        self._last = BASE  # the content loaded last
+        self._before: dict[str, str] = {}  # content -> the other content loaded before it first
+
+    def get(self, name: str) -> Adapter | None:
+        return self._adapters.get(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._adapters
@@ -78,7 +89,13 @@ class AdapterRegistry:
         self._check_files(name, path, mount_lag_s)
         previous = self._adapters.get(name)
         created = previous.created if previous else int(self._clock())
-        self._adapters[name] = Adapter(name, path, created)
+        policy = content_policy(Path(path))
+        if policy not in self._before:  # a reload keeps what came before it the first time
+            self._before[policy] = self._last
+            while len(self._before) > REMEMBERED_CONTENTS:
+                del self._before[next(iter(self._before))]
+        self._last = policy
+        self._adapters[name] = Adapter(name, path, created, policy, self._before[policy])
         return f"Success: LoRA adapter '{name}' added successfully."
 
     def unload(self, request: UnloadRequest) -> str:

@@ -8,6 +8,7 @@ the simulated replica, which these helpers serve and feed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import ssl
@@ -64,5 +65,6 @@ def write_adapter(root: Path, name: str, rank: int = 1) -> Path:
         "task_type": "CAUSAL_LM",
     }
     (path / "adapter_config.json").write_text(json.dumps(config))
-    (path / "adapter_model.safetensors").write_bytes(b"\0" * 64)
+    # Weights of its own per name: two versions are two policies (``sim.policy``).
+    (path / "adapter_model.safetensors").write_bytes(hashlib.sha256(name.encode()).digest() * 2)
     return path.resolve()

@@ -10,6 +10,7 @@ simulation honours. Every rejection is an ``ApiError`` with vLLM's status and wo
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -51,6 +52,7 @@ class CompletionRequest(_GenerationRequest):
     prompt: list[int] | list[list[int]] | str | list[str]
     max_tokens: int | None = 16
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
 
 class ContentPart(BaseModel):
@@ -116,6 +118,8 @@ class GenerationJob:
     return_token_ids: bool
     stream: bool
     include_usage: bool
+    policy: str = "base"  # whose logprobs it answers with (``sim.policy``)
+    prompt_logprobs: int | None = None  # the prompt's own logprobs, and this many top ones
 
     @property
     def steps(self) -> int:
@@ -224,11 +228,17 @@ def completion_job(
 ) -> GenerationJob:
     """A checked completion request as an engine job (``served``: the model name to echo)."""
     n = check_sampling(request, request.logprobs)
+    wanted = request.prompt_logprobs
+    if wanted is not None and request.stream and (wanted > 0 or wanted == -1):
+        raise ApiError(
+            "`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs"
+        )
+    if wanted is not None and wanted < 0 and wanted != -1:
+        raise ApiError("`prompt_logprobs` must be a positive value or -1.", param="prompt_logprobs")
     prompts = completion_prompts(request, settings.vocab_size)
     budgets = token_budgets(prompts, request.max_tokens, settings.max_model_len, DEFAULT_MAX_TOKENS)
-    return _job(
-        "completion", request, n, prompts, budgets, request.logprobs, served, lora, settings
-    )
+    job = _job("completion", request, n, prompts, budgets, request.logprobs, served, lora, settings)
+    return dataclasses.replace(job, prompt_logprobs=wanted)
 
 
 def chat_job(

@@ -31,6 +31,7 @@ class RequestRecord:
     dropped: bool = False
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
+    prompt_logprobs: int | None = None  # asked for (the proxy's served-policy probe asks 0)
 
 
 @dataclass(slots=True)

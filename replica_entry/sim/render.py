@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replica_entry.sim.generation import Generation, Sequence
+from replica_entry.sim.policy import prompt_logprobs, rank
 from replica_entry.sim.tokenizer import decode, piece
 
 Json = dict[str, Any]
@@ -65,7 +66,7 @@ def completion_body(gen: Generation, meta: Meta) -> Json:
                 "logprobs": _completion_logprobs(gen, seq, 0, len(ids)),
                 "finish_reason": gen.finish_reason(seq),
                 "stop_reason": None,
-                "prompt_logprobs": None,
+                "prompt_logprobs": _prompt_logprobs(gen, seq),
                 "prompt_token_ids": _prompt_ids(gen, seq) if gen.job.return_token_ids else None,
                 "token_ids": ids if gen.job.return_token_ids else None,
             }
@@ -175,6 +176,23 @@ def _abort_chunk(gen: Generation, meta: Meta, seq: Sequence) -> Json:
 
 def _prompt_ids(gen: Generation, seq: Sequence) -> list[int]:
     return list(gen.job.prompts[seq.prompt_index])
+
+
+def _prompt_logprobs(gen: Generation, seq: Sequence) -> list[Json | None] | None:
+    """vLLM's ``prompt_logprobs``: None for the first token, then each token's own logprob
+    under the job's policy (``sim.policy``) keyed by its id as text (only the prompt's own
+    token: the simulation ranks no alternatives)."""
+    if gen.job.prompt_logprobs is None:
+        return None
+    ids = gen.job.prompts[seq.prompt_index]
+    out: list[Json | None] = []
+    for token, logprob in zip(ids, prompt_logprobs(gen.job.policy, ids), strict=True):
+        if logprob is None:
+            out.append(None)
+        else:
+            entry = {"logprob": logprob, "rank": rank(logprob), "decoded_token": piece(token)}
+            out.append({str(token): entry})
+    return out
 
 
 def _completion_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json | None:

@@ -9,6 +9,7 @@ at a time, so per-token latency shows between chunks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from replica_entry.sim.engine import Probe, sleep
 from replica_entry.sim.errors import ApiError, parse_json
 from replica_entry.sim.generation import Generation
 from replica_entry.sim.middleware import RECORD, client_gone
+from replica_entry.sim.policy import BASE
 from replica_entry.sim.protocol import (
     ChatRequest,
     CompletionRequest,
@@ -85,7 +87,9 @@ async def read_job(
     settings = state.settings
     lora = _resolve_model(parsed.model, settings, state)
     job = build(parsed, served=lora or settings.model, lora=lora, settings=settings)
+    job = dataclasses.replace(job, policy=_policy(state, lora))
     record.prompt_tokens = sum(len(prompt) for prompt in job.prompts)
+    record.prompt_logprobs = job.prompt_logprobs
     return job
 
 
@@ -95,6 +99,14 @@ async def inject_faults(faults: Faults, probe: Probe, model: str | None) -> None
     await sleep(faults.delay_s, probe)
     if faults.fail_status is not None and faults.fail_model in (None, model):
         raise ApiError("Simulated failure (fault injection).", status=faults.fail_status)
+
+
+def _policy(state: SimState, lora: str | None) -> str:
+    """The policy this replica answers ``lora`` with (``Faults.policy``)."""
+    adapter = state.adapters.get(lora) if lora is not None else None
+    if adapter is None or state.faults.policy == "base":
+        return BASE
+    return adapter.previous if state.faults.policy == "previous" else adapter.policy
 
 
 def _resolve_model(name: str | None, settings: SimSettings, state: SimState) -> str | None:

@@ -8,7 +8,7 @@ instead of turning into a surprising value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -26,6 +26,9 @@ class Faults(BaseModel):
     drop_mid_response: generation responses send headers and part of the body, then the
         connection is closed.
     mount_lag_s: an adapter directory becomes visible only this long after its mtime/ctime.
+    policy: ``honest`` answers an adapter's name with that adapter's policy; ``base`` with the
+        base model's, ``previous`` with the adapter loaded before it (``sim.policy``): a load
+        acknowledged, its policy not served.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -36,6 +39,7 @@ class Faults(BaseModel):
     fail_model: str | None = None
     drop_mid_response: bool = False
     mount_lag_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    policy: Literal["honest", "base", "previous"] = "honest"
 
     def merged(self, patch: dict[str, Any]) -> Faults:
         """A new ``Faults`` with ``patch`` applied; raises ``ValidationError`` naming the field."""

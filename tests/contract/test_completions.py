@@ -185,6 +185,7 @@ async def test_streaming_sends_one_chunk_per_token_then_done(replica: Replica) -
         "max_tokens": 4,
         "stream": True,
         "return_token_ids": True,
+        "ignore_eos": True,  # a real model may sample its end token first: four tokens, always
     }
     async with replica.session.post(replica.url + "/v1/completions", json=body) as response:
         assert response.status == 200
@@ -236,3 +237,50 @@ async def test_text_offsets_index_the_text_also_across_stream_chunks(replica: Re
         assert offsets == sorted(offsets)
         streamed += choice["text"]
         assert offsets[-1] <= len(streamed)
+
+
+async def test_prompt_logprobs_give_each_prompt_tokens_own_logprob(replica: Replica) -> None:
+    """The served-policy probe's request (``proxy.adapters.probe``): a token-id prompt,
+    ``prompt_logprobs: 0``, one output token; each prompt token but the first has its own
+    logprob, keyed by its id as text, the same on a second ask."""
+    prompt = replica.fresh_prompt(12)
+    body = {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+    first = (await replica.complete(**body))["choices"][0]["prompt_logprobs"]
+    again = (await replica.complete(**body))["choices"][0]["prompt_logprobs"]
+    assert len(first) == len(prompt) and first[0] is None
+    for token, position in zip(prompt[1:], first[1:], strict=True):
+        entry = position[str(token)]
+        assert entry["logprob"] <= 0 and isinstance(entry["rank"], int)
+        assert isinstance(entry["decoded_token"], str)
+    assert first == again  # teacher-forced: no sampling in it
+
+
+async def test_a_loaded_adapter_answers_the_probe_otherwise_than_the_base(
+    replica: Replica,
+) -> None:
+    name = replica.unique("probe")
+    assert (await replica.load(name, replica.make_adapter(name)))[0] == 200
+    prompt = replica.fresh_prompt(16)
+    body = {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 0}
+
+    async def logprobs(model: str) -> list[float]:
+        positions = (await replica.complete(model=model, **body))["choices"][0]["prompt_logprobs"]
+        return [p[str(t)]["logprob"] for t, p in zip(prompt[1:], positions[1:], strict=True)]
+
+    assert await logprobs(name) != await logprobs(replica.model)
+    await replica.unload(name)
+
+
+async def test_prompt_logprobs_with_a_stream_or_below_minus_one_are_refused(
+    replica: Replica,
+) -> None:
+    prompt = replica.fresh_prompt(4)
+    status, body = await replica.post_json(
+        "/v1/completions",
+        {"model": replica.model, "prompt": prompt, "stream": True, "prompt_logprobs": 1},
+    )
+    assert status == 400 and "prompt_logprobs" in assert_error(body, 400)
+    status, body = await replica.post_json(
+        "/v1/completions", {"model": replica.model, "prompt": prompt, "prompt_logprobs": -2}
+    )
+    assert status == 400 and "prompt_logprobs" in assert_error(body, 400)

@@ -14,7 +14,15 @@ import orjson
 
 from proxy.app import PROXY
 from tests.support.adapters import write_adapter
-from tests.support.calls import listed, load_body, metric_value, metrics_text, post, records
+from tests.support.calls import (
+    listed,
+    load_body,
+    metric_value,
+    metrics_text,
+    post,
+    records,
+    rolled_out,
+)
 from tests.support.fleet import Stack, run_stack
 from tests.support.waiting import eventually, wait_for
 
@@ -55,7 +63,7 @@ async def test_two_runs_share_the_fleet_under_their_own_names(tmp_path: Path) ->
         status, body, _ = await post(stack, "/runs/b/v1/completions", rollout("trl-policy-v1"))
         assert status == 200, body
         seen = [r for i in range(2) for r in await records(stack, i)]
-        generated = [r for r in seen if r["path"] == "/v1/completions"]
+        generated = [r for r in seen if rolled_out(r)]
         assert [r["model"] for r in generated] == ["b.trl-policy-v1"]
         # The base model goes as it is; an adapter the run does not have is vLLM's 404, in the
         # run's own words.
@@ -216,7 +224,7 @@ async def test_a_runs_burst_does_not_queue_another_run_behind_it() -> None:
             assert response.status == 200
         answers = await asyncio.gather(*burst, *later)
         assert [status for status, _, _ in answers] == [200] * 8
-        seen = [r for r in await records(stack, 0) if r["path"] == "/v1/completions"]
+        seen = [r for r in await records(stack, 0) if rolled_out(r)]
         order = ["b" if r["prompt_tokens"] == len(PROMPT) + 1 else "a" for r in seen]
         # The first slot freed goes to b; both of b's arrive before a's last two (FIFO: last).
         assert order.index("b") == 2 and max(i for i, r in enumerate(order) if r == "b") <= 5

@@ -15,7 +15,7 @@ from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from proxy.fleet.pool import ReplicaPool
 from tests.support.adapters import write_adapter
-from tests.support.calls import completion, load_body
+from tests.support.calls import completion, load_body, rolled_out
 from tests.support.fleet import FAST_HEALTH, run_sim
 from tests.support.waiting import wait_for
 
@@ -79,6 +79,6 @@ async def test_two_runs_relays_push_the_same_name_and_each_run_gets_its_own(
                 async with session.get(sim.url + "/sim/requests") as response:
                     data = await response.json()
                 records = data["records"] if isinstance(data, dict) else data
-                asked += [r["model"] for r in records if r["path"] == "/v1/completions"]
+                asked += [r["model"] for r in records if rolled_out(r)]
             assert asked.count(f"{run}.trl-policy-v1") == 1, asked
             assert set(asked) <= {"a.trl-policy-v1", "b.trl-policy-v1"}, asked

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.origin import Origins
+from proxy.adapters.policy import PolicyCheck, PolicySettings
 from proxy.adapters.registry import Fingerprint, Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import DirectorySource
@@ -164,8 +165,10 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
                 raise RuntimeError("a bug in the refresh")
 
         info = BuggyInfo(client, pool)
+        registry = Registry(Runs())
+        policy = PolicyCheck(PolicySettings(), client, registry)
         service = AdapterService(
-            Registry(Runs()), carrier, pool, info, metrics, Origins(None, None, None, False),
+            registry, carrier, pool, info, metrics, Origins(None, None, None, False), policy,
             has_source=False, failed=failures,
         )  # fmt: skip
         try:

@@ -49,6 +49,12 @@ async def records(stack: Stack, index: int) -> list[dict[str, Any]]:
     return list(data["records"] if isinstance(data, dict) else data)
 
 
+def rolled_out(record: dict[str, Any]) -> bool:
+    """A simulated replica's record of a completion a client asked for (not the proxy's
+    served-policy probe, which asks for the prompt's logprobs)."""
+    return bool(record["path"] == "/v1/completions" and record["prompt_logprobs"] is None)
+
+
 async def listed(stack: Stack, index: int) -> list[str]:
     """Model ids simulated replica ``index`` lists (base model and adapters)."""
     async with stack.session.get(stack.sims[index].url + "/v1/models") as resp:

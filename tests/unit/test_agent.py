@@ -15,8 +15,9 @@ from typing import Any, cast
 
 from proxy.adapters.agent import Agent
 from proxy.adapters.carry import Carrier, Outcome
-from proxy.adapters.held import Held
+from proxy.adapters.held import Held, Verdict
 from proxy.adapters.intent import Intent
+from proxy.adapters.policy import Found
 from proxy.adapters.registry import Command, Registry, Version
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -93,6 +94,18 @@ class Wanted:
 
     def carried(self, replica: Replica, name: str) -> None:
         self.carried_names.append((replica.id, name))
+
+    def checks(self, held: Held) -> list[Version]:
+        return []  # the served-policy probe is policy's (tests/integration/test_policy.py)
+
+    async def verify(self, replica: Replica, version: Version) -> Found:
+        return "ok"
+
+    def withheld(self, replica: Replica, version: Version) -> None:
+        pass
+
+    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
+        return True
 
 
 @asynccontextmanager

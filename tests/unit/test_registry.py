@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from proxy.adapters.held import Copy, Held
 from proxy.adapters.registry import Load, Registry, Unload, Version
+from proxy.fleet.replica import Replica
 from proxy.runs.table import Runs
 
 
@@ -17,6 +18,10 @@ def v(
 ) -> Version:
     return Version(f"trl-policy-v{n}", path or f"/lora/run/.vllm_lora/trl-policy-v{n}", "client",
                    files)  # fmt: skip
+
+
+def record() -> Held:
+    return Held(Replica("127.0.0.1:8001", "http://127.0.0.1:8001"))
 
 
 def registry(max_loras: int | None = None, window: int | None = None) -> Registry:
@@ -59,7 +64,7 @@ def carry_out(wanted: Registry, held: Held, *, manage_unknown: bool = False) -> 
 
 
 def test_plan_loads_the_window_in_version_order() -> None:
-    wanted, held = registry(window=3), Held({})
+    wanted, held = registry(window=3), record()
     for n in (3, 1, 2):
         wanted.add(v(n))
     assert wanted.plan(held, manage_unknown=False) == [Load(v(1)), Load(v(2)), Load(v(3))]
@@ -68,7 +73,7 @@ def test_plan_loads_the_window_in_version_order() -> None:
 
 
 def test_dropped_versions_are_unloaded_and_never_planned_again() -> None:
-    wanted, held = registry(window=2), Held({})
+    wanted, held = registry(window=2), record()
     for n in (1, 2):
         wanted.add(v(n))
     carry_out(wanted, held)
@@ -77,7 +82,7 @@ def test_dropped_versions_are_unloaded_and_never_planned_again() -> None:
 
 
 def test_unloads_come_first_and_loads_only_when_asked() -> None:
-    wanted, held = registry(window=2), Held({})
+    wanted, held = registry(window=2), record()
     for n in (1, 2):
         wanted.add(v(n))
     carry_out(wanted, held)
@@ -86,7 +91,7 @@ def test_unloads_come_first_and_loads_only_when_asked() -> None:
 
 
 def test_stale_copy_under_the_same_name_is_replaced() -> None:
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     old = v(1, files=(("adapter_model.safetensors", 10, 1),))
     new = v(1, files=(("adapter_model.safetensors", 10, 2),))
     held.confirm(old, old.where, pushed=False)
@@ -95,7 +100,7 @@ def test_stale_copy_under_the_same_name_is_replaced() -> None:
 
 
 def test_adapters_loaded_before_the_proxy_knew_them() -> None:
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     held.observe({"trl-policy-v1": "/lora/x", "leftover": "/old/run"})
     wanted.add(v(1, path="/lora/x"))
     # The wanted name is reloaded (its files cannot be vouched for); leftovers stay unless a
@@ -108,7 +113,7 @@ def test_adapters_loaded_before_the_proxy_knew_them() -> None:
 
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=60), st.integers(1, 8))
 def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -> None:
-    wanted, held = registry(max_loras=max_loras), Held({})
+    wanted, held = registry(max_loras=max_loras), record()
     for n in numbers:
         wanted.add(v(n))
         carry_out(wanted, held)
@@ -118,7 +123,7 @@ def test_never_more_than_max_loras_planned(numbers: list[int], max_loras: int) -
 
 def test_a_pushed_copy_is_recognised_at_its_replica_local_path() -> None:
     """A replica lists the path it loaded from: a pushed copy's, not the bucket's."""
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     version = v(1)
     wanted.add(version)
     held.confirm(version, "/tmp/store/trl-policy-v1/0123abcd", pushed=True)
@@ -130,7 +135,7 @@ def test_a_pushed_copy_is_recognised_at_its_replica_local_path() -> None:
 
 
 def test_a_pushed_copy_never_loaded_is_unloaded_so_its_receiver_drops_it() -> None:
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     held.pushed("trl-policy-v1")  # the bytes landed; vLLM refused the load
     assert wanted.plan(held, manage_unknown=False) == [Unload("trl-policy-v1")]
 
@@ -138,13 +143,13 @@ def test_a_pushed_copy_never_loaded_is_unloaded_so_its_receiver_drops_it() -> No
 def test_a_copy_a_previous_proxy_loaded_is_not_reloaded_after_its_restart() -> None:
     """The state file remembers where each version was loaded from on each replica: a pushed
     copy listed at that path is that version, not a copy of unknown files to replace."""
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     version = v(1)
     wanted.add(version)
     held.remember({"trl-policy-v1": Copy(version, "/replica/store/trl-policy-v1/ab")})
     held.observe({"trl-policy-v1": "/replica/store/trl-policy-v1/ab"})
     assert wanted.plan(held, manage_unknown=True) == []
-    fresh = Held({})  # without the memory the same listing is a copy of unknown files
+    fresh = record()  # without the memory the same listing is a copy of unknown files
     fresh.observe({"trl-policy-v1": "/replica/store/trl-policy-v1/ab"})
     assert wanted.plan(fresh, manage_unknown=True) == [Load(version, replace=True)]
 
@@ -158,7 +163,7 @@ def test_a_version_a_relay_pushed_is_the_bucket_version_at_its_mount_path() -> N
                       (("adapter_model.safetensors", 10, 1),))  # fmt: skip
     assert pushed.where == watched.where == watched.path
     assert pushed.same_files(watched) and watched.same_files(pushed)
-    wanted, held = registry(), Held({})
+    wanted, held = registry(), record()
     wanted.add(pushed)
     held.confirm(pushed, "/replica/store/trl-policy-v1/cd", pushed=True)
     # The relay in front of this proxy sees the path it asked for listed.

@@ -23,6 +23,7 @@ WRITERS = {
     "reported": {"proxy/fleet/load.py"},
     "listing": {"proxy/fleet/info.py"},
     "adapters": {"proxy/adapters/held.py"},
+    "digests": {"proxy/adapters/held.py"},
     "standing": set(),  # made with the replica, never replaced
     "slots": set(),
 }

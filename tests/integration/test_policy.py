@@ -1,0 +1,158 @@
+"""The served policy, attested: a replica that acknowledges a load but answers with the base
+model's (or the previous version's) policy under the new name is found by the probe and
+withheld from that version, and traffic for it then goes only to the honest replicas.
+
+With the trainer's reference in the version (``rollout_probe.json``), within one version of the
+adapter moving; without one (plain TRL), within ``--probe-repeat`` versions, by comparison with
+the honest replica and the earlier versions. An honest fleet is never withheld from anything,
+and every answer names the policy that gave it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapter_receiver.wire import PROBE_FILE
+from proxy.adapters.probe import reference_body
+from proxy.app import PROXY
+from proxy.dataplane.forward import POLICY_HEADER, REPLICA_HEADER
+from replica_entry.sim.policy import content_policy, prompt_logprobs
+from tests.support.adapters import write_adapter
+from tests.support.calls import completion, load_body, metrics_text, post
+from tests.support.fleet import Stack, run_stack, wait_for
+
+PROBE_IDS = list(range(40, 72))  # the trainer's probe: a prompt of its own, as token ids
+HONEST: dict[str, Any] = {}
+SERVES_BASE: dict[str, Any] = {"faults": {"policy": "base"}}
+SERVES_PREVIOUS: dict[str, Any] = {"faults": {"policy": "previous"}}
+
+
+def version(directory: Path, n: int, *, reference: bool) -> Path:
+    """``trl-policy-vN`` as the trainer saves it; with ``reference``, with the probe's answer the
+    trainer computed under the same weights (what an honest replica answers)."""
+    path = write_adapter(directory, f"trl-policy-v{n}")
+    if reference:
+        expected = prompt_logprobs(content_policy(path), PROBE_IDS)[1:]
+        (path / PROBE_FILE).write_bytes(reference_body(PROBE_IDS, expected))  # type: ignore[arg-type]
+    return path
+
+
+async def load(stack: Stack, path: Path) -> None:
+    status, body, _ = await post(stack, "/v1/load_lora_adapter", load_body(path.name, path))
+    assert status == 200, body
+
+
+async def routed(stack: Stack, replica: str, name: str) -> None:
+    record = stack.pool.get(replica)
+    assert record is not None
+    await wait_for(lambda: name in record.adapters, what=f"{name} routed to {replica}")
+
+
+async def settled(stack: Stack) -> None:
+    """Until every replica's agent has done what it can (its probes answered)."""
+    await stack.proxy_app[PROXY].adapters.service.settled()
+
+
+async def status_of(stack: Stack) -> dict[str, Any]:
+    async with stack.session.get(stack.proxy_url + "/proxy/status") as response:
+        answer: dict[str, Any] = await response.json()
+    return answer
+
+
+async def served_by(stack: Stack, model: str, requests: int = 16) -> set[str]:
+    """The replicas that answered ``requests`` completions for ``model`` (by key: spread)."""
+    replicas = set()
+    for key in range(requests):
+        status, body, headers = await post(
+            stack, "/v1/completions", completion(model, prompt=[key, 9, 8, 7]),
+            headers={"X-Routing-Key": f"k{key}"},
+        )  # fmt: skip
+        assert status == 200, body
+        replicas.add(headers[REPLICA_HEADER])
+        assert headers[POLICY_HEADER].startswith(f"{model}@")
+    return replicas
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    series = f"{name}{{{wanted}}} " if labels else f"{name} "
+    line = next(x for x in text.splitlines() if x.startswith(series))
+    return float(line.rsplit(" ", 1)[1])
+
+
+@pytest.mark.parametrize("fault", [SERVES_BASE, SERVES_PREVIOUS], ids=["base", "previous"])
+async def test_with_the_trainers_reference_a_faulty_replica_is_withheld_at_once(
+    tmp_path: Path, fault: dict[str, Any]
+) -> None:
+    async with run_stack(sims=[HONEST, fault]) as stack:
+        honest, faulty = (sim.id for sim in stack.sims)
+        for n in (1, 2):
+            await load(stack, version(tmp_path, n, reference=True))
+            name = f"trl-policy-v{n}"
+            await routed(stack, honest, name)
+            assert await served_by(stack, name) == {honest}  # never the faulty one, even unprobed
+            await settled(stack)
+            policy = (await status_of(stack))["adapters"]["policy"]
+            assert policy["replicas"][faulty][name]["state"] == "withheld"
+            assert policy["replicas"][honest][name]["state"] == "ok"
+            assert not policy["alarm"]  # the honest replica serves it: training goes on
+        text = await metrics_text(stack)
+        assert metric(text, "rollout_proxy_policy_mismatch_total", replica=faulty) == 2
+        assert metric(text, "rollout_proxy_policy_mismatch_total", replica=honest) == 0
+        # The faulty replica was loaded twice per version (the one retry), then withheld.
+        records = stack.sims[1].state.records
+        loads = [r.model for r in records if r.path == "/v1/load_lora_adapter"]
+        assert loads == ["trl-policy-v1", "trl-policy-v1", "trl-policy-v2", "trl-policy-v2"]
+
+
+async def test_when_no_replica_serves_the_trainers_policy_all_serve_and_the_alarm_rings(
+    tmp_path: Path,
+) -> None:
+    async with run_stack(sims=[SERVES_BASE, SERVES_BASE]) as stack:
+        await load(stack, version(tmp_path, 1, reference=True))
+        await wait_for(
+            lambda: all("trl-policy-v1" in r.adapters for r in stack.pool), what="served anyway"
+        )
+        assert len(await served_by(stack, "trl-policy-v1")) == 2  # training is not stalled
+        assert (await status_of(stack))["adapters"]["policy"]["alarm"]
+        assert metric(await metrics_text(stack), "rollout_proxy_policy_alarm") == 1
+
+
+async def test_without_a_reference_a_replica_serving_the_base_is_withheld_within_three_versions(
+    tmp_path: Path,
+) -> None:
+    async with run_stack(sims=[HONEST, SERVES_BASE]) as stack:
+        honest, faulty = (sim.id for sim in stack.sims)
+        # Plain TRL: its first rollout's prompt gives the probe its token ids.
+        assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
+        states = []
+        for n in (1, 2, 3):
+            await load(stack, version(tmp_path, n, reference=False))
+            name = f"trl-policy-v{n}"
+            await routed(stack, honest, name)
+            await settled(stack)
+            policy = (await status_of(stack))["adapters"]["policy"]
+            states.append(policy["replicas"][faulty][name]["state"])
+            assert policy["alarm"]  # the first suspicion raises it
+        # Suspect three times: withheld at the third, never on one comparison.
+        assert states == ["ok", "ok", "withheld"]
+        assert await served_by(stack, "trl-policy-v3") == {honest}
+        policy = (await status_of(stack))["adapters"]["policy"]
+        assert all(v["state"] == "withheld" for v in policy["replicas"][faulty].values())
+
+
+async def test_an_honest_fleet_is_never_withheld_nor_alarmed(tmp_path: Path) -> None:
+    async with run_stack(sims=[HONEST, HONEST]) as stack:
+        assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
+        for n in range(1, 5):
+            await load(stack, version(tmp_path, n, reference=n % 2 == 0))
+        await wait_for(
+            lambda: all("trl-policy-v4" in r.adapters for r in stack.pool), what="v4 routed"
+        )
+        policy = (await status_of(stack))["adapters"]["policy"]
+        assert not policy["alarm"] and not any(policy["mismatches"].values())
+        states = {v["state"] for versions in policy["replicas"].values() for v in versions.values()}
+        assert states == {"ok"}
+        assert len(await served_by(stack, "trl-policy-v4")) == 2
