@@ -32,6 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from adapter_receiver import reference
+
 PREFIX = "/rollout/adapters"
 CONTENT_TYPE = "application/x-rollout-adapter"
 FORMAT = 1
@@ -53,10 +55,10 @@ class UploadError(Exception):
 
 # What an adapter is made of, and so all a pusher sends: PEFT's config and weights (safetensors
 # or the older .bin), the tokenizer files PEFT may save beside them, and the served-policy probe
-# the trainer computed under the same weights (``PROBE_FILE``: the proxy checks each replica's
-# answer against it; vLLM ignores it). Anything else in the folder (a README, a stray key file)
-# stays where it is.
-PROBE_FILE = "rollout_probe.json"
+# the trainer computed under the same weights (``PROBE_FILE``, ``adapter_receiver.reference``:
+# the proxy checks each replica's answer against it; vLLM ignores it). Anything else in the folder
+# (a README, a stray key file) stays where it is.
+PROBE_FILE = reference.FILE
 ADAPTER_FILES = frozenset(
     {
         PROBE_FILE,

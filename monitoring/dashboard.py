@@ -127,6 +127,14 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             ("Adapter push time per replica (p50)", "s", [
                 ("{{replica}}", f"histogram_quantile(0.5, sum by (le, replica) (rate(rollout_proxy_adapter_push_seconds_bucket{{{R}}}[{RI}])))"),
             ]),
+            ("Served policy: the alarm, and versions withheld per replica", "short", [
+                ("alarm", "rollout_proxy_policy_alarm"),
+                ("{{replica}} withheld", f"sum by (replica) (increase(rollout_proxy_policy_mismatch_total{{{R}}}[{RI}]))"),
+            ]),
+            ("Served-policy probe, and what a version's first requests wait for it (p50)", "s", [
+                ("probe", f"histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_probe_seconds_bucket[{RI}])))"),
+                ("first requests wait", f"histogram_quantile(0.5, sum by (le) (rate(rollout_proxy_policy_wait_seconds_bucket[{RI}])))"),
+            ]),
         ],
     ),
     (
@@ -143,26 +151,6 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
         ],
     ),
 ]  # fmt: skip
-
-
-DATASOURCE = {
-    "name": "datasource",
-    "type": "datasource",
-    "query": "prometheus",
-    "label": "Prometheus",
-}
-REPLICA = {
-    "name": "replica",
-    "type": "query",
-    "label": "replica",
-    "datasource": {"type": "prometheus", "uid": "${datasource}"},
-    "query": {"query": "label_values(rollout_proxy_replica_healthy, replica)", "refId": "replica"},
-    "definition": "label_values(rollout_proxy_replica_healthy, replica)",
-    "includeAll": True,
-    "multi": True,
-    "allValue": ".*",
-    "refresh": 2,
-}
 
 
 DATASOURCE = {

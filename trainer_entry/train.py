@@ -3,8 +3,9 @@
 Imports torch, TRL, PEFT and datasets (the heavy tier); only ``trainer_entry.rank`` imports it.
 Every rank builds the same trainer; TRL itself makes rank 0 the one that talks to the proxy and
 runs the rollout worker. Collectives every rank takes part in: the adapter save at each sync
-(TRL's), the sharded checkpoint (HF's), the time-based save decision and the resume point
-(broadcast from rank 0 here), and the final adapter.
+(TRL's, with the served-policy probe's forward before it: ``trainer_entry.reference``), the
+sharded checkpoint (HF's), the time-based save decision and the resume point (broadcast from
+rank 0 here), and the final adapter.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from trainer_entry.lora_dir import redirect
 from trainer_entry.options import TrainerOptions
 from trainer_entry.prompts import conversation
 from trainer_entry.proxy_figures import ProxyFigures
+from trainer_entry.reference import install as install_reference
+from trainer_entry.reference import probe_ids
 from trainer_entry.rewards import reward_functions
 from trainer_entry.templates import ensure_response_template
 
@@ -189,6 +192,7 @@ def run(
         peft_config=build_lora(options),
     )
     accelerator = trainer.accelerator
+    attest(trainer, tokenizer)
     log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
              accelerator.distributed_type)  # fmt: skip
     if options.adapters_local is not None:  # None: --adapters-in-bucket (lora_dir.choose)
@@ -205,6 +209,14 @@ def run(
     metrics = _finish(trainer, options, output)
     _leave_world(accelerator)
     return metrics
+
+
+def attest(trainer: Any, tokenizer: Any) -> None:
+    """Every adapter version the trainer saves carries the served-policy reference of its first
+    prompt (``trainer_entry.reference``)."""
+    chat = trainer.args.chat_template_kwargs
+    messages = trainer.train_dataset[0]["prompt"]
+    install_reference(probe_ids(tokenizer, messages, chat if isinstance(chat, dict) else {}))
 
 
 def _finish(trainer: Any, options: TrainerOptions, output: Any) -> dict[str, Any]:

@@ -70,6 +70,8 @@ class Desired(Protocol):
 
     def withheld(self, replica: Replica, version: Version) -> None: ...
 
+    def ready(self, seconds: float) -> None: ...
+
     def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool: ...
 
     def intent(self, name: str) -> Intent | None: ...
@@ -106,6 +108,7 @@ class Agent:
         self._parked: dict[Key, tuple[int, float]] = {}  # command -> (failures, not before)
         self._retried: set[Key] = set()  # parked unloads tried again before a load
         self._reloaded: set[Key] = set()  # versions loaded once more after a probe mismatch
+        self._loaded_at: dict[str, float] = {}  # a name loaded and not judged yet -> since when
         self._timer: Timer | None = None
 
     def wake(self, *, resync: bool = False) -> None:
@@ -230,12 +233,14 @@ class Agent:
             if ok:
                 self.held.drop(command.name)
                 self._retried.discard(key)
+                self._loaded_at.pop(command.name, None)
             name = command.name
         else:
             outcome = await self._load(command.version, command.replace)
             ok, name = outcome.status == "ok", command.version.name
             if ok:
                 self.held.confirm(command.version, outcome.at, pushed=outcome.via == "push")
+                self._loaded_at.setdefault(name, self._carrier.clock.monotonic())
                 self._retried.clear()  # the next load tries a parked unload first again
             else:
                 self._pool.note_error(self.replica, describe(outcome, name))
@@ -273,6 +278,9 @@ class Agent:
             found = "withheld"
             self._desired.withheld(self.replica, version)
         self.held.judged(version.name, found)
+        loaded = self._loaded_at.pop(version.name, None)
+        if loaded is not None:  # what this version's first requests here waited for
+            self._desired.ready(self._carrier.clock.monotonic() - loaded)
         self._settle(key, True, version.name)
         return True
 

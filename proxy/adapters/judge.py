@@ -47,15 +47,16 @@ class Judge:
     def answer(self, replica: str, version: str, answer: Answer, tolerance: float) -> list[str]:
         """Record ``replica``'s answer for ``version``; the replicas newly suspect for it."""
         self._answers.setdefault(version, {})[replica] = answer
-        self._trim()
         answers = self._answers[version]
         stale = {rid for rid, mine in answers.items() if self._stale(rid, version, mine, tolerance)}
         if len(stale) == len(answers):
+            self._trim()
             return []  # nobody moved (yet): nothing to tell apart
         new = [rid for rid in sorted(stale) if version not in self._suspect.get(rid, ())]
         for rid in new:
             self._suspect.setdefault(rid, set()).add(version)
             self.alarm = True
+        self._trim()
         return new
 
     def withheld(self, replica: str, version: str) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,9 +68,10 @@ class PolicyCheck:
         self.mismatches: dict[str, int] = {}  # replica id -> versions it was withheld from
         self.last_gap: dict[str, float] = {}  # replica id -> its last answer's gap (reference)
 
-    def alarm(self, held: list[Held]) -> bool:
+    def alarm(self, held: Iterable[Held]) -> bool:
         """The fleet's alarm (``held``: every replica's record): a suspicion without a
         reference, or a wanted version no replica serves as the trainer computed it."""
+        held = list(held)
         return self.judge.alarm or any(nobody_agrees(n, held) for n in self._registry.versions)
 
     def can_probe(self, version: Version) -> bool:
@@ -91,13 +92,13 @@ class PolicyCheck:
         if not self.can_probe(version):
             return "unchecked"
         reference, tolerance = version.reference, self.tolerance(replica)
-        ids = reference.ids if reference is not None else self.captured.ids
-        assert ids is not None
+        probe = (reference.ids, reference.cuts) if reference is not None else self.captured.probe
+        assert probe is not None
         try:
             if reference is None and not self.judge.has_base(replica.id):
                 base = replica.base_model or ""
-                self.judge.base(replica.id, await self._ask(replica, base, ids))
-            answer = await self._ask(replica, version.name, ids)
+                self.judge.base(replica.id, await self._ask(replica, base, probe))
+            answer = await self._ask(replica, version.name, probe)
         except ReplyError as exc:
             log.warning("replica %s: %s served unverified (its probe: %s)", replica.id,
                         shown(version.name), exc)  # fmt: skip
@@ -107,8 +108,12 @@ class PolicyCheck:
                      shown(version.name), exc)  # fmt: skip
             return None
         if reference is not None:
-            self.last_gap[replica.id] = measured = gap(answer, reference.logprobs)
-            return "ok" if measured <= tolerance else "mismatch"
+            self.last_gap[replica.id] = measured = gap(answer, reference.top)
+            if measured > tolerance:
+                return "mismatch"
+            log.info("replica %s serves %s as the trainer computed it (a mean gap of %.2g "
+                     "nats)", replica.id, shown(version.name), measured)  # fmt: skip
+            return "ok"
         for suspect in self.judge.answer(replica.id, version.name, answer, tolerance):
             log.error("replica %s answers %s as it answers its base model or an older version, "
                       "while another replica's answer moved: suspect %d time(s) (withheld from "
@@ -117,9 +122,11 @@ class PolicyCheck:
         withheld = self.judge.withheld(replica.id, version.name)
         return "mismatch" if withheld else "ok"
 
-    async def _ask(self, replica: Replica, model: str, ids: tuple[int, ...]) -> tuple[float, ...]:
+    async def _ask(
+        self, replica: Replica, model: str, probe: tuple[tuple[int, ...], tuple[int, ...]]
+    ) -> tuple[float, ...]:
         started = time.perf_counter()
-        answer = await ask(self._client, replica, model, ids, self.settings.timeout_s)
+        answer = await ask(self._client, replica, model, probe, self.settings.timeout_s)
         self._on_probe(time.perf_counter() - started)
         return answer
 
@@ -172,13 +179,13 @@ class PolicyCheck:
         return {
             "probe": "on" if self.settings.enabled else "off",
             "probe_ids": len(self.captured.ids or ()),
-            "alarm": self.alarm(list(held.values())),
+            "alarm": self.alarm(held.values()),
             "mismatches": dict(self.mismatches),
             "replicas": replicas,
         }
 
     def servable(
-        self, name: str, version: Version | None, verdict: Verdict | None, held: list[Held]
+        self, name: str, version: Version | None, verdict: Verdict | None, held: Iterable[Held]
     ) -> bool:
         """Whether a replica holding ``name`` (loaded from ``version``, judged ``verdict``) may
         be routed for it; ``held``: every replica's record."""
@@ -192,7 +199,7 @@ class PolicyCheck:
         return verdict != "withheld" or nobody_agrees(name, held)
 
 
-def nobody_agrees(name: str, held: list[Held]) -> bool:
+def nobody_agrees(name: str, held: Iterable[Held]) -> bool:
     """Every replica holding the version ``name`` names is withheld from it."""
     verdicts = [h.verdicts.get(name) for h in held if h.holds(name)]
     return bool(verdicts) and all(v == "withheld" for v in verdicts)

@@ -1,35 +1,36 @@
 """The served-policy probe: does a replica sample the policy the trainer trained?
 
-A probe is a fixed token sequence; a replica's answer is the teacher-forced log-probability of
-each of its tokens after the first, under one adapter version (vLLM's ``prompt_logprobs``: one
-short completion, ``max_tokens`` 1; the prompt's logprobs skip vLLM's prefix cache and its
-sampling processors, so they are the model's own, at temperature 1). It is compared:
+A probe is a fixed token sequence and a few of its prefixes (``adapter_receiver.reference``); a
+replica's answer, under one adapter version, is each prefix's ``K`` largest next-token
+logprobs, from one short batched completion (``max_tokens`` 1, ``logprobs`` K, temperature 1 and
+nothing else that bends the distribution): vLLM's generation path, the one rollouts are sampled
+from. It is compared:
 - with the trainer's reference, when the version carries one (``PROBE_FILE``, written into the
   version's directory before TRL's atomic rename: the same logprobs, computed by the trainer's
   ranks under the weights they had just saved): the mean absolute gap must stay within the
-  tolerance (``Reference``, ``gap``);
+  tolerance;
 - without one (plain TRL pointed at the proxy), with the other replicas' and earlier versions'
   answers (``judge``), on token ids the proxy took from a prompt the trainer sent (it knows no
   vocabulary): ``Captured``.
 
-Tolerance (a mean over the probe's positions, in nats): measured on these CPUs in float32, a
-replica's answer and the trainer's forward of the same weights differ by at most 5e-7 (the tiny
-model, 64 positions), and one LoRA step moves them by ~0.2; the default is 1e-3 there. In bf16 on
-a GPU the kernels differ (vLLM is not batch-invariant): the default is 0.05 there, unverified
-until a GPU runs it (``default_tolerance``).
+Tolerance (a mean over the probe's values, in nats): measured on these CPUs in float32, a vLLM
+replica's answer and the trainer's forward of the same weights differ by at most 1e-6 (the tiny
+model, 8 prefixes of 64 ids, under concurrent rollouts), and the test adapter moves them by 0.02
+on average; the default is 1e-3 there. In bf16 on a GPU the kernels differ (vLLM is not
+batch-invariant): the default is 0.05 there, unverified until a GPU runs it
+(``default_tolerance``).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from adapter_receiver.reference import MAX_BYTES, K, Reference, cuts_for, decode
 from adapter_receiver.wire import PROBE_FILE
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import UpstreamClient
@@ -37,10 +38,7 @@ from proxy.upstream.errors import ReplyError
 
 log = logging.getLogger("proxy.adapters")
 
-FORMAT = 1
-MAX_TOKENS = 256  # the longest probe taken (a captured prompt is cut to ``CAPTURED_TOKENS``)
-CAPTURED_TOKENS = 64
-MAX_FILE_BYTES = 64 * 1024
+MAX_CAPTURED = 64  # a captured prompt's first ids are the probe (the proxy knows no vocabulary)
 TOLERANCE = {"float32": 1e-3, "bfloat16": 0.05, "float16": 0.05}  # by the replicas' dtype
 
 
@@ -50,41 +48,20 @@ def default_tolerance(dtype: str | None) -> float:
     return TOLERANCE.get(name, TOLERANCE["bfloat16"])
 
 
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """The probe the trainer computed: its token ids, and each one's logprob after the first."""
-
-    ids: tuple[int, ...]
-    logprobs: tuple[float, ...]
-
-
 def read_reference(directory: str | Path) -> Reference | None:
     """The reference in a version's directory (None: it has none). A malformed one is logged
     and ignored: the version is then judged as plain TRL's are. Blocking."""
     path = Path(directory) / PROBE_FILE
     try:
-        raw = path.read_bytes()[: MAX_FILE_BYTES + 1]
+        with path.open("rb") as file:
+            raw = file.read(MAX_BYTES + 1)
     except OSError:
         return None
     try:
-        if len(raw) > MAX_FILE_BYTES:
-            raise ValueError(f"over {MAX_FILE_BYTES} bytes")
-        data = json.loads(raw)
-        if data.get("format") != FORMAT:
-            raise ValueError(f"format {data.get('format')!r}")
-        ids = tuple(int(i) for i in data["ids"])
-        logprobs = tuple(float(x) for x in data["logprobs"])
-        if not 2 <= len(ids) <= MAX_TOKENS or len(logprobs) != len(ids) - 1:
-            raise ValueError(f"{len(ids)} ids and {len(logprobs)} logprobs")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return decode(raw)
+    except ValueError as exc:
         log.warning("probe reference %s ignored: %s", path, exc)
         return None
-    return Reference(ids, logprobs)
-
-
-def reference_body(ids: Sequence[int], logprobs: Sequence[float]) -> bytes:
-    """A reference file's bytes (what the trainer writes)."""
-    return json.dumps({"format": FORMAT, "ids": list(ids), "logprobs": list(logprobs)}).encode()
 
 
 def gap(a: Sequence[float], b: Sequence[float]) -> float:
@@ -93,27 +70,48 @@ def gap(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 async def ask(
-    client: UpstreamClient, replica: Replica, model: str, ids: Sequence[int], timeout_s: float
+    client: UpstreamClient,
+    replica: Replica,
+    model: str,
+    probe: tuple[Sequence[int], Sequence[int]],
+    timeout_s: float,
 ) -> tuple[float, ...]:
-    """``replica``'s answer to the probe ``ids`` under ``model``. Raises ``UpstreamError``
-    (``ReplyError`` for an answer that is not one)."""
-    body = {"model": model, "prompt": list(ids), "max_tokens": 1, "prompt_logprobs": 0,
-            "temperature": 1.0}  # fmt: skip
-    reply = await client.call(
-        replica, "POST", "/v1/completions", body=orjson.dumps(body), timeout_s=timeout_s
-    )
+    """``replica``'s answer to the probe ``(ids, cuts)`` under ``model``. Raises
+    ``UpstreamError`` (``ReplyError`` for an answer that is not one)."""
+    body = orjson.dumps(request(model, *probe))
+    reply = await client.call(replica, "POST", "/v1/completions", body=body, timeout_s=timeout_s)
     if reply.status != 200:
         raise ReplyError(f"the probe answered HTTP {reply.status}: {reply.body[:200]!r}")
-    return parse_answer(reply.json(), ids)
+    return parse_answer(reply.json(), len(probe[1]))
 
 
-def parse_answer(answer: Any, ids: Sequence[int]) -> tuple[float, ...]:
-    """Each probe token's logprob after the first, from a completion's ``prompt_logprobs``."""
+def request(model: str, ids: Sequence[int], cuts: Sequence[int]) -> dict[str, Any]:
+    """The probe's completion request: one prompt per cut, one token each, ``K`` top logprobs
+    of the model's own distribution (temperature 1; no top-k, top-p, min-p or penalty, whatever
+    the server's generation config; tokens named by id)."""
+    return {"model": model, "prompt": [list(ids[:cut]) for cut in cuts], "max_tokens": 1,
+            "logprobs": K, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+            "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "return_tokens_as_token_ids": True}  # fmt: skip
+
+
+def parse_answer(answer: Any, prompts: int) -> tuple[float, ...]:
+    """Each prompt's ``K`` largest first-token logprobs, descending, prompt by prompt, from a
+    completion answer (vLLM lists the sampled token among them, or beside them as one more)."""
     try:
-        positions = answer["choices"][0]["prompt_logprobs"]
-        return tuple(float(positions[i][str(ids[i])]["logprob"]) for i in range(1, len(ids)))
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise ReplyError(f"the probe's answer has no prompt_logprobs ({exc!r})") from None
+        choices = sorted(answer["choices"], key=lambda choice: int(choice["index"]))
+        if len(choices) != prompts:
+            raise ValueError(f"{len(choices)} choices for {prompts} prompts")
+        values: list[float] = []
+        for choice in choices:
+            top = sorted((float(x) for x in choice["logprobs"]["top_logprobs"][0].values()),
+                         reverse=True)  # fmt: skip
+            if len(top) < K:
+                raise ValueError(f"{len(top)} top logprobs, not {K}")
+            values.extend(top[:K])
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ReplyError(f"the probe's answer has no top logprobs ({exc!r})") from None
+    return tuple(values)
 
 
 class Captured:
@@ -123,8 +121,9 @@ class Captured:
         self.ids: tuple[int, ...] | None = None
 
     @property
-    def wanted(self) -> bool:
-        return self.ids is None
+    def probe(self) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """``(ids, cuts)``, once taken."""
+        return None if self.ids is None else (self.ids, cuts_for(len(self.ids)))
 
     def offer(self, prompt: bytes) -> bool:
         """A completion's ``prompt`` value, as sent; True when it gave the probe its ids."""
@@ -136,5 +135,5 @@ class Captured:
             return False
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
             return False
-        self.ids = tuple(value[:CAPTURED_TOKENS])
+        self.ids = tuple(value[:MAX_CAPTURED])
         return True

@@ -27,7 +27,7 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from proxy.adapters.probe import Reference
+from adapter_receiver.reference import Reference
 from proxy.runs.names import run_of
 from proxy.runs.table import Runs
 

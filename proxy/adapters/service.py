@@ -167,11 +167,15 @@ class AdapterService:
         self.policy.withheld(replica, version)
         self._wake_all()  # the others may now serve it anyway (when none agrees)
 
-    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
-        return self.policy.servable(name, version, verdict, self.held_records())
+    def ready(self, seconds: float) -> None:
+        self.metrics.record_policy_wait(seconds)
 
-    def held_records(self) -> list[Held]:
-        return [agent.held for agent, _ in self._agents.values()]
+    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
+        return self.policy.servable(name, version, verdict, self.held_records().values())
+
+    def held_records(self) -> dict[str, Held]:
+        """Each replica's held record, by replica id."""
+        return {rid: agent.held for rid, (agent, _) in self._agents.items()}
 
     def offer_probe(self, prompt: bytes) -> None:
         """A token-id prompt the trainer sent (taken once: the probe without a reference)."""
@@ -329,9 +333,7 @@ class AdapterService:
         self.adopted.adopt(saved, self.registry)
 
     def _snapshot(self) -> Saved:
-        return snapshot(
-            self.registry, {rid: agent.held for rid, (agent, _) in self._agents.items()}
-        )
+        return snapshot(self.registry, self.held_records())
 
     # -- status and lifetime -------------------------------------------------------------
 
@@ -358,11 +360,8 @@ class AdapterService:
             "push": pusher is not None,
             "receivers": dict(pusher.receivers) if pusher is not None else {},
             "state": None if self.state is None else str(self.state.file.path),
-            "policy": self.policy_status(),
+            "policy": self.policy.status(self.held_records()),
         }
-
-    def policy_status(self) -> dict[str, Any]:
-        return self.policy.status({rid: agent.held for rid, (agent, _) in self._agents.items()})
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.create_task(coro)

@@ -1,8 +1,9 @@
 """``rollout-proxy top [URL]``: a live terminal view of a proxy, local or on HF Jobs.
 
 Every ``--interval`` seconds it reads ``/proxy/status`` and ``/metrics`` and draws the fleet (per
-replica: state, in flight, queue, KV usage, hit ratio, adapters) and the run (throughput, latency
-percentiles, queue, sync times, the advisor's verdict and its figures). ``--once`` prints one
+replica: state, in flight, queue, KV usage, hit ratio, adapters with their digests' prefixes, the
+served-policy probe's verdicts) and the run (throughput, latency percentiles, queue, sync times,
+the served policy's alarm, the advisor's verdict and its figures). ``--once`` prints one
 plain-text snapshot and exits (full ``host:port`` ids, never truncated, whatever the terminal).
 Press ``q`` to quit the live view.
 
@@ -155,6 +156,7 @@ def summary_lines(snap: Snapshot) -> list[str]:
             f"{run.get('requests', 0)}  pauses {run.get('pauses', 0)}"
             + (f"  advice {run['advice'].get('verdict', '-')}" if run.get("advice") else "")
         )
+    lines.append(_policy_line(s))
     advice = s.get("advice") or {}
     if advice:
         lines.append(f"advice: {advice.get('verdict', '-')}: {advice.get('action', '')}")
@@ -162,6 +164,17 @@ def summary_lines(snap: Snapshot) -> list[str]:
             if name != "requests_per_s":  # shown once, above
                 lines.append(f"  {name} = {_num(value)}")
     return lines
+
+
+def _policy_line(status: dict[str, Any]) -> str:
+    """The served policy, fleet-wide: the probe, the alarm, the versions withheld so far."""
+    policy = (status.get("adapters") or {}).get("policy") or {}
+    withheld = sum((policy.get("mismatches") or {}).values())
+    line = f"served policy  probe {policy.get('probe', '-')}  withheld {withheld}"
+    if policy.get("alarm"):
+        line += ("  ALARM: a replica does not serve the policy the trainer trained (policy "
+                 "column; /proxy/status adapters.policy)")  # fmt: skip
+    return line
 
 
 def _rate(snap: Snapshot) -> str:
@@ -174,7 +187,8 @@ def _rate(snap: Snapshot) -> str:
     return f"{rate:.1f} req/s (last {window:.0f} s)"
 
 
-REPLICA_COLUMNS = ("replica", "state", "inflight", "queue", "kv", "hit", "adapters")
+REPLICA_COLUMNS = ("replica", "state", "inflight", "queue", "kv", "hit", "adapters", "policy")
+DIGEST_SHOWN = 6  # hex characters of an adapter's content digest
 STATE_STYLES = {"healthy": "green", "pending": "yellow", "draining": "yellow"}
 
 
@@ -192,10 +206,34 @@ def replica_rows(snap: Snapshot) -> list[tuple[str, ...]]:
                 _num(load.get("waiting")),
                 _pct(load.get("kv_usage")),
                 _pct(snap.figures.replica_hit_ratio.get(rid, hits.get(rid))),
-                ",".join(v.rsplit("-", 1)[-1] for v in r.get("adapters", [])) or "-",
+                _adapters(r),
+                _served(snap.status, rid),
             )
         )
     return rows
+
+
+def _adapters(replica: dict[str, Any]) -> str:
+    """The versions it is routed for, each with its content digest's prefix: ``v4@51e6ae``."""
+    digests = replica.get("digests") or {}
+    shown = [
+        _short(name) + (f"@{digests[name][:DIGEST_SHOWN]}" if digests.get(name) else "")
+        for name in replica.get("adapters", [])
+    ]
+    return ",".join(shown) or "-"
+
+
+def _served(status: dict[str, Any], rid: str) -> str:
+    """Its versions' served-policy states: ``ok`` when every one passed its probe, else each
+    one that did not (``v5 probing``, ``v4 withheld``)."""
+    policy = (status.get("adapters") or {}).get("policy") or {}
+    held = (policy.get("replicas") or {}).get(rid) or {}
+    other = [f"{_short(n)} {e.get('state')}" for n, e in held.items() if e.get("state") != "ok"]
+    return ", ".join(other) or ("ok" if held else "-")
+
+
+def _short(name: str) -> str:
+    return name.rsplit("-", 1)[-1]
 
 
 def _state(replica: dict[str, Any]) -> str:

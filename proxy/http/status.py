@@ -88,16 +88,21 @@ class Status:
             adapters=self.adapters.stats,
             paused_seconds=self.fleet.paused_seconds,
             inflight_by_version=self.inflight_by_version,
-            policy_alarm=lambda: int(self.adapters.policy.alarm(self.adapters.held_records())),
+            policy_alarm=lambda: int(
+                self.adapters.policy.alarm(self.adapters.held_records().values())
+            ),
             mismatches=lambda: dict(self.adapters.policy.mismatches),
             policies=self.policies,
             advice=(lambda: advice().verdict) if advice is not None else str,
             verdicts=VERDICTS,
         )
 
+    def policy_alarm(self) -> int:
+        return int(self.adapters.policy.alarm(self.adapters.held_records().values()))
+
     def policies(self) -> list[tuple[str, str, str, str]]:
         """(replica, adapter, digest, state) of every replica's wanted versions (the metrics)."""
-        table = self.adapters.policy_status()["replicas"]
+        table = self.adapters.policy.status(self.adapters.held_records())["replicas"]
         return [
             (rid, name, entry["digest"], entry["state"])
             for rid, versions in table.items()

@@ -195,6 +195,13 @@ FAMILIES = (
         "Served-policy probes: one short request to a replica for a version it loaded",
         buckets=ADAPTER_LOAD_BUCKETS,
     ),
+    Family(
+        "policy_wait_seconds",
+        "histogram",
+        "From a version's load on a replica to its probe's verdict: what that version's first "
+        "requests there wait for",
+        buckets=ADAPTER_LOAD_BUCKETS,
+    ),
 )
 
 

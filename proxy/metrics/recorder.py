@@ -68,6 +68,7 @@ class Metrics:
     _sync_window_seconds: Histogram
     _reconciliations: Counter
     _probe_seconds: Histogram
+    _policy_wait_seconds: Histogram
 
     def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -148,6 +149,9 @@ class Metrics:
 
     def record_probe(self, seconds: float) -> None:
         self._probe_seconds.observe(seconds)
+
+    def record_policy_wait(self, seconds: float) -> None:
+        self._policy_wait_seconds.observe(seconds)
 
     def record_decision(self, reason: str) -> None:
         self._routing_decisions.add((reason,))

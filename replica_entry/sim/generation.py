@@ -22,6 +22,7 @@ from itertools import accumulate
 from replica_entry.sim.engine import Engine, Probe, Ticket
 from replica_entry.sim.latency import LatencyModel
 from replica_entry.sim.metrics import SimMetrics
+from replica_entry.sim.policy import next_top
 from replica_entry.sim.prefix_cache import PrefixCache
 from replica_entry.sim.protocol import GenerationJob
 from replica_entry.sim.sampler import Sampled, sample, sequence_seed
@@ -111,8 +112,9 @@ def _blocks(tokens: int, block_size: int) -> int:
 def _sample(job: GenerationJob, prompt_index: int, choice: int, simulator: Simulator) -> Sampled:
     name = job.lora or job.model
     seed = sequence_seed(job.seed, name, job.prompts[prompt_index], None if job.greedy else choice)
-    budget = job.max_tokens[prompt_index]
-    return sample(seed, budget, simulator.vocab_size, job.top_logprobs or 0)
+    budget, k, vocab = job.max_tokens[prompt_index], job.top_logprobs or 0, simulator.vocab_size
+    first = next_top(job.policy, job.prompts[prompt_index], k, vocab) if k > 0 else ()
+    return sample(seed, budget, vocab, k, first)
 
 
 class Simulator:

@@ -1,8 +1,9 @@
-"""Which policy a simulated replica samples under a model name, and its teacher-forced logprobs.
+"""Which policy a simulated replica samples under a model name, and the logprobs it answers with.
 
 A policy is named by its content: ``BASE`` for the base model, else the sha256 of an adapter's
 files (its config and weights, as the replica read them when it loaded them; a trainer's probe
-reference beside them is not part of the policy). ``prompt_logprobs(policy, ids)`` is a
+reference beside them is not part of the policy). ``next_top(policy, prompt, k, vocab)`` (the
+first generated token's top logprobs, what the proxy's served-policy probe reads) is a
 deterministic function of the policy and the tokens: two replicas serving the same content
 answer alike to the last bit, different content differently, as two real replicas of one
 model do in float32 on one machine. An honest replica answers an adapter's name with that
@@ -14,13 +15,13 @@ policy not served.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
 BASE = "base"
 POLICY_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 LOWEST = -12.0  # logprobs fall in (LOWEST, 0)
-VOCAB_RANKS = 1000
 
 
 def content_policy(directory: Path) -> str:
@@ -33,16 +34,14 @@ def content_policy(directory: Path) -> str:
     return hasher.hexdigest()
 
 
-def prompt_logprobs(policy: str, ids: Sequence[int]) -> list[float | None]:
-    """Each token's logprob given the ones before it (None for the first: vLLM's shape)."""
-    out: list[float | None] = [None]
-    for i in range(1, len(ids)):
-        key = f"{policy}:{i}:{ids[i - 1]}:{ids[i]}".encode()
-        unit = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
-        out.append(LOWEST * (1.0 - unit) * 0.999 - 0.001)
-    return out
-
-
-def rank(logprob: float) -> int:
-    """A plausible vocabulary rank for a logprob (1: the likeliest)."""
-    return 1 + int((logprob / LOWEST) * (VOCAB_RANKS - 1))
+def next_top(
+    policy: str, prompt: Sequence[int], k: int, vocab_size: int
+) -> tuple[tuple[int, float], ...]:
+    """The ``k`` likeliest next tokens after ``prompt`` under ``policy`` and their logprobs,
+    likeliest first: a deterministic function of the two (distinct token ids, logprobs in
+    ``(LOWEST, 0)``)."""
+    key = policy.encode() + b":" + b",".join(str(t).encode() for t in prompt)
+    rng = random.Random(hashlib.blake2b(key, digest_size=16).digest())
+    tokens = rng.sample(range(vocab_size), min(k, vocab_size))
+    logprobs = sorted((LOWEST * rng.random() for _ in tokens), reverse=True)
+    return tuple(zip(tokens, logprobs, strict=True))

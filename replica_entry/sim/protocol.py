@@ -10,7 +10,6 @@ simulation honours. Every rejection is an ``ApiError`` with vLLM's status and wo
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -46,13 +45,13 @@ class _GenerationRequest(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     return_token_ids: bool | None = False
+    return_tokens_as_token_ids: bool | None = False
 
 
 class CompletionRequest(_GenerationRequest):
     prompt: list[int] | list[list[int]] | str | list[str]
     max_tokens: int | None = 16
     logprobs: int | None = None
-    prompt_logprobs: int | None = None
 
 
 class ContentPart(BaseModel):
@@ -118,8 +117,8 @@ class GenerationJob:
     return_token_ids: bool
     stream: bool
     include_usage: bool
+    tokens_as_ids: bool = False  # logprobs name tokens "token_id:N" (return_tokens_as_token_ids)
     policy: str = "base"  # whose logprobs it answers with (``sim.policy``)
-    prompt_logprobs: int | None = None  # the prompt's own logprobs, and this many top ones
 
     @property
     def steps(self) -> int:
@@ -228,17 +227,11 @@ def completion_job(
 ) -> GenerationJob:
     """A checked completion request as an engine job (``served``: the model name to echo)."""
     n = check_sampling(request, request.logprobs)
-    wanted = request.prompt_logprobs
-    if wanted is not None and request.stream and (wanted > 0 or wanted == -1):
-        raise ApiError(
-            "`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs"
-        )
-    if wanted is not None and wanted < 0 and wanted != -1:
-        raise ApiError("`prompt_logprobs` must be a positive value or -1.", param="prompt_logprobs")
     prompts = completion_prompts(request, settings.vocab_size)
     budgets = token_budgets(prompts, request.max_tokens, settings.max_model_len, DEFAULT_MAX_TOKENS)
-    job = _job("completion", request, n, prompts, budgets, request.logprobs, served, lora, settings)
-    return dataclasses.replace(job, prompt_logprobs=wanted)
+    return _job(
+        "completion", request, n, prompts, budgets, request.logprobs, served, lora, settings
+    )
 
 
 def chat_job(
@@ -309,6 +302,7 @@ def _job(
         greedy=request.temperature == 0,
         top_logprobs=top_logprobs,
         return_token_ids=bool(request.return_token_ids),
+        tokens_as_ids=bool(request.return_tokens_as_token_ids),
         stream=bool(request.stream),
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
     )

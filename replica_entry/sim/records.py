@@ -31,7 +31,7 @@ class RequestRecord:
     dropped: bool = False
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
-    prompt_logprobs: int | None = None  # asked for (the proxy's served-policy probe asks 0)
+    top_logprobs: int | None = None  # asked for (the proxy's served-policy probe asks 20)
 
 
 @dataclass(slots=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from replica_entry.sim.generation import Generation, Sequence
-from replica_entry.sim.policy import prompt_logprobs, rank
 from replica_entry.sim.tokenizer import decode, piece
 
 Json = dict[str, Any]
@@ -66,7 +66,7 @@ def completion_body(gen: Generation, meta: Meta) -> Json:
                 "logprobs": _completion_logprobs(gen, seq, 0, len(ids)),
                 "finish_reason": gen.finish_reason(seq),
                 "stop_reason": None,
-                "prompt_logprobs": _prompt_logprobs(gen, seq),
+                "prompt_logprobs": None,
                 "prompt_token_ids": _prompt_ids(gen, seq) if gen.job.return_token_ids else None,
                 "token_ids": ids if gen.job.return_token_ids else None,
             }
@@ -178,45 +178,34 @@ def _prompt_ids(gen: Generation, seq: Sequence) -> list[int]:
     return list(gen.job.prompts[seq.prompt_index])
 
 
-def _prompt_logprobs(gen: Generation, seq: Sequence) -> list[Json | None] | None:
-    """vLLM's ``prompt_logprobs``: None for the first token, then each token's own logprob
-    under the job's policy (``sim.policy``) keyed by its id as text (only the prompt's own
-    token: the simulation ranks no alternatives)."""
-    if gen.job.prompt_logprobs is None:
-        return None
-    ids = gen.job.prompts[seq.prompt_index]
-    out: list[Json | None] = []
-    for token, logprob in zip(ids, prompt_logprobs(gen.job.policy, ids), strict=True):
-        if logprob is None:
-            out.append(None)
-        else:
-            entry = {"logprob": logprob, "rank": rank(logprob), "decoded_token": piece(token)}
-            out.append({str(token): entry})
-    return out
-
-
 def _completion_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json | None:
     """vLLM's ``CompletionLogProbs`` for tokens ``start .. end - 1``: the sampled token and
     ``logprobs`` alternatives per step; text offsets count from the choice's start."""
     k = gen.job.top_logprobs
     if k is None:
         return None
-    sampled = seq.sampled
+    sampled, name = seq.sampled, _namer(gen)
     return {
         "text_offset": gen.text_offsets(seq)[start:end],
         "token_logprobs": list(sampled.logprobs[start:end]),
-        "tokens": [piece(t) for t in sampled.token_ids[start:end]],
+        "tokens": [name(t) for t in sampled.token_ids[start:end]],
         "top_logprobs": [
-            {piece(t): lp for t, lp in step[: k + 1]} for step in sampled.top[start:end]
+            {name(t): lp for t, lp in step[: k + 1]} for step in sampled.top[start:end]
         ],
     }
+
+
+def _namer(gen: Generation) -> Callable[[int], str]:
+    """How a logprob names its token: its text, or ``token_id:N`` when the request asked
+    ``return_tokens_as_token_ids`` (vLLM's form)."""
+    return (lambda token: f"token_id:{token}") if gen.job.tokens_as_ids else piece
 
 
 def _chat_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json | None:
     k = gen.job.top_logprobs
     if k is None:
         return None
-    sampled = seq.sampled
+    sampled, name = seq.sampled, _namer(gen)
     content = []
     for token, lp, step in zip(
         sampled.token_ids[start:end],
@@ -224,11 +213,11 @@ def _chat_logprobs(gen: Generation, seq: Sequence, start: int, end: int) -> Json
         sampled.top[start:end],
         strict=True,
     ):
-        top = [_chat_entry(t, alt) for t, alt in step[:k]]
-        content.append({**_chat_entry(token, lp), "top_logprobs": top})
+        top = [_chat_entry(t, alt, name) for t, alt in step[:k]]
+        content.append({**_chat_entry(token, lp, name), "top_logprobs": top})
     return {"content": content}
 
 
-def _chat_entry(token: int, logprob: float) -> Json:
-    text = piece(token)
-    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+def _chat_entry(token: int, logprob: float, name: Callable[[int], str]) -> Json:
+    text = name(token)
+    return {"token": text, "logprob": logprob, "bytes": list(piece(token).encode())}

@@ -89,7 +89,7 @@ async def read_job(
     job = build(parsed, served=lora or settings.model, lora=lora, settings=settings)
     job = dataclasses.replace(job, policy=_policy(state, lora))
     record.prompt_tokens = sum(len(prompt) for prompt in job.prompts)
-    record.prompt_logprobs = job.prompt_logprobs
+    record.top_logprobs = job.top_logprobs
     return job
 
 

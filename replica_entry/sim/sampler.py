@@ -5,7 +5,9 @@ choice index); the model is the adapter name or the base model, so every adapter
 differently. Greedy requests (temperature 0) leave the choice index out, so their ``n`` choices
 agree, as vLLM's do. Each step draws a token id in ``[0, vocab_size)`` and its log-probability
 in ``(-10, 0]``; the ``k`` alternatives reported as top log-probabilities are the next ids
-``token+1 .. token+k`` with lower log-probabilities. Cost: O(max_tokens * (1 + k)).
+``token+1 .. token+k`` with lower log-probabilities, except the first step of a request for top
+log-probabilities, which is the policy's own (``sim.policy.next_top``: what the proxy's
+served-policy probe reads). Cost: O(max_tokens * (1 + k)).
 """
 
 from __future__ import annotations
@@ -34,14 +36,26 @@ def sequence_seed(seed: int, model: str, prompt: Sequence[int], choice: int | No
     return int(hasher.intdigest())
 
 
-def sample(rng_seed: int, max_tokens: int, vocab_size: int, top_k: int) -> Sampled:
-    """Draw ``max_tokens`` tokens; ``top_k`` alternatives per step besides the sampled one."""
+def sample(
+    rng_seed: int,
+    max_tokens: int,
+    vocab_size: int,
+    top_k: int,
+    first: tuple[tuple[int, float], ...] = (),
+) -> Sampled:
+    """Draw ``max_tokens`` tokens; ``top_k`` alternatives per step besides the sampled one.
+    ``first``: the first step's likeliest tokens under the policy (``sim.policy.next_top``),
+    likeliest first: that step samples the first of them and reports them as its top."""
     rng = random.Random(rng_seed)
     top_k = min(top_k, vocab_size - 1)  # alternatives must be distinct ids
     token_ids: list[int] = []
     logprobs: list[float] = []
     top: list[tuple[tuple[int, float], ...]] = []
-    for _ in range(max_tokens):
+    if first and max_tokens > 0:
+        token_ids.append(first[0][0])
+        logprobs.append(first[0][1])
+        top.append(first)
+    for _ in range(max_tokens - len(token_ids)):
         token = rng.randrange(vocab_size)
         logprob = -round(rng.random() * 10.0, 6)
         token_ids.append(token)

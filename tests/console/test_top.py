@@ -8,10 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.support.calls import completion, post
+from proxy.app import PROXY
+from tests.support.adapters import write_version
+from tests.support.calls import completion, load_body, post
 from tests.support.fleet import Stack, run_stack
 from tests.support.waiting import eventually
 
@@ -98,3 +101,22 @@ async def test_the_live_view_draws_in_a_terminal_and_quits_on_q() -> None:
             raise AssertionError(f"the screen:\n{screens[-1]}") from exc
         finally:
             await tmux("kill-session", "-t", session, check=False)
+
+
+async def test_once_shows_each_replicas_digests_and_a_replica_withheld_from_a_version(
+    tmp_path: Path,
+) -> None:
+    async with run_stack(sims=[{}, {"faults": {"policy": "base"}}]) as stack:
+        honest, faulty = (sim.id for sim in stack.sims)
+        path = write_version(tmp_path, 1, reference=True)
+        status, body, _ = await post(stack, "/v1/load_lora_adapter", load_body(path.name, path))
+        assert status == 200, body
+        await stack.proxy_app[PROXY].adapters.service.settled()
+        code, out, err = await top(stack.proxy_url, "--once")
+        assert code == 0, err
+        rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("127.")}
+        digest = stack.pool.get(honest).digests["trl-policy-v1"][:6]  # type: ignore[union-attr]
+        assert f"v1@{digest}" in rows[honest] and rows[honest].endswith(" ok")
+        assert rows[faulty].endswith(" v1 withheld") and "v1@" not in rows[faulty]
+        assert "served policy  probe on  withheld 1" in out
+        assert "ALARM" not in out  # the honest replica serves it

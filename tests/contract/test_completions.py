@@ -3,8 +3,11 @@ log-probabilities back, the prefix cache's hit in ``usage``; and vLLM's error an
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from adapter_receiver.reference import K, cuts_for
+from proxy.adapters.probe import parse_answer, request
 from tests.contract.support import Replica, assert_error, sse_events
 
 
@@ -239,48 +242,42 @@ async def test_text_offsets_index_the_text_also_across_stream_chunks(replica: Re
         assert offsets[-1] <= len(streamed)
 
 
-async def test_prompt_logprobs_give_each_prompt_tokens_own_logprob(replica: Replica) -> None:
-    """The served-policy probe's request (``proxy.adapters.probe``): a token-id prompt,
-    ``prompt_logprobs: 0``, one output token; each prompt token but the first has its own
-    logprob, keyed by its id as text, the same on a second ask."""
-    prompt = replica.fresh_prompt(12)
-    body = {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
-    first = (await replica.complete(**body))["choices"][0]["prompt_logprobs"]
-    again = (await replica.complete(**body))["choices"][0]["prompt_logprobs"]
-    assert len(first) == len(prompt) and first[0] is None
-    for token, position in zip(prompt[1:], first[1:], strict=True):
-        entry = position[str(token)]
-        assert entry["logprob"] <= 0 and isinstance(entry["rank"], int)
-        assert isinstance(entry["decoded_token"], str)
-    assert first == again  # teacher-forced: no sampling in it
+async def test_the_policy_probe_gives_each_prefix_its_top_logprobs(replica: Replica) -> None:
+    """The served-policy probe's request, as the proxy sends it (``proxy.adapters.probe``): one
+    prompt per prefix, one token, ``K`` top logprobs named ``token_id:N``; the distribution,
+    not a sample: the same on a second ask."""
+    ids = replica.fresh_prompt(24)
+    cuts = cuts_for(len(ids))
+    body = request(replica.model, ids, cuts)
+    status, first = await replica.post_json("/v1/completions", body)
+    assert status == 200, first
+    for choice in first["choices"]:
+        top = choice["logprobs"]["top_logprobs"][0]
+        assert len(top) >= K and all(key.startswith("token_id:") for key in top)
+        assert all(value <= 0 for value in top.values())
+    status, again = await replica.post_json("/v1/completions", body)
+    assert parse_answer(first, len(cuts)) == parse_answer(again, len(cuts))
 
 
-async def test_a_loaded_adapter_answers_the_probe_otherwise_than_the_base(
+async def test_a_loaded_adapter_answers_the_probe_otherwise_than_the_base_even_in_a_batch(
     replica: Replica,
 ) -> None:
+    """Asked while rollouts run (vLLM batches them together: its ``prompt_logprobs`` under LoRA
+    kill the engine there, vLLM #16668), the probe answers, and a loaded adapter's answer
+    differs from the base model's."""
     name = replica.unique("probe")
     assert (await replica.load(name, replica.make_adapter(name)))[0] == 200
-    prompt = replica.fresh_prompt(16)
-    body = {"prompt": prompt, "max_tokens": 1, "prompt_logprobs": 0}
+    ids = replica.fresh_prompt(24)
+    cuts = cuts_for(len(ids))
 
-    async def logprobs(model: str) -> list[float]:
-        positions = (await replica.complete(model=model, **body))["choices"][0]["prompt_logprobs"]
-        return [p[str(t)]["logprob"] for t, p in zip(prompt[1:], positions[1:], strict=True)]
+    async def probe(model: str) -> tuple[float, ...]:
+        status, answer = await replica.post_json("/v1/completions", request(model, ids, cuts))
+        assert status == 200, answer
+        return parse_answer(answer, len(cuts))
 
-    assert await logprobs(name) != await logprobs(replica.model)
+    rollouts = [replica.complete(model=name, prompt=replica.fresh_prompt(30), max_tokens=8)
+                for _ in range(3)]  # fmt: skip
+    adapter, base, *_ = await asyncio.gather(probe(name), probe(replica.model), *rollouts)
+    assert adapter != base
+    assert (await replica.complete(model=name, prompt=ids, max_tokens=2))["choices"]
     await replica.unload(name)
-
-
-async def test_prompt_logprobs_with_a_stream_or_below_minus_one_are_refused(
-    replica: Replica,
-) -> None:
-    prompt = replica.fresh_prompt(4)
-    status, body = await replica.post_json(
-        "/v1/completions",
-        {"model": replica.model, "prompt": prompt, "stream": True, "prompt_logprobs": 1},
-    )
-    assert status == 400 and "prompt_logprobs" in assert_error(body, 400)
-    status, body = await replica.post_json(
-        "/v1/completions", {"model": replica.model, "prompt": prompt, "prompt_logprobs": -2}
-    )
-    assert status == 400 and "prompt_logprobs" in assert_error(body, 400)

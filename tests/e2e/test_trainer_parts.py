@@ -134,6 +134,8 @@ def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
     from dataclasses import replace
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from adapter_receiver.reference import decode
+    from adapter_receiver.wire import PROBE_FILE
     from replica_entry.sim import SimSettings, build_sim_app
     from tests.support.background import BackgroundServers
     from trainer_entry import sidecar, train
@@ -175,12 +177,17 @@ def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
             )
             assert trainer._lora_dir == str(bucket)  # TRL's own choice
             assert redirect(trainer, local) == str(local)
+            train.attest(trainer, trainer.processing_class)
             for version in (1, 2, 3):  # max_staleness 0: at v3 TRL deletes v1 locally
                 trainer._sync_weight_lora(time.time())
                 assert trainer.model_version == version  # TRL's load answered 200
                 name = f"trl-policy-v{version}"
                 saved = {p.name: p.read_bytes() for p in (local / name).iterdir()}
                 assert {p.name: p.read_bytes() for p in (bucket / name).iterdir()} == saved
+                # The served-policy reference is part of the version (inside it before its
+                # rename: nothing staged is left beside it; .mirror is the mirror's own).
+                assert decode(saved[PROBE_FILE]).top
+                assert not [p.name for p in local.iterdir() if p.name.endswith(".probed")]
             assert not (local / "trl-policy-v1").exists()
             deadline = time.monotonic() + 20
             while (bucket / "trl-policy-v1").exists():  # the mirror's scan prunes it
@@ -189,3 +196,50 @@ def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
             assert sorted(p.name for p in bucket.iterdir()) == ["trl-policy-v2", "trl-policy-v3"]
     finally:
         servers.close()
+
+
+@pytest.mark.filterwarnings("ignore:TRL currently supports vLLM versions:UserWarning")
+def test_the_reference_is_the_trainers_packed_forward_at_temperature_one(
+    tiny: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe through the model as TRL builds it (tree attention, the fused head at TRL's
+    temperature, PEFT, in training mode) equals a plain forward of the same weights at
+    temperature 1: each cut's top logprobs, log-softmaxed in float32 (what vLLM returns: the
+    training test checks that against real replicas). The model is left in its mode."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION, register_tree_attention
+    from trl.trainer.utils import add_fused_lm_head
+
+    from adapter_receiver.reference import K, cuts_for
+    from trainer_entry.cpu_shims import apply_cpu_shims
+    from trainer_entry.reference import answer
+
+    apply_cpu_shims()
+    register_tree_attention()
+    trl_model = AutoModelForCausalLM.from_pretrained(
+        tiny["model"], attn_implementation=TREE_ATTENTION, dtype=torch.float32
+    )
+    add_fused_lm_head(trl_model, temperature=0.7, outputs=("log_probs", "entropy"))
+    policy = PeftModel.from_pretrained(trl_model, tiny["adapter"], is_trainable=True)
+    policy.train()
+    ids = list(range(5, 69))
+    cuts = cuts_for(len(ids))
+    mine = answer(policy, ids, cuts, torch.device("cpu"))
+    assert policy.training
+
+    def plain(model: Any) -> list[list[float]]:
+        with torch.no_grad():
+            logprobs = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+        return [logprobs[cut - 1].topk(K).values.tolist() for cut in cuts]
+
+    base = AutoModelForCausalLM.from_pretrained(tiny["model"], dtype=torch.float32)
+    unadapted = plain(base)
+    expected = plain(PeftModel.from_pretrained(base, tiny["adapter"]))
+    flat = [(a, b, c) for r, s, t in zip(mine, expected, unadapted, strict=True)
+            for a, b, c in zip(r, s, t, strict=True)]  # fmt: skip
+    assert len(flat) == len(cuts) * K
+    assert max(abs(a - b) for a, b, _ in flat) < 1e-5
+    assert sum(abs(a - c) for a, _, c in flat) / len(flat) > 1e-3  # the adapter shows

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.conftest import MAX_STALENESS
 from tests.e2e.support import (
@@ -133,6 +134,7 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
         trainer_log = (tmp_path / "trainer.log").read_text()
         assert code == 0, trainer_log[-6000:]
         proxy_metrics = get_text(url + "/metrics")
+        policy = get_json(url + "/proxy/status")["adapters"]["policy"]
     assert "training finished" in trainer_log
     assert "CPU shim applied" in trainer_log
     # The proxy's figures ride in TRL's own log lines (and so in any --report-to tracker).
@@ -198,6 +200,27 @@ def test_training_syncs_every_version_to_both_replicas_and_routes_groups_togethe
     )
     assert hits_after > hits_before
     assert "failed (" not in trainer_log, "a rollout request was retried"
+    # Every replica served every version as the trainer computed it: each version carried the
+    # trainer's reference, and each replica's answer to the probe was within the tolerance.
+    assert_served_as_trained(policy, proxy_metrics, synced, replicas=len(clean_fleet))
+
+
+def assert_served_as_trained(
+    policy: dict[str, Any], metrics: str, synced: list[str], replicas: int
+) -> None:
+    """Each version in ``synced`` was probed on every replica against the trainer's reference
+    and passed; what the probes cost is printed."""
+    assert not policy["alarm"] and not any(policy["mismatches"].values()), policy
+    states = {entry["state"] for held in policy["replicas"].values() for entry in held.values()}
+    assert states == {"ok"}, policy
+    probes = metric_sum(metrics, "rollout_proxy_probe_seconds_count")
+    waits = metric_sum(metrics, "rollout_proxy_policy_wait_seconds_count")
+    assert waits == replicas * len(synced), (waits, synced)
+    assert probes >= waits
+    probe_s = metric_sum(metrics, "rollout_proxy_probe_seconds_sum") / probes
+    wait_s = metric_sum(metrics, "rollout_proxy_policy_wait_seconds_sum") / waits
+    print(f"served-policy probe: {int(probes)} probes, {probe_s * 1000:.0f} ms mean; a "
+          f"version's first requests on a replica waited {wait_s * 1000:.0f} ms mean")  # fmt: skip
 
 
 def test_a_remote_proxy_behind_a_token_is_reached_through_the_local_relay(

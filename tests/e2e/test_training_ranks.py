@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from adapter_receiver.reference import decode
+from adapter_receiver.wire import PROBE_FILE
 from tests.e2e.support import (
     REPLICA_TOKEN,
     VllmServer,
@@ -230,6 +232,12 @@ def test_two_fsdp2_ranks_train_checkpoint_die_whole_and_resume_exactly(
     for tensor in trained:
         half = tensor.shape[0] // 2
         assert tensor[:half].abs().sum() > 0 and tensor[half:].abs().sum() > 0
+    # Every version carried the reference both ranks computed (a collective forward under
+    # FSDP2), and every replica served each one as they computed it.
+    assert decode((out / "final_adapter" / PROBE_FILE).read_bytes()).top
+    served = re.findall(r"serves (trl-policy-v\d+) as the trainer computed it", second_log)
+    assert all(served.count(name) >= len(clean_fleet) for name in synced), (served, synced)
+    assert "does not serve" not in first_log + second_log
     record = json.loads((out / "final_adapter" / "rollout_run.json").read_text())
     assert record["steps"] == 4 and record["world_size"] == 2
     assert record["last_version"] == synced[-1]

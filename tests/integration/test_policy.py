@@ -14,29 +14,15 @@ from typing import Any
 
 import pytest
 
-from adapter_receiver.wire import PROBE_FILE
-from proxy.adapters.probe import reference_body
 from proxy.app import PROXY
 from proxy.dataplane.forward import POLICY_HEADER, REPLICA_HEADER
-from replica_entry.sim.policy import content_policy, prompt_logprobs
-from tests.support.adapters import write_adapter
+from tests.support.adapters import PROBE_IDS, write_version
 from tests.support.calls import completion, load_body, metrics_text, post
 from tests.support.fleet import Stack, run_stack, wait_for
 
-PROBE_IDS = list(range(40, 72))  # the trainer's probe: a prompt of its own, as token ids
 HONEST: dict[str, Any] = {}
 SERVES_BASE: dict[str, Any] = {"faults": {"policy": "base"}}
 SERVES_PREVIOUS: dict[str, Any] = {"faults": {"policy": "previous"}}
-
-
-def version(directory: Path, n: int, *, reference: bool) -> Path:
-    """``trl-policy-vN`` as the trainer saves it; with ``reference``, with the probe's answer the
-    trainer computed under the same weights (what an honest replica answers)."""
-    path = write_adapter(directory, f"trl-policy-v{n}")
-    if reference:
-        expected = prompt_logprobs(content_policy(path), PROBE_IDS)[1:]
-        (path / PROBE_FILE).write_bytes(reference_body(PROBE_IDS, expected))  # type: ignore[arg-type]
-    return path
 
 
 async def load(stack: Stack, path: Path) -> None:
@@ -89,7 +75,7 @@ async def test_with_the_trainers_reference_a_faulty_replica_is_withheld_at_once(
     async with run_stack(sims=[HONEST, fault]) as stack:
         honest, faulty = (sim.id for sim in stack.sims)
         for n in (1, 2):
-            await load(stack, version(tmp_path, n, reference=True))
+            await load(stack, write_version(tmp_path, n, reference=True))
             name = f"trl-policy-v{n}"
             await routed(stack, honest, name)
             assert await served_by(stack, name) == {honest}  # never the faulty one, even unprobed
@@ -111,7 +97,7 @@ async def test_when_no_replica_serves_the_trainers_policy_all_serve_and_the_alar
     tmp_path: Path,
 ) -> None:
     async with run_stack(sims=[SERVES_BASE, SERVES_BASE]) as stack:
-        await load(stack, version(tmp_path, 1, reference=True))
+        await load(stack, write_version(tmp_path, 1, reference=True))
         await wait_for(
             lambda: all("trl-policy-v1" in r.adapters for r in stack.pool), what="served anyway"
         )
@@ -129,7 +115,7 @@ async def test_without_a_reference_a_replica_serving_the_base_is_withheld_within
         assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
         states = []
         for n in (1, 2, 3):
-            await load(stack, version(tmp_path, n, reference=False))
+            await load(stack, write_version(tmp_path, n, reference=False))
             name = f"trl-policy-v{n}"
             await routed(stack, honest, name)
             await settled(stack)
@@ -147,7 +133,7 @@ async def test_an_honest_fleet_is_never_withheld_nor_alarmed(tmp_path: Path) -> 
     async with run_stack(sims=[HONEST, HONEST]) as stack:
         assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
         for n in range(1, 5):
-            await load(stack, version(tmp_path, n, reference=n % 2 == 0))
+            await load(stack, write_version(tmp_path, n, reference=n % 2 == 0))
         await wait_for(
             lambda: all("trl-policy-v4" in r.adapters for r in stack.pool), what="v4 routed"
         )

@@ -64,7 +64,7 @@ async def test_a_generation_request_is_recorded(
         "dropped": False,
         "prompt_tokens": 40,
         "cached_tokens": 32,
-        "prompt_logprobs": None,
+        "top_logprobs": None,
     }
 
 

@@ -51,8 +51,8 @@ async def records(stack: Stack, index: int) -> list[dict[str, Any]]:
 
 def rolled_out(record: dict[str, Any]) -> bool:
     """A simulated replica's record of a completion a client asked for (not the proxy's
-    served-policy probe, which asks for the prompt's logprobs)."""
-    return bool(record["path"] == "/v1/completions" and record["prompt_logprobs"] is None)
+    served-policy probe, which asks for top logprobs; TRL's rollouts ask for none)."""
+    return bool(record["path"] == "/v1/completions" and not record["top_logprobs"])
 
 
 async def listed(stack: Stack, index: int) -> list[str]:

@@ -76,6 +76,10 @@ class Wanted:
     def __init__(self) -> None:
         self.registry = Registry(Runs())
         self.carried_names: list[tuple[str, str]] = []
+        self.probing = False  # the served-policy check on (its verdicts scripted in ``answers``)
+        self.answers: dict[str, list[Found]] = {}
+        self.withheld_from: list[str] = []
+        self.waits: list[float] = []
 
     def plan(self, held: Held) -> list[Command]:
         return self.registry.plan(held, manage_unknown=False)
@@ -96,16 +100,24 @@ class Wanted:
         self.carried_names.append((replica.id, name))
 
     def checks(self, held: Held) -> list[Version]:
-        return []  # the served-policy probe is policy's (tests/integration/test_policy.py)
+        """Each held version not judged yet (what ``policy`` judges is its own test's)."""
+        if not self.probing:
+            return []
+        return [v for n, v in self.registry.versions.items()
+                if held.same(v) and n not in held.verdicts]  # fmt: skip
 
     async def verify(self, replica: Replica, version: Version) -> Found:
-        return "ok"
+        scripted = self.answers.get(version.name)
+        return scripted.pop(0) if scripted else "ok"
 
     def withheld(self, replica: Replica, version: Version) -> None:
-        pass
+        self.withheld_from.append(version.name)
+
+    def ready(self, seconds: float) -> None:
+        self.waits.append(seconds)
 
     def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
-        return True
+        return not self.probing or verdict in ("ok", "unchecked")
 
 
 @asynccontextmanager
@@ -227,3 +239,45 @@ async def test_an_admission_answers_once_the_window_is_held_or_a_command_failed(
         wanted.registry.add(version(4))
         assert not await asyncio.wait_for(a.admit(), BOUND_S)
         assert "loading adapter trl-policy-v4" in a.replica.last_error
+
+
+async def test_a_probe_mismatch_loads_the_version_once_more_and_a_second_withholds_it() -> None:
+    async with agents(1) as ((a,), wanted, carrier):
+        wanted.probing = True
+        wanted.answers = {"trl-policy-v1": ["mismatch", "ok"], "trl-policy-v2": ["mismatch"] * 2}
+        wanted.registry.add(version(1))
+        a.wake()
+        await settle(a)
+        assert a.held.verdicts == {"trl-policy-v1": "ok"}  # the reload cured it
+        assert "trl-policy-v1" in a.replica.adapters
+        wanted.registry.add(version(2))
+        a.wake()
+        await settle(a)
+        assert a.held.verdicts["trl-policy-v2"] == "withheld"
+        assert "trl-policy-v2" not in a.replica.adapters  # held, never routed
+        assert wanted.withheld_from == ["trl-policy-v2"]
+        assert [(verb, name) for _, verb, name in carrier.calls] == [
+            ("load", "trl-policy-v1"),
+            ("unload", "trl-policy-v1"),  # the one retry: unload, then load
+            ("load", "trl-policy-v1"),
+            ("load", "trl-policy-v2"),
+            ("unload", "trl-policy-v2"),
+            ("load", "trl-policy-v2"),  # and no third
+        ]
+        assert len(wanted.waits) == 2  # one wait per version, from its first load
+
+
+async def test_a_version_is_not_routed_before_its_probe_and_a_failed_probe_is_retried() -> None:
+    async with agents(1) as ((a,), wanted, carrier):
+        wanted.probing = True
+        wanted.answers = {"trl-policy-v1": [None]}  # the probe's own deadline passed
+        wanted.registry.add(version(1))
+        a.wake()
+        await settle(a)
+        assert a.held.holds("trl-policy-v1") and "trl-policy-v1" not in a.replica.adapters
+        carrier.clock.advance(60)  # past its backoff
+        a.wake()
+        await settle(a)
+        assert a.held.verdicts == {"trl-policy-v1": "ok"}
+        assert "trl-policy-v1" in a.replica.adapters
+        assert [(verb, name) for _, verb, name in carrier.calls] == [("load", "trl-policy-v1")]
