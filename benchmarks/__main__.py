@@ -5,7 +5,9 @@ balance per policy), ``fleet`` (step time of async GRPO on a simulated fleet, pe
 own flags: ``python -m benchmarks fleet --help``), ``sync`` (adapter fleet-sync latency under
 mount lag), ``policy`` (the routing policy alone), ``soak`` (RSS, open files and tasks under
 load over time), ``scale`` (throughput and memory against fleet size and tracked prompts),
-``profile`` (where the proxy's CPU goes, by module, under cProfile); ``sync --save`` times
+``profile`` (where the proxy's CPU goes, by module, under cProfile), ``learn`` (real TRL and
+vLLM CPU servers: a run that learns, through the proxy and direct; ``python -m benchmarks learn
+--help``); ``sync --save`` times
 saving the published adapter. Everything runs on loopback
 against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and ``soak`` at real
 ones.
@@ -36,8 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.fleet.cli import main as fleet_main
 
         return fleet_main(argv[1:])
+    if argv[:1] == ["learn"]:  # real TRL and vLLM: the heavy tier's Python
+        from benchmarks.learn.cli import main as learn_main
+
+        return learn_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("suite", choices=[*sorted(SUITES), "fleet"])
+    parser.add_argument("suite", choices=[*sorted(SUITES), "fleet", "learn"])
     parser.add_argument("--json", type=Path, help="write results (with the environment) here")
     parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
     parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")

@@ -59,8 +59,7 @@ class AdapterService:
         state: StateFile | None = None,
     ) -> None:
         self.registry, self._carrier, self._pool, self._info = registry, carrier, pool, info
-        self.metrics, self.origins, self._failed = metrics, origins, failed
-        self.policy = policy
+        self.metrics, self.origins, self._failed, self.policy = metrics, origins, failed, policy
         self.has_source = has_source
         self.state = None if state is None else StateWriter(state, self._snapshot, failed)
         self._intents: dict[str, Intent] = {}
@@ -311,10 +310,13 @@ class AdapterService:
         self._wake_all()
 
     def _wake_all(self) -> None:
+        """Every agent looks again, its routing recomputed now (not after a long load ends)."""
         for rid in [rid for rid in self._agents if self._pool.get(rid) is None]:
             self._agents.pop(rid)[1].cancel()
         for replica in self._pool:
-            self._agent(replica).wake()
+            agent = self._agent(replica)
+            agent.publish()
+            agent.wake()
 
     def _drop(self, name: str) -> None:
         """No longer wanted: the proxy's own receiver drops its copies of ``name`` too."""

@@ -9,14 +9,15 @@ and every answer names the policy that gave it."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.app import PROXY
-from proxy.dataplane.forward import POLICY_HEADER, REPLICA_HEADER
-from tests.support.adapters import PROBE_IDS, write_version
+from proxy.dataplane.forward import DIGEST_SHOWN, POLICY_HEADER, REPLICA_HEADER
+from tests.support.adapters import PROBE_IDS, write_adapter, write_version
 from tests.support.calls import completion, load_body, metrics_text, post
 from tests.support.fleet import Stack, run_stack, wait_for
 
@@ -47,10 +48,11 @@ async def status_of(stack: Stack) -> dict[str, Any]:
     return answer
 
 
-async def served_by(stack: Stack, model: str, requests: int = 16) -> set[str]:
-    """The replicas that answered ``requests`` completions for ``model`` (by key: spread)."""
+async def served_by(stack: Stack, model: str, requests: int = 16, first: int = 0) -> set[str]:
+    """The replicas that answered ``requests`` completions for ``model``, keys ``first`` on
+    (keys spread them; a key once placed sticks to its replica)."""
     replicas = set()
-    for key in range(requests):
+    for key in range(first, first + requests):
         status, body, headers = await post(
             stack, "/v1/completions", completion(model, prompt=[key, 9, 8, 7]),
             headers={"X-Routing-Key": f"k{key}"},
@@ -142,3 +144,41 @@ async def test_an_honest_fleet_is_never_withheld_nor_alarmed(tmp_path: Path) -> 
         states = {v["state"] for versions in policy["replicas"].values() for v in versions.values()}
         assert states == {"ok"}
         assert len(await served_by(stack, "trl-policy-v4")) == 2
+
+
+async def test_an_in_place_replace_is_routed_only_where_the_new_content_is_held(
+    tmp_path: Path,
+) -> None:
+    """TRL's resume republishes ``trl-policy-v2`` with other weights under the same name: the
+    digest changes, and while one replica still holds the old content (its mount has not shown
+    the new files yet) every request for v2 goes to the one that holds the new, and names it."""
+    async with run_stack(sims=[HONEST, {"adapter_receiver": False}]) as stack:
+        fresh, slow = (sim.id for sim in stack.sims)
+
+        async def mount_lag(seconds: float) -> None:  # the slow replica's bucket mount
+            url = stack.sims[1].url + "/sim/faults"
+            async with stack.session.post(url, json={"mount_lag_s": seconds}) as answer:
+                assert answer.status == 200
+
+        await load(stack, write_adapter(tmp_path / "old", "trl-policy-v2"))
+        await mount_lag(3600)  # from now on its mount shows nothing new
+        before = stack.pool.get(fresh).digests["trl-policy-v2"]  # type: ignore[union-attr]
+        new = write_adapter(tmp_path / "new", "trl-policy-v2", rank=2)  # other weights
+        replace = asyncio.create_task(
+            post(stack, "/v1/load_lora_adapter", {**load_body("trl-policy-v2", new),
+                                                  "load_inplace": True})
+        )  # fmt: skip
+        record = stack.pool.get(fresh)
+        assert record is not None
+        await wait_for(lambda: record.digests.get("trl-policy-v2") not in (None, before),
+                       what="the new content routed where it is held")  # fmt: skip
+        after = record.digests["trl-policy-v2"]
+        assert await served_by(stack, "trl-policy-v2") == {fresh}  # never the old content
+        _, _, headers = await post(stack, "/v1/completions", completion("trl-policy-v2"))
+        assert headers[POLICY_HEADER] == f"trl-policy-v2@{after[:DIGEST_SHOWN]}"
+        await mount_lag(0)  # the mount shows it at last
+        status, body, _ = await asyncio.wait_for(replace, 30)
+        assert status == 200, body
+        await routed(stack, slow, "trl-policy-v2")
+        assert stack.pool.get(slow).digests["trl-policy-v2"] == after  # type: ignore[union-attr]
+        assert len(await served_by(stack, "trl-policy-v2", first=100)) == 2  # new keys

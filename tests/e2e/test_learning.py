@@ -1,0 +1,118 @@
+"""A run through the fleet learns, with a lying replica in it: ``python -m benchmarks learn``'s
+fleet leg (real TRL, two real vLLM CPU servers, the proxy beside the trainer), one server behind
+a shim that acknowledges every adapter and answers every request for one with the base model, as
+a data-parallel deployment that drops the adapter does (TRL #7017).
+
+The proxy's probe finds the shim's replica serving another policy than each version's reference
+and withholds it (logged, naming it), so every rollout of every version comes from the honest
+replica; the run learns as the benchmark's verdict defines it (the last 5 steps' mean reward over
+the first 5's by three times their spread, TRL's ``kl`` under its bound at every step)."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from benchmarks.learn.cli import LEG_TIMEOUT_S, prepare, settings_for
+from benchmarks.learn.legs import FLEET, run_leg
+from benchmarks.learn.verdict import judge
+from tests.support.background import BackgroundServers
+
+GENERATION = ("/v1/completions", "/v1/chat/completions")
+
+
+class BaseShim:
+    """An HTTP front for one vLLM server that rewrites the ``model`` of every generation
+    request naming an adapter to the base model, and passes everything else through (loads,
+    unloads, listings, adapter pushes). Counts what it rewrote: probes (top logprobs asked)
+    and rollouts."""
+
+    def __init__(self) -> None:
+        self.upstream = ""
+        self.base = ""
+        self.probes: Counter[str] = Counter()  # by the adapter named
+        self.rollouts: Counter[str] = Counter()
+        self.app = web.Application(client_max_size=1 << 30)
+        self.app.router.add_route("*", "/{tail:.*}", self._forward)
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        if request.path in GENERATION and body:
+            asked = json.loads(body)
+            named = asked.get("model")
+            if named not in (None, self.base):
+                asked["model"] = self.base
+                (self.probes if asked.get("logprobs") else self.rollouts)[named] += 1
+                body = json.dumps(asked).encode()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in SKIPPED}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method, self.upstream + request.path_qs, data=body, headers=headers
+            ) as answer,
+        ):
+            payload = await answer.read()
+            kept = {k: v for k, v in answer.headers.items() if k.lower() not in SKIPPED}
+            return web.Response(status=answer.status, body=payload, headers=kept)
+
+
+SKIPPED = {"host", "content-length", "transfer-encoding", "connection", "content-encoding"}
+
+
+@pytest.fixture
+def shim() -> Iterator[tuple[BaseShim, BackgroundServers]]:
+    servers = BackgroundServers()
+    try:
+        yield BaseShim(), servers
+    finally:
+        servers.close()
+
+
+def test_grpo_through_the_fleet_learns_and_the_replica_serving_the_base_is_withheld(
+    shim: tuple[BaseShim, BackgroundServers], tmp_path: Path
+) -> None:
+    front, servers = shim
+    shim_url = ""
+
+    def through(urls: list[str]) -> list[str]:
+        nonlocal shim_url
+        front.upstream = urls[0]
+        with urllib.request.urlopen(urls[0] + "/v1/models", timeout=10) as answer:
+            front.base = json.loads(answer.read())["data"][0]["id"]  # the base model's name
+        shim_url = servers.start(front.app)
+        return [shim_url, urls[1]]
+
+    prepared = prepare(tmp_path / "learn", seed=0)
+    settings = settings_for(*prepared)
+    outcome = run_leg(FLEET, settings, tmp_path / "learn", LEG_TIMEOUT_S, through=through)
+    verdict = judge(outcome.steps)
+    print(f"\nlearning through the fleet with a replica serving the base: {verdict.line()}; "
+          f"{outcome.wall_s:.0f} s")  # fmt: skip
+    assert verdict.learned, verdict.line()
+    assert verdict.on_policy, verdict.line()
+
+    # The proxy named the shim's replica, withheld from every version but the first: TRL's v1
+    # is the LoRA's initialisation (B = 0), the base model's policy exactly, which the shim does
+    # serve (and the probe rightly passes).
+    log = "\n".join(outcome.proxy_log)
+    shim_id = shim_url.removeprefix("http://")
+    withheld = re.findall(r"replica (\S+) withheld from (trl-policy-v\d+)", log)
+    assert withheld and {replica for replica, _ in withheld} == {shim_id}, log[-3000:]
+    served = re.findall(r"replica (\S+) serves (trl-policy-v\d+) as the trainer computed it", log)
+    honest = {replica for replica, v in served if replica != shim_id}
+    assert len(honest) == 1
+    versions = {v for replica, v in served if replica in honest}
+    cut_off = {v for _, v in withheld}
+    assert versions - cut_off == {"trl-policy-v1"}, (sorted(versions), sorted(cut_off))
+    # No rollout of a version it was withheld from reached the shim's replica; each of those
+    # versions was probed there twice (the check, and again after its one reload).
+    assert not set(front.rollouts) & cut_off, front.rollouts
+    assert all(front.probes[v] == 2 for v in cut_off), front.probes
