@@ -33,7 +33,8 @@ from proxy.config import Settings
 from proxy.dataplane.limiter import Limiter
 from proxy.dataplane.room import DataPlane, build_dataplane
 from proxy.fleet.discovery import Resolver, resolve
-from proxy.fleet.outage import NO_REPLICA_GRACE_S, Outage
+from proxy.fleet.outage import Outage
+from proxy.fleet.pool import NO_REPLICA_GRACE_S
 from proxy.fleet.room import Fleet, build_fleet, members
 from proxy.http.room import Edge, build_edge
 from proxy.http.server import CannotListen, serving
@@ -129,9 +130,10 @@ def assemble(
 ) -> Proxy:
     """Every room, in dependency order (see the module docstring)."""
     runs = Runs(parse_runs(settings.runs or ""))
-    outage = Outage(clock, no_replica_grace_s)
+    outage = Outage()
     limiter = Limiter(settings.limits, clock, outage, runs)
-    fleet_members = members(settings, clock, followers=(outage.follow, limiter.follow))
+    followers = (outage.follow, limiter.follow)
+    fleet_members = members(settings, clock, followers, no_replica_grace_s)
     metrics = Metrics(fleet_members.pool)
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)

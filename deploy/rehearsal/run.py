@@ -224,14 +224,16 @@ class Rehearsal:
         self.train(trainer, others)
         if served.topology == "job" and not served.shared:
             self.retry_proxy(proxy, lambda: start(proxy.spec, again=proxy), key, served)
+        planned = self.planned_specs
         self.say(
-            f"rehearsal passed: {len(self.started)} job(s) ran as planned. A real launch of this "
-            f"plan costs about {cost_per_hour(self.started_specs)} while it runs"
+            f"rehearsal passed: {len(planned)} job(s) ran as planned. A real launch of this "
+            f"plan costs about {cost_per_hour(planned)} while it runs"
         )
 
     @property
-    def started_specs(self) -> list[JobSpec]:
-        return [job.spec for job in self.started]
+    def planned_specs(self) -> list[JobSpec]:
+        """Each job once, in launch order: a retry runs the same job again, not another one."""
+        return list({job.spec.name: job.spec for job in self.started}.values())
 
     def publish(self, plan: RunPlan, bucket: str | Path) -> None:
         bucket = Path(bucket)

@@ -88,7 +88,7 @@ class AdapterService:
 
     async def load(self, body: bytes) -> LoadResult:
         name, path = parse_adapter_request(body, need_path=True)
-        self._pool.require_routable()
+        await self._pool.wait_routable()  # TRL does not retry a load: a blip is waited out
         started = time.perf_counter()
         intent = await self._intend(await self.origins.of_load(name, path))
         outcomes = await asyncio.shield(intent.done)

@@ -103,8 +103,10 @@ class FanOut:
     async def control(self, path: str, query: str) -> list[Outcome]:
         """``/pause``, ``/resume`` or ``/reset_prefix_cache`` on every routable replica.
 
-        Raises ``NoReplica`` when none is routable."""
+        Waits out a blip (TRL does not retry these), then raises ``NoReplica`` when none is
+        routable."""
         path_qs = path + (f"?{query}" if query else "")
+        await self._pool.wait_routable()  # outside the lock: an admission takes it
         async with self._fleet.changes:  # one at a time, in order; never beside an admission
             targets = self._pool.require_routable()
             started = time.perf_counter()

@@ -5,7 +5,8 @@ nothing. Past the grace a request that would queue is refused at once (503), its
 each replica and its reason (``no replica is ready: http://h:9199 (probe failed: connection
 refused)``). The grace spares a blip: the first probe round at start, a replica restarting while
 the others are ejected for a moment; a request queued before the outage is declared keeps its
-full queue timeout.
+full queue timeout. TRL's load, pause and resume, which TRL does not retry, wait a blip out
+(``ReplicaPool.wait_routable``) instead of being answered 503 in it.
 
 Cost: the outage follows the pool (told of every change of the routable set: when it starts and
 ends); the limiter asks only for a request that would queue, never on its fast path.
@@ -15,35 +16,30 @@ from __future__ import annotations
 
 import logging
 
-from proxy.clock import Clock
 from proxy.fleet.pool import ReplicaPool
 
 log = logging.getLogger("proxy.fleet")
 
-NO_REPLICA_GRACE_S = 10.0  # ten probe rounds at the default --health-interval (1 s)
 _NAMED = 4  # replicas named in a refusal; the rest are counted
 
 
 class Outage:
-    def __init__(self, clock: Clock, grace_s: float = NO_REPLICA_GRACE_S):
-        self._clock = clock
-        self.grace_s = grace_s
+    """Whether a request that would queue is refused now; the pool owns when the fleet went
+    dark and the grace (``ReplicaPool.dark_since``, ``grace_s``)."""
+
+    def __init__(self) -> None:
         self._pool: ReplicaPool | None = None  # as it last told
-        self._since: float | None = None  # when the routable set became empty
         self._said = False  # this outage's WARNING line has been logged
 
     def follow(self, pool: ReplicaPool) -> None:
         """The pool changed (a follower of it)."""
         self._pool = pool
         if pool.routable():
-            self._since, self._said = None, False
-        elif self._since is None:
-            self._since = self._clock.monotonic()
+            self._said = False
 
     def refusal(self) -> str | None:
         """Why a request that would queue is refused now; None while it may wait."""
-        since = self._since
-        if since is None or self._clock.monotonic() - since < self.grace_s:
+        if self._pool is None or not self._pool.in_outage():
             return None
         message = self.describe()
         if not self._said:

@@ -12,6 +12,8 @@ cool-down, logs once, and counts the cause (``ejections``: ``rollout_proxy_eject
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
@@ -47,6 +49,8 @@ class NoReplica(DomainError):
 
 Follower = Callable[["ReplicaPool"], None]
 
+NO_REPLICA_GRACE_S = 10.0  # a blip, not an outage: ten probe rounds at --health-interval 1 s
+
 
 class ReplicaPool:
     """The replicas, by id, in the order they were added. ``followers`` are told of every
@@ -54,12 +58,20 @@ class ReplicaPool:
     queued requests and follows the cap, the outage notes when the fleet went dark."""
 
     def __init__(
-        self, urls: list[str] | None = None, *, clock: Clock, followers: Sequence[Follower] = ()
+        self,
+        urls: list[str] | None = None,
+        *,
+        clock: Clock,
+        followers: Sequence[Follower] = (),
+        grace_s: float = NO_REPLICA_GRACE_S,
     ) -> None:
         self._clock = clock
         self._followers = tuple(followers)
         self._replicas: dict[str, Replica] = {}
         self._routable: tuple[Replica, ...] = ()
+        self.grace_s = grace_s  # how long the fleet may be dark before it is an outage
+        self.dark_since: float | None = None  # when the routable set became empty
+        self._lit = asyncio.Event()  # set while a replica is routable
         self.ids: tuple[str, ...] = ()  # members in pool order; changes only on add/remove
         self.ejections: dict[EjectCause, int] = dict.fromkeys(EJECT_CAUSES, 0)  # by cause
         for url in urls or ():
@@ -85,6 +97,25 @@ class ReplicaPool:
             raise NoReplica
         return self._routable
 
+    def in_outage(self) -> bool:
+        """The fleet has been dark (no routable replica) for longer than the grace."""
+        since = self.dark_since
+        return since is not None and self._clock.monotonic() - since >= self.grace_s
+
+    async def wait_routable(self) -> tuple[Replica, ...]:
+        """The routable replicas, for a call that is not retried (TRL's load, pause, resume):
+        in a blip (the fleet dark for less than the grace: a replica being readmitted, a
+        restarted proxy's first probes) it waits for one until the grace ends; then, or in an
+        outage, ``NoReplica``."""
+        since = self.dark_since
+        if not self._routable and since is not None:
+            left = since + self.grace_s - self._clock.monotonic()
+            if left > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(left):
+                        await self._lit.wait()
+        return self.require_routable()
+
     def total_inflight(self) -> int:
         return sum(r.inflight for r in self._replicas.values())
 
@@ -92,6 +123,13 @@ class ReplicaPool:
         """Recompute the routable set and tell the followers."""
         self._routable = tuple(r for r in self._replicas.values() if r.routable)
         self.ids = tuple(self._replicas)
+        if self._routable:
+            self.dark_since = None
+            self._lit.set()
+        else:
+            self._lit.clear()
+            if self.dark_since is None:
+                self.dark_since = self._clock.monotonic()
         for follower in self._followers:
             follower(self)
 

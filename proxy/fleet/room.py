@@ -17,7 +17,7 @@ from proxy.fleet.discovery import Discovery, Resolver, resolve
 from proxy.fleet.health import HealthMonitor
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.load import LoadScraper
-from proxy.fleet.pool import Follower, ReplicaPool
+from proxy.fleet.pool import NO_REPLICA_GRACE_S, Follower, ReplicaPool
 from proxy.fleet.sync import AdapterWindow, FleetSync
 from proxy.upstream.client import UpstreamClient
 
@@ -43,9 +43,15 @@ class Fleet:
     discovery: Discovery | None  # None without --discover
 
 
-def members(settings: Settings, clock: Clock, followers: Sequence[Follower] = ()) -> Members:
-    """The pool (``followers``: told of each of its changes), the client, the replicas' views."""
-    pool = ReplicaPool(settings.replicas, clock=clock, followers=followers)
+def members(
+    settings: Settings,
+    clock: Clock,
+    followers: Sequence[Follower] = (),
+    grace_s: float = NO_REPLICA_GRACE_S,
+) -> Members:
+    """The pool (``followers``: told of each of its changes; ``grace_s``: how long the fleet
+    may be dark before it is an outage), the client, the replicas' views."""
+    pool = ReplicaPool(settings.replicas, clock=clock, followers=followers, grace_s=grace_s)
     client = UpstreamClient(settings.upstream)
     return Members(pool, client, FleetInfo(client, pool))
 

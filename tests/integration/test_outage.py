@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,7 +17,8 @@ import pytest
 from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
 from proxy.fleet.replica import Replica
-from tests.support.calls import completion
+from tests.support.adapters import write_adapter
+from tests.support.calls import completion, load_body
 from tests.support.fleet import run_sim
 from tests.support.servers import free_port
 from tests.support.waiting import wait_for
@@ -90,3 +92,31 @@ async def test_the_outage_ends_when_a_replica_is_admitted() -> None:
                 asyncio.gather(ask(proxy_url), ask(proxy_url)), ANSWER_BOUND_S
             )
     assert [status for status, _ in answers] == [200, 200], answers
+
+
+async def test_trl_s_load_waits_out_a_blip_and_is_refused_in_an_outage(tmp_path: Path) -> None:
+    """TRL does not retry a load: one that arrives while the fleet is dark for less than the
+    grace (a replica being readmitted, a restarted proxy's first probes) is carried out once a
+    replica is admitted, not answered 503; past the grace it is refused."""
+    adapter = write_adapter(tmp_path, "v1")
+    fleet = unreachable_fleet(3600.0)
+    async with fleet as (proxy_url, replica), aiohttp.ClientSession() as session:
+
+        async def call(path: str, body: Any = None) -> int:
+            async with session.post(proxy_url + path, json=body) as resp:
+                return resp.status
+
+        load = asyncio.create_task(call("/v1/load_lora_adapter", load_body("v1", adapter)))
+        failed = replica.standing.fail_streak
+        await wait_for(lambda: replica.standing.fail_streak >= failed + 2, what="two probes")
+        assert not load.done()  # waiting, not refused
+        port = int(replica.url.rsplit(":", 1)[1])
+        async with run_sim(port=port) as sim:
+            assert await asyncio.wait_for(load, ANSWER_BOUND_S) == 200
+            assert "v1" in sim.state.adapters
+    async with unreachable_fleet(0.0) as (proxy_url, _), aiohttp.ClientSession() as session:
+        body = load_body("v1", adapter)
+        post = session.post(proxy_url + "/v1/load_lora_adapter", json=body)
+        async with post as resp:
+            assert resp.status == 503
+            assert (await resp.json())["error"]["message"].startswith("no replica is available")
