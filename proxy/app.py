@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -191,8 +192,10 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     shutdown_timeout: float = 2.0,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[str]:
-    """Serve an app ``build_app`` made, with its connection guard and client-error log.
+    """Serve an app ``build_app`` made, with its connection guard and client-error log (on
+    ``sock`` when a supervisor handed one down).
 
     A port that cannot be opened raises ``CannotListen`` before the app starts; the upstream
     client, made with the app, is closed then too (its session would be reported unclosed)."""
@@ -206,6 +209,7 @@ async def serve(
             host=host,
             port=port,
             shutdown_timeout=shutdown_timeout,
+            sock=sock,
         ) as url:
             yield url
     except CannotListen:  # raised before the app started: its lifespan closes nothing

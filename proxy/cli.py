@@ -22,10 +22,10 @@ from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
 from proxy.fleet.startup import warn_at_start
-from proxy.http.server import CannotListen, raise_fd_limit
+from proxy.http.server import CannotListen, listening_socket, raise_fd_limit
 from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
-from proxy.supervise import supervise
+from proxy.supervise import inherited_socket, supervise
 
 log = logging.getLogger("proxy")
 
@@ -56,7 +56,11 @@ async def serve(settings: Settings) -> None:
     app = build_app(settings, tracer=tracer_from_environment() if settings.otel_spans else None)
     host, port = settings.host, settings.port
     async with serve_app(
-        app, host=host, port=port, shutdown_timeout=settings.shutdown_timeout
+        app,
+        host=host,
+        port=port,
+        shutdown_timeout=settings.shutdown_timeout,
+        sock=inherited_socket(),
     ) as url:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -103,7 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if settings.port == 0:
             print("rollout-proxy: --supervise needs a fixed --port", file=sys.stderr)
             return 2
-        return supervise(args)
+        try:
+            listener = listening_socket(settings.host, settings.port)
+        except CannotListen as exc:
+            print(f"rollout-proxy: {exc}", file=sys.stderr)
+            return 2
+        return supervise(args, listener)
     soft, _ = raise_fd_limit()
     needed = settings.client.max_connections + 2 * settings.limits.max_inflight_per_replica * max(
         len(settings.replicas), 1

@@ -10,7 +10,11 @@ their models and adapters, the adapter source). Rules:
 - SIGTERM/SIGINT go to the child, and the supervisor ends when the child has; the child is
   SIGKILLed by the kernel if the supervisor dies first (``proxy.lifeline``);
 - every restart is logged and counted: the child exports the count as
-  ``rollout_proxy_restarts_total`` (from ``RESTARTS_ENV``) and ``/proxy/status`` shows it.
+  ``rollout_proxy_restarts_total`` (from ``RESTARTS_ENV``) and ``/proxy/status`` shows it;
+- the supervisor opens the listening socket once and hands it down to each child (its descriptor
+  in ``LISTEN_FD_ENV``), as gunicorn and uvicorn's reloader do: while no child runs, clients'
+  connections wait in the kernel's accept queue instead of being refused, and the next child
+  accepts them once its app is up (a request in flight when a child dies is reset all the same).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +38,13 @@ log = logging.getLogger("proxy.supervise")
 
 RESTARTS_ENV = "ROLLOUT_PROXY_RESTARTS"  # how many times the supervisor restarted the proxy
 FINAL_CODES = (0, 2)  # clean shutdown, bad setting or port: not restarted
+LISTEN_FD_ENV = "ROLLOUT_PROXY_LISTEN_FD"  # the listening socket the supervisor handed down
+
+
+def inherited_socket() -> socket.socket | None:
+    """The listening socket this process's supervisor handed down, if any."""
+    value = os.environ.get(LISTEN_FD_ENV, "")
+    return socket.socket(fileno=int(value)) if value.isdigit() else None
 
 
 def restarts_so_far() -> int:
@@ -64,14 +76,19 @@ def child_argv(argv: Sequence[str]) -> list[str]:
 
 def supervise(
     argv: Sequence[str],
+    listener: socket.socket,
     *,
     backoff: Backoff | None = None,
     spawn: Callable[[list[str], dict[str, str]], subprocess.Popen[bytes]] | None = None,
 ) -> int:
-    """Run the proxy with ``argv`` until it ends cleanly or is told to stop; returns its code."""
+    """Run the proxy with ``argv`` on ``listener`` until it ends cleanly or is told to stop;
+    returns its code."""
     backoff = backoff or Backoff()
+    fd = listener.fileno()
     # The child dies with the supervisor: a SIGKILLed supervisor leaves no proxy on its port.
-    spawn = spawn or (lambda cmd, env: subprocess.Popen(cmd, env=env, preexec_fn=preexec()))
+    spawn = spawn or (
+        lambda cmd, env: subprocess.Popen(cmd, env=env, preexec_fn=preexec(), pass_fds=(fd,))
+    )
     stop = threading.Event()
     child: subprocess.Popen[bytes] | None = None
 
@@ -84,7 +101,7 @@ def supervise(
         signal.signal(sig, forward)
     restarts = 0
     while True:
-        env = {**os.environ, RESTARTS_ENV: str(restarts)}
+        env = {**os.environ, RESTARTS_ENV: str(restarts), LISTEN_FD_ENV: str(fd)}
         started = time.monotonic()
         child = spawn(child_argv(argv), env)
         code = child.wait()

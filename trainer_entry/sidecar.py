@@ -116,10 +116,11 @@ def upstream_token_env(environ: Mapping[str, str], variable: str) -> dict[str, s
 
 def relay_command(upstream: str, port: int, extra: Sequence[str] = ()) -> list[str]:
     """The proxy in front of one remote proxy (the token comes from the environment). It
-    answers TRL's pause and resume itself, as every proxy does: one round trip less per sync."""
+    answers TRL's pause and resume itself, as every proxy does: one round trip less per sync.
+    Supervised, as the sidecar is: a relay that dies is restarted on the same socket."""
     return [
         *(sys.executable, "-m", "proxy", "--replicas", upstream),
-        *("--host", "127.0.0.1", "--port", str(port)),
+        *("--host", "127.0.0.1", "--port", str(port), "--supervise"),
         *extra,
     ]
 
@@ -131,7 +132,7 @@ def running(
     """Run the proxy ``argv``; yields its base URL once it says it is ready."""
     child = subprocess.Popen(
         list(argv),
-        env={**os.environ, **(env or {})},
+        env=child_environment(os.environ, env or {}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         preexec_fn=preexec(signal.SIGKILL),  # a SIGKILLed trainer leaves no proxy on its port
@@ -145,6 +146,20 @@ def running(
         yield url
     finally:
         _stop(child)
+
+
+def child_environment(environ: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The trainer's environment for its proxy, less the ``PROXY_*`` variables the proxy knows
+    no setting by: each is named in one line, with the closest setting, instead of stopping the
+    run at start (the proxy refuses them when a user starts it, rightly; beside a trainer, a
+    variable of the user's that only looks like one would end the run)."""
+    from proxy.config import flat_fields, unknown_variables
+
+    merged = {**environ, **extra}
+    for variable, line in unknown_variables(flat_fields(), merged).items():
+        log.warning("%s (not passed to the sidecar proxy)", line)
+        del merged[variable]
+    return merged
 
 
 def _await_ready(child: subprocess.Popen[bytes], fd: int, timeout_s: float) -> tuple[str, bytes]:

@@ -31,6 +31,7 @@ from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.reference import install as install_reference
 from trainer_entry.reference import probe_ids
 from trainer_entry.rewards import reward_functions
+from trainer_entry.sync_retry import install as install_sync_retry
 from trainer_entry.templates import ensure_response_template
 
 log = logging.getLogger("trainer_entry")
@@ -193,6 +194,7 @@ def run(
     )
     accelerator = trainer.accelerator
     attest(trainer, tokenizer)
+    install_sync_retry(trainer)  # a sync survives a gap of the proxy (TRL sends it once)
     log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
              accelerator.distributed_type)  # fmt: skip
     if options.adapters_local is not None:  # None: --adapters-in-bucket (lora_dir.choose)

@@ -110,6 +110,7 @@ class Agent:
         self._reloaded: set[Key] = set()  # versions loaded once more after a probe mismatch
         self._loaded_at: dict[str, float] = {}  # a name loaded and not judged yet -> since when
         self._timer: Timer | None = None
+        self._carrying: asyncio.Task[bool] | None = None  # the command under way
 
     def wake(self, *, resync: bool = False) -> None:
         self._resync = self._resync or resync
@@ -122,6 +123,12 @@ class Agent:
         self._admissions.append(future)
         self.wake(resync=True)
         return await future
+
+    def left(self) -> None:
+        """If the replica left routing (ejected, removed), the command under way there is given
+        up: a hung replica holds no load of the fleet's. Readmission observes it afresh."""
+        if self._carrying is not None and not self._carrying.done() and not self._active():
+            self._carrying.cancel()
 
     def lost(self, name: str) -> None:
         """The replica answered "does not exist" for ``name``: it restarted unseen."""
@@ -197,7 +204,15 @@ class Agent:
             command = self._next(admitting)
             if command is None:
                 return admitting or not self._parked
-            if not await self._carry(command) and admitting:
+            self._carrying = carrying = asyncio.ensure_future(self._carry(command))
+            try:
+                ok = await carrying
+            except asyncio.CancelledError:
+                if not carrying.cancelled() or _cancelling():
+                    raise  # the agent itself is cancelled (shutdown)
+                self._resync = True  # given up midway (``left``): what it holds is unknown
+                break
+            if not ok and admitting:
                 return False
         self._desired.inactive(self.replica)
         return False
@@ -314,3 +329,8 @@ def _key(command: Step) -> Key:
     version = command.version
     verb = "check" if isinstance(command, Check) else "load"
     return (verb, version.name, version.digest or version.where)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -1,7 +1,10 @@
 """A load of one version across the fleet, all or nothing (TRL's load, the watcher's preload).
 
 It waits for one outcome from each of its ``targets`` (the replicas routable when it was made;
-one that leaves routing first counts as ``unreachable``: it gets the window on readmission).
+one that leaves routing first counts as ``unreachable``: it gets the window on readmission), up
+to its deadline: one that has not answered by then counts as unreachable too (``overdue``). An
+unreachable one readmitted in time answers still; while every target is unreachable the answer
+waits for that, or the deadline (``complete``).
 Then the service keeps the version, or rolls the registry back and waits until every target
 left holding something else than the rollback wants has carried it out (``undo``): the answer
 comes after the undo, as before. Its pushes start at once for every target that needs the bytes
@@ -13,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.adapters.carry import Outcome
 from proxy.adapters.push import Pushed
 from proxy.adapters.registry import Version
+from proxy.clock import Clock, Timer
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
 
@@ -34,16 +39,47 @@ class Intent:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     then_unload: bool = False
     undo: set[str] | None = None  # rolled back: the replicas still to carry the rollback out
+    timer: Timer | None = None  # the deadline's (``overdue``)
+    expired: bool = False  # the deadline passed
 
     def record(self, outcome: Outcome) -> bool:
-        """Keep ``outcome`` (the first for its replica); True once every target has answered."""
+        """Keep ``outcome`` (the first for its replica, unless that was ``unreachable``: a
+        replica readmitted in time answers still); True once the load can be answered."""
         if outcome.replica in self.targets:
-            self.outcomes.setdefault(outcome.replica.id, outcome)
-        return self.undo is None and all(r.id in self.outcomes for r in self.targets)
+            kept = self.outcomes.get(outcome.replica.id)
+            if kept is None or kept.status == "unreachable":
+                self.outcomes[outcome.replica.id] = outcome
+        return self.complete()
+
+    def complete(self) -> bool:
+        """Every target has answered, and one took the version, or one refused it, or the
+        deadline passed: with every target unreachable (a proxy upstream restarting, the whole
+        fleet ejected a moment) it waits for a readmitted one until then."""
+        if self.undo is not None or not all(r.id in self.outcomes for r in self.targets):
+            return False
+        return self.expired or any(o.status != "unreachable" for o in self.outcomes.values())
+
+    def expire(self, clock: Clock, seconds: float, overdue: Callable[[Intent], None]) -> None:
+        """``overdue`` is called with this intent in ``seconds`` unless it has finished."""
+        self.timer = clock.call_later(seconds, lambda: overdue(self))
+
+    def overdue(self) -> list[Replica]:
+        """The deadline passed: each target that has not answered (a hung replica, one whose
+        load or push stalls) counts as unreachable, as if it had left routing; returned. Its
+        agent carries the load on: routing waits there until it holds the version."""
+        self.expired = True
+        late = [r for r in self.targets if r.id not in self.outcomes]
+        for replica in late:
+            self.outcomes[replica.id] = Outcome(replica, "unreachable", None, 0)
+        return late
 
     def answered(self, replica: Replica, version: Version) -> bool:
-        """``replica`` has answered for this version (its next move waits for the end)."""
-        return replica.id in self.outcomes and version.same_files(self.version)
+        """``replica`` has answered for this version (its next move waits for the end); one
+        that was unreachable may load it yet."""
+        kept = self.outcomes.get(replica.id)
+        return (
+            kept is not None and kept.status != "unreachable" and version.same_files(self.version)
+        )
 
     @property
     def ok(self) -> bool:
@@ -65,6 +101,8 @@ class Intent:
         for o in outcomes:
             if o.attempts:
                 metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
+        if self.timer is not None:
+            self.timer.cancel()
         if not self.done.done():
             self.done.set_result(outcomes)
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from adapter_receiver.wire import shown
-from proxy.adapters.agent import Agent
+from proxy.adapters.agents import Agents
 from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
 from proxy.adapters.carry import Carrier, Outcome
 from proxy.adapters.held import Held, Verdict
@@ -41,6 +41,9 @@ log = logging.getLogger("proxy.adapters")
 # On shutdown the unloads already answered get this long to reach the replicas (each call is
 # bounded by carry.UNLOAD_TIMEOUT_S); what is left is cancelled.
 UNLOAD_DRAIN_S = 10.0
+# A load's targets that have not answered this long after its deadline count as unreachable (the
+# margin lets an agent's own answer at the deadline, a lagging mount's 504, come first).
+OVERDUE_AFTER_S = 1.0
 
 
 class AdapterService:
@@ -63,11 +66,14 @@ class AdapterService:
         self.has_source = has_source
         self.state = None if state is None else StateWriter(state, self._snapshot, failed)
         self._intents: dict[str, Intent] = {}
-        self._agents: dict[str, tuple[Agent, asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.adopted = Adopted()  # what a previous process left (``state``)
         self._closing = False
         self.source_seen = False  # the source's first scan has been applied
+        copies = self.adopted.copies
+        self.agents = Agents(
+            self, carrier, pool, info.refresh, failed, lambda rid: copies.pop(rid, {})
+        )
 
     def knows(self, name: str) -> bool:
         return name in self.registry.versions or name in self._intents
@@ -110,13 +116,15 @@ class AdapterService:
         self.adopted.unvouched.discard(version.name)
         self.registry.add(version, pinned={*self._intents, version.name})
         targets = self._pool.routable()
-        need = [r for r in targets if not self._agent(r).held.same(version)]
+        need = [r for r in targets if not self.agents.of(r).held.same(version)]
         loop = asyncio.get_running_loop()
         intent = Intent(
             version, wanted, targets, self._carrier.deadline(), time.perf_counter(),
             loop.create_future(), self._carrier.push(version, need),
         )  # fmt: skip
         self._intents[version.name] = intent
+        late_s = self._carrier.retry.deadline_s + OVERDUE_AFTER_S
+        intent.expire(self._carrier.clock, late_s, self._overdue)
         done = [intent.record(Outcome(r, "ok", None, 0)) for r in targets if r not in need]
         if any(done) or not targets:
             self._end(intent)
@@ -138,8 +146,7 @@ class AdapterService:
 
     async def settled(self) -> None:
         """Until every agent has carried out what it can (the unloads answered so far)."""
-        while busy := [agent for agent, _ in self._agents.values() if not agent.idle.is_set()]:
-            await asyncio.gather(*(agent.idle.wait() for agent in busy))
+        await self.agents.settled()
 
     # -- what the agents ask (``agent.Desired``) -----------------------------------------
 
@@ -157,7 +164,7 @@ class AdapterService:
 
     async def verify(self, replica: Replica, version: Version) -> Found:
         found = await self.policy.verify(replica, version)
-        for agent, _ in self._agents.values():  # an answer may make another replica suspect
+        for agent in self.agents:  # an answer may make another replica suspect
             if agent.replica is not replica and self.policy.checks(agent.held):
                 agent.wake()
         return found
@@ -173,8 +180,7 @@ class AdapterService:
         return self.policy.servable(name, version, verdict, self.held_records().values())
 
     def held_records(self) -> dict[str, Held]:
-        """Each replica's held record, by replica id."""
-        return {rid: agent.held for rid, (agent, _) in self._agents.items()}
+        return self.agents.held_records()
 
     def offer_probe(self, prompt: bytes) -> None:
         """A token-id prompt the trainer sent (taken once: the probe without a reference)."""
@@ -216,6 +222,15 @@ class AdapterService:
             self.registry.remove(name)
         self._saved()
 
+    def _overdue(self, intent: Intent) -> None:
+        if self._intents.get(intent.version.name) is not intent or intent.undo is not None:
+            return
+        for replica in intent.overdue():
+            log.warning("replica %s did not answer the load of %s within the deadline: answered "
+                        "without it (routed for it once it holds it)", replica.id,
+                        shown(intent.version.name))  # fmt: skip
+        self._end(intent)
+
     def _end(self, intent: Intent) -> None:
         """Every target answered: keep the version, or roll it back and wait for the undo."""
         version = intent.version
@@ -233,7 +248,7 @@ class AdapterService:
             self._finish(intent)
 
     def _owes(self, replica: Replica, name: str) -> bool:
-        commands = self.plan(self._agent(replica).held)
+        commands = self.plan(self.agents.of(replica).held)
         return any((c.version.name if isinstance(c, Load) else c.name) == name for c in commands)
 
     def _finish(self, intent: Intent) -> None:
@@ -279,30 +294,19 @@ class AdapterService:
             pusher.forget(replica.id)
             await pusher.probe(replica)
         self.policy.forget(replica)  # it may have restarted: its probe answers start over
-        ok = await self._agent(replica).admit()
+        ok = await self.agents.of(replica).admit()
         if ok:
             self.metrics.record_reconcile()
         return ok
 
     def resync(self, replica: Replica) -> None:
-        self._agent(replica).wake(resync=True)
+        self.agents.of(replica).wake(resync=True)
 
     def out_of_step(self, replica: Replica, name: str) -> None:
         log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id,
                     shown(name))  # fmt: skip
         self.metrics.record_reconcile()
-        self._agent(replica).lost(name)
-
-    def _agent(self, replica: Replica) -> Agent:
-        found = self._agents.get(replica.id)
-        if found is not None and found[0].replica is replica:
-            return found[0]
-        if found is not None:
-            found[1].cancel()  # a replica of that id added anew: a new agent for it
-        agent = Agent(replica, self, self._carrier, self._pool, self._info.refresh, self._failed)
-        agent.held.remember(self.adopted.copies.pop(replica.id, {}))
-        self._agents[replica.id] = (agent, asyncio.create_task(agent.run(), name="agent"))
-        return agent
+        self.agents.of(replica).lost(name)
 
     def _changed(self) -> None:
         """The wanted set changed: saved, and every agent looks again."""
@@ -310,13 +314,7 @@ class AdapterService:
         self._wake_all()
 
     def _wake_all(self) -> None:
-        """Every agent looks again, its routing recomputed now (not after a long load ends)."""
-        for rid in [rid for rid in self._agents if self._pool.get(rid) is None]:
-            self._agents.pop(rid)[1].cancel()
-        for replica in self._pool:
-            agent = self._agent(replica)
-            agent.publish()
-            agent.wake()
+        self.agents.wake_all()
 
     def _drop(self, name: str) -> None:
         """No longer wanted: the proxy's own receiver drops its copies of ``name`` too."""
@@ -350,7 +348,7 @@ class AdapterService:
 
     def status(self) -> dict[str, Any]:
         pusher = self._carrier.pusher
-        agents = [agent for agent, _ in self._agents.values() if agent.replica.routable]
+        agents = [agent for agent in self.agents if agent.replica.routable]
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
@@ -382,15 +380,10 @@ class AdapterService:
         for intent in self._intents.values():
             intent.cancel_pushes()
             intent.done.cancel()
-        for agent, _ in self._agents.values():
-            agent.wake()
-        idle = [asyncio.ensure_future(agent.idle.wait()) for agent, _ in self._agents.values()]
-        if idle:
-            await asyncio.wait(idle, timeout=UNLOAD_DRAIN_S)
-        tasks = [*idle, *self._background, *(task for _, task in self._agents.values())]
-        for task in tasks:
+        await self.agents.close(UNLOAD_DRAIN_S)
+        for task in self._background:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self.state is not None:
             await self.state.flush()
 

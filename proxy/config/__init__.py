@@ -25,7 +25,7 @@ from proxy.config.sections import (
     UpstreamSettings,
 )
 from proxy.config.settings import Settings, env_name, field_of, flat_fields, flat_name
-from proxy.config.sources import check_environment, read_config_file
+from proxy.config.sources import check_environment, read_config_file, unknown_variables
 from proxy.config.specs import (
     DnsName,
     JobsLabel,
@@ -65,4 +65,5 @@ __all__ = [
     "parse_seconds",
     "read_config_file",
     "split_bucket",
+    "unknown_variables",
 ]

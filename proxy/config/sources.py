@@ -29,15 +29,20 @@ def _unknown(kind: str, given: str, known: Iterable[str]) -> str:
     return f"unknown {kind} {given}: {hint}"
 
 
+def unknown_variables(names: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Each ``PROXY_*`` variable of ``environ`` that names no setting, with its line (the
+    closest setting's name)."""
+    known = [PREFIX + name.upper() for name in names]
+    return {
+        variable: _unknown("environment variable", variable, known)
+        for variable in sorted(environ)
+        if variable.startswith(PREFIX) and variable not in known
+    }
+
+
 def check_environment(names: Iterable[str], environ: Mapping[str, str] | None = None) -> None:
     """ValueError, one line per ``PROXY_*`` variable that names no setting."""
-    known = [PREFIX + name.upper() for name in names]
-    given = os.environ if environ is None else environ
-    lines = [
-        _unknown("environment variable", variable, known)
-        for variable in sorted(given)
-        if variable.startswith(PREFIX) and variable not in known
-    ]
+    lines = unknown_variables(names, os.environ if environ is None else environ).values()
     if lines:
         raise ValueError("\n".join(lines))
 

@@ -78,6 +78,10 @@ class ReplicaPool:
             self.add(url)
         self.refresh()
 
+    def follow(self, follower: Follower) -> None:
+        """``follower`` is told of every change from now on, as those given at construction."""
+        self._followers = (*self._followers, follower)
+
     def __iter__(self) -> Iterator[Replica]:
         return iter(tuple(self._replicas.values()))
 

@@ -105,6 +105,16 @@ def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
     return CannotListen(f"cannot listen on {host}:{port}: {why}")
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``BACKLOG``), for a supervisor to hand down to
+    each proxy it starts (``serving``'s ``sock``); ``CannotListen`` when it cannot be opened."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from None
+
+
 def bad_input_kind(exc: BaseException) -> str:
     for cls, kind in _BAD_INPUT:
         if isinstance(exc, cls):
@@ -310,8 +320,10 @@ async def serving(
     port: int = 0,
     shutdown_timeout: float = 2.0,
     ssl_context: ssl.SSLContext | None = None,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[str]:
-    """Serve ``app`` on ``host:port`` (0: an ephemeral port); yield its base URL; clean up.
+    """Serve ``app`` on ``host:port`` (0: an ephemeral port), or on ``sock``, a listening socket
+    handed down (``listening_socket``); yield its base URL; clean up.
 
     The listener is ours, every connection through ``guard.factory(runner.server)``. It is
     opened before the app starts and accepts once the app has: a port that cannot be opened
@@ -327,14 +339,11 @@ async def serving(
         return runner.server()
 
     try:
+        where: dict[str, Any] = {"sock": sock} if sock is not None else {
+            "host": host, "port": port, "reuse_address": True,
+        }  # fmt: skip
         listener = await asyncio.get_running_loop().create_server(
-            guard.factory(handler),
-            host,
-            port,
-            ssl=ssl_context,
-            backlog=BACKLOG,
-            reuse_address=True,
-            start_serving=False,
+            guard.factory(handler), ssl=ssl_context, backlog=BACKLOG, start_serving=False, **where
         )
     except OSError as exc:
         raise cannot_listen(host, port, exc) from None

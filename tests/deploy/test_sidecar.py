@@ -176,3 +176,28 @@ def test_the_local_proxy_mirrors_what_trl_saves_locally_into_the_bucket(
     assert {p.name for p in (bucket / "trl-policy-v1").iterdir()} == {
         p.name for p in path.iterdir()
     }
+
+
+def test_a_proxy_variable_the_proxy_does_not_know_is_named_and_left_out_not_fatal(
+    tmp_path: Path,
+    servers: BackgroundServers,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The trainer's environment may hold a variable of the user's that only looks like the
+    proxy's (the proxy alone refuses it, exit 2): the sidecar names it with the closest setting
+    and starts without it; the ones it knows still reach it."""
+    replica = servers.start(build_sim_app(SimSettings()))
+    monkeypatch.setenv("PROXY_MAX_INFLIGHT_PER_REPLCA", "3")
+    monkeypatch.setenv("PROXY_MAX_INFLIGHT_PER_REPLICA", "7")
+
+    with proxy_for(_options(tmp_path, replica)) as url:
+        state = _decided(url)
+        per_replica = _status(url)["max_inflight_per_replica"]
+
+    assert state["routable"] is True, state
+    assert per_replica == 7
+    assert (
+        "unknown environment variable PROXY_MAX_INFLIGHT_PER_REPLCA: did you mean "
+        "PROXY_MAX_INFLIGHT_PER_REPLICA? (not passed to the sidecar proxy)"
+    ) in caplog.text

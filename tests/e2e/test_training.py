@@ -4,6 +4,7 @@ each version into every replica's adapter receiver (inside vLLM) and loads it fr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -38,6 +39,8 @@ from trainer_entry import sidecar
 # than 8 different blocks is template (the shared system prompt), not a problem.
 PROXY_ARGS = ("--block-tokens", "32", "--template-threshold", "8")
 TRAIN_TIMEOUT_S = 420.0
+ATTEMPTS = 6  # syncs tried until one is caught with its load in flight through both proxies
+CATCH_S = 3.0  # a sync's load reaches the frozen replica well within it (health ejects at ~6 s)
 # A proxy this test starts sends the replicas' token, from its environment.
 UPSTREAM = {"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}
 
@@ -284,9 +287,12 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
                 newest_at_ready = _newest(out)
                 _wait_for(lambda: _routable(url, victim) is True)
             _wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
-            # The proxy itself is killed (SIGKILL) between two syncs; --supervise brings it back
-            # on the same port and training carries on through it.
-            killed_after = _kill_proxy_between_syncs(url, trainer, tmp_path / "trainer.log")
+            # The proxy and the trainer's relay are killed (SIGKILL) while a sync's load is in
+            # flight through both; their supervisors bring them back on the same sockets, TRL's
+            # reset call is sent again (trainer_entry.sync_retry) and training carries on.
+            killed_after = _kill_proxies_during_a_sync(
+                url, trainer, tmp_path / "trainer.log", clean_fleet[0]
+            )
         finally:
             code = wait_or_kill(trainer, TRAIN_TIMEOUT_S)
         trainer_log = (tmp_path / "trainer.log").read_text()
@@ -312,26 +318,56 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     report_sync_times(trainer_log, "push, a replica restarted and the proxy killed once")
 
 
-def _kill_proxy_between_syncs(url: str, trainer: subprocess.Popen[bytes], log: Path) -> int:
-    """SIGKILL the proxy while the trainer is frozen between two weight syncs (TRL does not
-    retry a sync call), wait until the supervisor's new proxy routes to every replica, thaw.
-    Returns how many syncs were done before the kill."""
-    for _ in range(20):
-        done = log.read_text().count("Weight sync: done")
-        _wait_for(lambda done=done: _syncs(log) > done or trainer.poll() is not None)
-        assert trainer.poll() is None, "training ended before the proxy could be killed"
-        with _frozen(trainer):
-            time.sleep(0.5)  # a sync call sent just before the freeze shows in the proxy now
-            text = log.read_text()
-            between = text.count("Weight sync: done") == text.count("Weight sync: pausing")
-            status = get_json(url + "/proxy/status")
-            if not between or status["syncs"]["open"] or status["adapters"]["loading"]:
-                continue  # a sync has begun: try after the next one
-            old_pid = status["pid"]
-            os.kill(old_pid, signal.SIGKILL)
-            _wait_for(lambda old_pid=old_pid: _proxy_back(url, old_pid))
-            return text.count("Weight sync: done")
-    raise AssertionError("the trainer was never caught between two syncs")
+def _kill_proxies_during_a_sync(
+    url: str, trainer: subprocess.Popen[bytes], log: Path, server: VllmServer
+) -> int:
+    """As a sync begins, ``server`` is frozen (SIGSTOP): the sync's load hangs at the proxy, so
+    in the trainer's relay, so TRL's call at the relay. SIGKILL the relay's child and the proxy's
+    child then, thaw ``server``, wait until the proxy is back. A sync that ends before it was
+    caught (its load reached ``server`` first) is let go and the next one tried. Returns the
+    syncs done before the kill (the one in flight must reach every replica all the same)."""
+    relay = _relay_url(log.read_text())
+    assert server.process is not None
+    group = server.process.pid  # vLLM's API server and engine: the replica's process group
+    for _ in range(ATTEMPTS):
+        _wait_for(lambda: _sync_open(log.read_text()) or trainer.poll() is not None, 120.0, 0.02)
+        assert trainer.poll() is None, "training ended before a sync could be caught"
+        os.killpg(group, signal.SIGSTOP)
+        try:
+            with contextlib.suppress(AssertionError):
+                _wait_for(lambda: _in_flight(url, log), CATCH_S)
+            if not _in_flight(url, log):
+                _wait_for(lambda: not _sync_open(log.read_text()) or trainer.poll() is not None)
+                continue
+            done = _syncs(log)
+            pids = [get_json(where + "/proxy/status")["pid"] for where in (relay, url)]
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            os.killpg(group, signal.SIGCONT)
+        _wait_for(lambda old=pids[1]: _proxy_back(url, old))
+        return done
+    raise AssertionError(f"no sync was caught with its load in flight in {ATTEMPTS} tries")
+
+
+def _sync_open(text: str) -> bool:
+    return text.count("Weight sync: pausing") > text.count("Weight sync: done")
+
+
+def _in_flight(url: str, log: Path) -> bool:
+    """TRL has sent its load (logged just before it; the sync's end after its answer) and the
+    proxy is carrying it out."""
+    text = log.read_text()
+    sent = text.count("Weight sync: resuming vLLM")
+    return sent > text.count("Weight sync: done") and bool(
+        get_json(url + "/proxy/status")["adapters"]["loading"]
+    )
+
+
+def _relay_url(trainer_log: str) -> str:
+    found = re.search(r"proxy \(pid \d+\) ready on (\S+)", trainer_log)
+    assert found is not None, "the trainer did not say where its relay listens"
+    return found.group(1)
 
 
 def _syncs(log: Path) -> int:
@@ -373,9 +409,9 @@ def _newest(out: Path) -> int:
     return max(versions(_published(out)), default=0)
 
 
-def _wait_for(condition: object, timeout_s: float = 240.0) -> None:
+def _wait_for(condition: object, timeout_s: float = 240.0, poll_s: float = 0.2) -> None:
     assert callable(condition)
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.2)
+        time.sleep(poll_s)

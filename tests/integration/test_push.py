@@ -289,8 +289,14 @@ async def _only_v3(stack: Stack, sim: Sim) -> bool:
 async def test_a_replica_that_stops_taking_bytes_is_cut_off_and_loads_from_the_mount(
     tmp_path: Path,
 ) -> None:
-    # The stall bound is well above what a busy machine may delay a healthy upload by.
-    settings: dict[str, Any] = {"adapter_push_stall": 2.0, "adapter_push_buffer": 1 << 20}
+    # The stall bound is well above what a busy machine may delay a healthy upload by. Health
+    # does not eject the frozen replica meanwhile (it would give up the push at once: a replica
+    # that left routing holds no load, ``tests/reliability/test_hung_load.py``).
+    settings: dict[str, Any] = {
+        "adapter_push_stall": 2.0,
+        "adapter_push_buffer": 1 << 20,
+        "health_timeout": 60.0,
+    }
     async with run_stack(2, relays=True, **settings) as stack:
         path = write_adapter(tmp_path, "trl-policy-v1")
         (path / "adapter_model.safetensors").write_bytes(b"\1" * (16 << 20))  # past the buffers

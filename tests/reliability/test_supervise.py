@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,11 +17,13 @@ import aiohttp
 import pytest
 
 from proxy.supervise import Backoff, child_argv
+from tests.support.calls import completion
 from tests.support.fleet import run_sim
 from tests.support.servers import free_port
 from tests.support.waiting import eventually
 
 RESTART_BOUND_S = 20.0  # "within a couple of seconds" on a quiet machine; room for a busy one
+GAP_TIMEOUT = aiohttp.ClientTimeout(total=RESTART_BOUND_S)  # a request sent in a restart's gap
 
 
 def test_backoff_doubles_while_children_die_young_and_resets_after_a_healthy_run() -> None:
@@ -108,3 +111,58 @@ def test_a_bad_setting_is_not_restarted(bad: list[str]) -> None:
         check=False,
     ).returncode
     assert code == 2 and time.monotonic() - started < 30
+
+
+async def test_a_request_sent_while_the_proxy_restarts_waits_for_it_instead_of_being_refused() -> (
+    None
+):
+    """The supervisor holds the listening socket across its children: a client that connects in
+    the gap (the child SIGKILLed, the next one not started: at least ``Backoff.first_s``) waits
+    in the accept queue and is answered by the next child, where a closed port would refuse it."""
+    async with (
+        run_sim() as sim,
+        aiohttp.ClientSession() as session,
+        supervised("--replicas", sim.url, "--health-interval", "0.1") as (_, url),
+    ):
+        first: dict[str, Any] = {}
+
+        async def up() -> bool:
+            answer = await status(session, url)
+            if answer is not None and answer["replicas"][0]["routable"]:
+                first.update(answer)
+                return True
+            return False
+
+        await eventually(up, timeout=RESTART_BOUND_S, what="the proxy to serve")
+        os.kill(first["pid"], signal.SIGKILL)
+        await eventually(lambda: _gone(first["pid"]), RESTART_BOUND_S, "the child to die")
+        post = session.post(url + "/v1/completions", json=completion(), timeout=GAP_TIMEOUT)
+        async with post as resp:
+            assert resp.status == 200, await resp.text()
+        answer = await status(session, url)
+        assert answer is not None and answer["pid"] != first["pid"] and answer["restarts"] == 1
+
+
+async def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_port_in_use_stops_the_supervisor_in_one_line() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "proxy", "--port", str(port), "--supervise"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"rollout-proxy: cannot listen on 127.0.0.1:{port}: address already in use (another "
+        "proxy running? pick another --port)"
+    ]
