@@ -37,8 +37,9 @@ from proxy.fleet.discovery import Resolver, resolve
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import NO_REPLICA_GRACE_S
 from proxy.fleet.room import Fleet, build_fleet, members
+from proxy.http.listen import CannotListen
 from proxy.http.room import Edge, build_edge
-from proxy.http.server import CannotListen, serving
+from proxy.http.server import serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.advisor import VERDICTS

@@ -22,7 +22,8 @@ from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
 from proxy.fleet.startup import warn_at_start
-from proxy.http.server import CannotListen, listening_socket, raise_fd_limit
+from proxy.http.listen import CannotListen, listening_socket
+from proxy.http.server import raise_fd_limit
 from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
 from proxy.supervise import inherited_socket, supervise

@@ -6,7 +6,9 @@ bytes, and copy the answer back.
   (server-sent events, chunked) is copied chunk by chunk as it arrives.
 - Failover: a transport failure before anything reached the client (connect refused, reset, a
   connection dropped while a buffered body was still arriving) ejects the replica and retries on
-  another one, up to ``max_attempts`` replicas. After the first byte reached the client, the
+  another one, up to ``max_attempts`` replicas; so does the ejection of its replica, whatever
+  the cause, while the attempt waits on it (``attempts``: a hung replica's requests are not left
+  to the request timeout). After the first byte reached the client, the
   client connection is closed without a clean end, so the client sees the answer is incomplete.
 - The slot is held until the response has been fully written or the client has gone. When the
   client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
@@ -23,16 +25,18 @@ bytes, and copy the answer back.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Container, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from proxy.dataplane.attempts import Attempts, Waiting
+from proxy.dataplane.exchange import Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
 from proxy.dataplane.limiter import Limiter, Placement
 from proxy.dataplane.usage import usage
@@ -66,46 +70,7 @@ class Tracing(Protocol):
     def span(self, name: str, **attributes: Any) -> AbstractContextManager[Any]: ...
 
 
-@dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
-class Identity:
-    """Who a request is, upstream and back: its id, and the header lines sent to the replica."""
-
-    request_id: str
-    upstream: bytes  # ``X-Request-ID: ...\r\n`` (and ``traceparent``), ready for the wire
-
-
 NO_IDENTITY = Identity("", b"")
-
-
-class _Failed(Exception):
-    """This attempt failed before the client saw a byte; another replica may be tried.
-
-    ``answer`` is the replica's own (5xx) answer, given to the client if no replica does better.
-    """
-
-    def __init__(self, reason: str, answer: web.Response | None = None) -> None:
-        super().__init__(reason)
-        self.answer = answer
-
-
-@dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
-class _Exchange:
-    """One client request being forwarded: what every attempt sends and reports."""
-
-    request: web.Request
-    route_name: str
-    model: str | None
-    path_qs: str
-    body: bytes
-    content_type: str
-    started: float
-    identity: Identity
-    decode_budget: int  # what the cost model learns from, with the answer's completion tokens
-    run: str | None = None
-    # A run's 5xx answers (replica, status): the replica's fault only if another replica then
-    # serves the request; one that fails everywhere is the run's own (say, its adapter), and
-    # one run's errors must not open a replica's circuit for the other runs.
-    suspects: list[tuple[Replica, int]] | None = None
 
 
 class Forwarder:
@@ -135,6 +100,7 @@ class Forwarder:
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
+        self._waiting = Attempts(pool)
         self._tracing = tracing
 
     def inflight_by_version(self, versions: Container[str]) -> dict[str, int]:
@@ -179,7 +145,7 @@ class Forwarder:
         ``target``: the path and query sent upstream (default: the request's own; a run's
         request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes
         (None: the bare path's)."""
-        exchange = _Exchange(
+        exchange = Exchange(
             request,
             route_name,
             route.model,
@@ -204,7 +170,7 @@ class Forwarder:
                 del by_model[model]
 
     async def _forward(
-        self, request: web.Request, exchange: _Exchange, route: RouteRequest
+        self, request: web.Request, exchange: Exchange, route: RouteRequest
     ) -> web.StreamResponse:
         run = exchange.run
         tried: set[str] = set()
@@ -228,7 +194,7 @@ class Forwarder:
                 for suspect, status in exchange.suspects or ():
                     self._breaker.server_error(suspect, status)
                 return response
-            except _Failed as exc:
+            except Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
                 last_answer = exc.answer or last_answer
@@ -257,7 +223,7 @@ class Forwarder:
             return await self._limiter.acquire(routed, run)
 
     async def _traced_attempt(
-        self, tracing: Tracing, ex: _Exchange, placed: Placement
+        self, tracing: Tracing, ex: Exchange, placed: Placement
     ) -> web.StreamResponse:
         attributes = {"rollout.replica": placed.replica.id, "rollout.route": placed.reason}
         with tracing.span("proxy.upstream", **attributes) as span:
@@ -265,52 +231,59 @@ class Forwarder:
             span.set_attribute("http.response.status_code", response.status)
             return response
 
-    async def _attempt(self, ex: _Exchange, placed: Placement) -> web.StreamResponse:
+    async def _attempt(self, ex: Exchange, placed: Placement) -> web.StreamResponse:
         replica = placed.replica
         sent = time.perf_counter()
+        waiting = self._waiting.waiting(replica)
         try:
-            async with self._connections.request(
-                replica.url,
-                ex.request.method,
-                ex.path_qs,
-                ex.body,
-                ex.content_type,
-                ex.identity.upstream,
-            ) as upstream:
-                ttfb = time.perf_counter()
-                headers = _response_headers(upstream.headers, replica, placed.reason)
-                digest = replica.digests.get(ex.model) if ex.model is not None else None
-                if digest is not None:  # the policy that answered: version @ content digest
-                    headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
-                if ex.identity.request_id:
-                    headers[REQUEST_ID_HEADER] = ex.identity.request_id
-                if upstream.content_length is not None:
-                    response, done = await self._whole(ex, upstream, headers, replica)
-                else:
-                    response, done = await self._stream(ex.request, upstream, headers, replica)
+            try:
+                async with self._connections.request(
+                    replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type,
+                    ex.identity.upstream,
+                ) as upstream:  # fmt: skip
+                    ttfb = time.perf_counter()
+                    headers = _response_headers(upstream.headers, replica, placed.reason)
+                    digest = replica.digests.get(ex.model) if ex.model is not None else None
+                    if digest is not None:  # the policy that answered: version @ its digest
+                        headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
+                    if ex.identity.request_id:
+                        headers[REQUEST_ID_HEADER] = ex.identity.request_id
+                    if upstream.content_length is not None:
+                        response, done = await self._whole(ex, upstream, headers, replica, waiting)
+                    else:
+                        waiting.done()  # a stream's client has bytes from here on
+                        response, done = await self._stream(ex.request, upstream, headers, replica)
+            finally:
+                waiting.done()  # before anything below ejects the replica
+        except asyncio.CancelledError:
+            if not self._waiting.ejected():
+                raise
+            raise Failed("its replica was ejected while it answered") from None
         except ConnectTimeout as exc:
             self._eject(replica, "connect_timeout", exc)
-            raise _Failed("connect timed out") from None
+            raise Failed("connect timed out") from None
         except TimeoutError:
             self._metrics.record_replica_error(replica.id, "timeout")
             raise UpstreamTimeout(replica.id, self._timeout_s) from None
         except WireError as exc:
             self._eject(replica, "transport", exc)
-            raise _Failed(f"{type(exc).__name__}: {exc}") from None
+            raise Failed(f"{type(exc).__name__}: {exc}") from None
         finished = time.perf_counter()
         overhead = (finished - ex.started) - (done - sent)
         self._metrics.record_upstream(ex.route_name, replica.id, ttfb - sent, max(overhead, 0.0))
         return response
 
     async def _whole(
-        self, ex: _Exchange, upstream: Connection, headers: dict[str, str], replica: Replica
-    ) -> tuple[web.StreamResponse, float]:
+        self, ex: Exchange, upstream: Connection, headers: dict[str, str], replica: Replica,
+        waiting: Waiting,
+    ) -> tuple[web.StreamResponse, float]:  # fmt: skip
         """A Content-Length answer: read whole, checked, sent to the client in one write."""
         status = upstream.status
         data = await upstream.read()
+        waiting.done()  # from here on the answer is this replica's, whatever happens to it
         done = time.perf_counter()
         if status == 404 and self._lost_adapter(replica, ex.model, data):
-            raise _Failed(f"replica no longer has {ex.model}")
+            raise Failed(f"replica no longer has {ex.model}")
         if ex.request.method == "HEAD":  # the replica's head, its Content-Length included
             headers["Content-Length"] = str(upstream.content_length)
             answer = web.Response(status=status, headers=headers)
@@ -322,7 +295,7 @@ class Forwarder:
                 self._breaker.server_error(replica, status)
             else:
                 ex.suspects = [*(ex.suspects or ()), (replica, status)]
-            raise _Failed(f"answered HTTP {status}", answer)
+            raise Failed(f"answered HTTP {status}", answer)
         self._breaker.answered(replica)
         with contextlib.suppress(ConnectionError):  # the client has gone
             await answer.prepare(ex.request)

@@ -17,7 +17,8 @@ from aiohttp import web
 from aiohttp.abc import AbstractMatchInfo
 from aiohttp.typedefs import Handler, Middleware
 
-from proxy.dataplane.forward import REPLICA_HEADER, Identity
+from proxy.dataplane.exchange import Identity
+from proxy.dataplane.forward import REPLICA_HEADER
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities

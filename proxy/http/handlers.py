@@ -94,34 +94,40 @@ class Handlers:
     async def _read(self, request: web.Request) -> bytes | web.Response:
         """The request body, within the body limit, the body timeout and the memory budget.
 
-        The body's bytes stay reserved in ``bodies`` until ``_with_body`` releases them."""
+        The budget is charged by the bytes received, as they arrive (a declared length alone
+        reserves nothing: declaring 32 MiB and sending nothing costs only the sender; one
+        declared above the body limit is refused at once). The body's bytes stay reserved in
+        ``bodies`` until ``_with_body`` releases them."""
         limit, length = self.client.max_body_bytes, request.content_length
         if length is not None and length > limit:
             self.metrics.record_rejection("too_large")
             return responses.too_large(limit)
-        reserved = length if length is not None else limit
-        if not self.bodies.reserve(reserved):
-            self.metrics.record_rejection("body_budget")
-            return responses.body_budget_full(self.bodies.limit)
+        if request.content.is_eof():  # all of it came with the head: nothing to time
+            body = await request.read()
+            if not self.bodies.reserve(len(body)):
+                self.metrics.record_rejection("body_budget")
+                return responses.body_budget_full(self.bodies.limit)
+            return body
+        held, chunks, kept = 0, [], False
         try:
-            if request.content.is_eof():  # all of it arrived with the head: nothing to time
-                body = await request.read()
-            else:
-                async with asyncio.timeout(self.client.body_timeout_s):
-                    body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            self.bodies.release(reserved)
-            self.metrics.record_rejection("too_large")
-            return responses.too_large(limit)
+            async with asyncio.timeout(self.client.body_timeout_s):
+                while chunk := await request.content.readany():
+                    if held + len(chunk) > limit:
+                        self.metrics.record_rejection("too_large")
+                        return responses.too_large(limit)
+                    if not self.bodies.reserve(len(chunk)):
+                        self.metrics.record_rejection("body_budget")
+                        return responses.body_budget_full(self.bodies.limit)
+                    held += len(chunk)
+                    chunks.append(chunk)
+            kept = True
         except TimeoutError:
-            self.bodies.release(reserved)
             self.metrics.record_rejection("body_timeout")
             return responses.body_timeout(self.client.body_timeout_s)
-        except BaseException:
-            self.bodies.release(reserved)
-            raise
-        self.bodies.release(reserved - len(body))
-        return body
+        finally:
+            if not kept:
+                self.bodies.release(held)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _with_body(
         self,

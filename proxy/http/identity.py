@@ -15,7 +15,7 @@ import re
 
 from aiohttp import web
 
-from proxy.dataplane.forward import Identity
+from proxy.dataplane.exchange import Identity
 
 REQUEST_ID = "X-Request-ID"
 TRACEPARENT = "traceparent"

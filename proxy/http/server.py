@@ -1,11 +1,13 @@
 """Serving the app: what a client connection may cost, and how bad input is logged.
 
 aiohttp parses and answers; this module bounds what one client (or many) can hold:
-- ``max_connections`` client connections at once; the next one is answered 503 and closed
-  (counted as ``rollout_proxy_rejections_total{reason="too_many_connections"}``);
-- ``head_timeout_s``: a connection that starts sending a request head must finish it in time
-  (measured from its first byte, checked by a sweep every ``head_timeout_s / 2``; slow-loris
-  heads are closed);
+- ``max_connections`` client connections that have sent something at once; the next one is
+  answered 503 and closed (``rollout_proxy_rejections_total{reason="too_many_connections"}``).
+  Connections that have sent nothing yet are not counted (``SILENT_PER_CAP`` times the cap of
+  them at most, for the descriptors' sake): they cannot lock clients out;
+- ``head_timeout_s``: a request head must be complete in time, measured from its first byte, or
+  from the connection's opening for its first request (a connection that sends nothing is closed
+  then, not at the keep-alive timeout); checked by a sweep every ``head_timeout_s / 2``;
 - ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
   a connection that never completes a head);
 - ``send_timeout_s``: a client that stops reading its answer (the socket's send buffer stays full
@@ -33,7 +35,6 @@ client-error log is the ``logger`` aiohttp's handlers are given, with a ``loggin
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import resource
 import socket
@@ -56,13 +57,14 @@ from aiohttp.http_exceptions import (
 )
 
 from proxy.config import ClientSettings
+from proxy.http.listen import BACKLOG, cannot_listen
 from proxy.logs import redact_tokens
 
 log = logging.getLogger("proxy.server")
 
 LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
 BAD_INPUT_LOG_EVERY_S = 60.0
-BACKLOG = 4096  # the listening socket's accept queue
+SILENT_PER_CAP = 2  # connections that sent nothing yet, at most, per --max-client-connections
 _REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -82,37 +84,6 @@ _BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
     (ContentLengthError, "bad_framing"),
     (BadHttpMessage, "bad_message"),
 )
-
-
-# Why a listening socket could not be made, in words, with what to do (``CannotListen``).
-_BIND_ERRORS = {
-    errno.EADDRINUSE: "address already in use (another proxy running? pick another --port)",
-    errno.EACCES: "permission denied (ports below 1024 need privileges: pick another --port)",
-    errno.EADDRNOTAVAIL: "address not available (--host must be an address of this machine)",
-}
-
-
-class CannotListen(Exception):
-    """The proxy's port could not be opened: a start-up error a restart cannot fix."""
-
-
-def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
-    """``exc`` from ``create_server`` as one line naming the address and what to do."""
-    if isinstance(exc, socket.gaierror):
-        why = f"--host {host} does not resolve ({exc.strerror})"
-    else:
-        why = _BIND_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
-    return CannotListen(f"cannot listen on {host}:{port}: {why}")
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (``BACKLOG``), for a supervisor to hand down to
-    each proxy it starts (``serving``'s ``sock``); ``CannotListen`` when it cannot be opened."""
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, port), family=family, backlog=BACKLOG)
-    except OSError as exc:
-        raise cannot_listen(host, port, exc) from None
 
 
 def bad_input_kind(exc: BaseException) -> str:
@@ -166,14 +137,20 @@ class ClientErrorLog(logging.Logger):
 class GuardedConnection(asyncio.Protocol):
     """aiohttp's protocol for one client connection, noting when a request head begins."""
 
-    __slots__ = ("_busy", "_guard", "_inner", "_now", "_stalled", "head_at", "transport")
+    __slots__ = (
+        "_busy", "_guard", "_inner", "_now", "_refused", "_stalled",
+        "head_at", "spoke", "transport",
+    )  # fmt: skip
 
     def __init__(self, guard: Guard, inner: asyncio.Protocol) -> None:
         self._guard = guard
         self._inner = inner
         self._now = asyncio.get_running_loop().time
         self._busy = 0  # requests being handled on this connection
-        self.head_at = 0.0  # when a request head began arriving (0: none is)
+        self.head_at = self._now()  # when a request head began arriving (0: none is); the
+        # first one's clock starts at the connection's opening
+        self.spoke = False  # it has sent a byte (it counts against the cap from then on)
+        self._refused = False  # its first bytes found the cap full: answered 503, closing
         self._stalled: asyncio.TimerHandle | None = None  # the client is not reading
         self.transport: asyncio.Transport | None = None
 
@@ -190,6 +167,11 @@ class GuardedConnection(asyncio.Protocol):
         self._inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self.spoke:
+            if self._refused or not self._guard.spoke(self):
+                self._refused = True  # the cap is full of connections in use
+                return
+            self.spoke = True
         if not self._busy and not self.head_at:
             self.head_at = self._now()
         self._inner.data_received(data)
@@ -237,12 +219,18 @@ class Guard:
         self.send_timeout_s = settings.send_timeout_s
         self._reject = reject
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
+        self._speaking = 0  # open connections that have sent something
         self._sweeper: asyncio.TimerHandle | None = None
         self.head_timeouts = 0
 
     @property
     def connections(self) -> int:
         return len(self._open)
+
+    @property
+    def speaking(self) -> int:
+        """Open connections that have sent something (what the cap counts)."""
+        return self._speaking
 
     def start(self) -> None:
         self._sweeper = asyncio.get_running_loop().call_later(self.head_timeout_s / 2, self._sweep)
@@ -263,7 +251,10 @@ class Guard:
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         def make() -> asyncio.Protocol:
-            if len(self._open) >= self.max_connections:
+            silent = len(self._open) - self._speaking
+            if self._speaking >= self.max_connections or (
+                silent >= SILENT_PER_CAP * self.max_connections
+            ):
                 self._reject("too_many_connections")
                 return _Refusal()
             return GuardedConnection(self, inner())
@@ -274,9 +265,22 @@ class Guard:
         assert connection.transport is not None
         self._open[connection.transport] = connection
 
+    def spoke(self, connection: GuardedConnection) -> bool:
+        """``connection`` sent its first bytes: counted (True), or answered 503 and closed."""
+        if self._speaking >= self.max_connections:
+            self._reject("too_many_connections")
+            if connection.transport is not None:
+                _Refusal().connection_made(connection.transport)
+            return False
+        self._speaking += 1
+        return True
+
     def closed(self, connection: GuardedConnection) -> None:
-        if connection.transport is not None:
-            self._open.pop(connection.transport, None)
+        if connection.transport is None:
+            return
+        gone = self._open.pop(connection.transport, None)
+        if gone is not None and gone.spoke:
+            self._speaking -= 1
 
     def busy(self, transport: asyncio.BaseTransport | None) -> GuardedConnection | None:
         """The connection a request arrived on, marked busy until ``finished()``."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.http.server import cannot_listen
+from proxy.http.listen import cannot_listen
 
 RUN_BOUND_S = 60.0  # a start-up error ends in about a second; room for a busy machine
 

@@ -16,6 +16,7 @@ import aiohttp
 import orjson
 import pytest
 
+from proxy.app import PROXY
 from proxy.dataplane.forward import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, metrics_text, post
 from tests.support.fleet import Stack, run_stack
@@ -97,9 +98,15 @@ async def test_a_body_that_never_arrives_is_answered_408() -> None:
 
 
 async def test_connections_beyond_the_cap_are_refused_and_the_cap_recovers() -> None:
+    """The cap counts connections that have sent something (here a head begun, never ended)."""
     async with run_stack(1, max_client_connections=4) as stack:
         held = [await asyncio.open_connection(*stack.proxy_url[7:].split(":")) for _ in range(4)]
-        async with raw(stack) as (reader, _):
+        for _, writer in held:
+            writer.write(b"POST /v1/completions HTTP/1.1\r\n")
+            await writer.drain()
+        await eventually(lambda: _speaking(stack, 4), timeout=QUICK_S, what="4 counted")
+        async with raw(stack) as (reader, writer):
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             answer = await closed_within(reader, QUICK_S)
         assert answer.startswith(b"HTTP/1.1 503")
         assert b"too many client connections" in answer
@@ -119,6 +126,28 @@ async def test_connections_beyond_the_cap_are_refused_and_the_cap_recovers() -> 
         assert metric_value(text, 'rollout_proxy_rejections_total{reason="too_many_connections"}')
 
 
+async def _speaking(stack: Stack, count: int) -> bool:
+    return stack.proxy_app[PROXY].edge.guard.speaking == count
+
+
+async def test_silent_connections_are_closed_at_the_head_timeout_and_lock_nobody_out() -> None:
+    """More connections than the cap that never send a byte: others are served meanwhile, and
+    each silent one is closed at the head timeout (not the keep-alive timeout)."""
+    settings: dict[str, Any] = {
+        "max_client_connections": 8,
+        "client_head_timeout": 1.0,
+        "client_keepalive_timeout": 600.0,
+    }
+    async with run_stack(1, **settings) as stack, contextlib.AsyncExitStack() as held:
+        silent = [await held.enter_async_context(raw(stack)) for _ in range(10)]
+        status, answer, _ = await post(stack, "/v1/completions", completion())
+        assert status == 200, answer
+        started = time.monotonic()
+        closed = await asyncio.gather(*(closed_within(reader, QUICK_S) for reader, _ in silent))
+        assert closed == [b""] * 10
+        assert time.monotonic() - started < QUICK_S
+
+
 async def test_a_declared_length_above_the_limit_is_refused_before_reading() -> None:
     async with run_stack(1) as stack, raw(stack) as (reader, writer):
         started = time.monotonic()
@@ -131,20 +160,20 @@ async def test_a_declared_length_above_the_limit_is_refused_before_reading() -> 
         assert time.monotonic() - started < QUICK_S
 
 
-async def test_request_bodies_share_a_memory_budget() -> None:
+async def test_request_bodies_share_a_memory_budget_charged_by_bytes_received() -> None:
     settings: dict[str, Any] = {"max_body_bytes": 65536, "max_body_bytes_in_flight": 102400}
     async with run_stack(1, **settings) as stack, raw(stack) as (_reader, writer):
-        # One body of 60 KiB held (its last bytes never sent) ...
+        # One body of 60 KiB held: all of it sent but its last byte ...
         writer.write(
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 61440\r\n\r\n{"
+            b"Content-Length: 61440\r\n\r\n" + b" " * 61439
         )
         await writer.drain()
 
-        async def reserved() -> bool:  # its handler is waiting on the rest of the body
-            return await status_figure(stack, "body_bytes_held") > 0
+        async def reserved() -> bool:  # its handler holds what arrived, waiting on the rest
+            return await status_figure(stack, "body_bytes_held") >= 61439
 
-        await eventually(reserved, timeout=QUICK_S, what="the proxy to reserve the body")
+        await eventually(reserved, timeout=QUICK_S, what="the proxy to hold the body")
         # ... leaves no room for another one of 60 KiB.
         body = orjson.dumps(completion(padding="x" * 60_000))
         status, answer, _ = await post(stack, "/v1/completions", body)
@@ -153,6 +182,27 @@ async def test_request_bodies_share_a_memory_budget() -> None:
         writer.close()
         small = await post(stack, "/v1/completions", completion())
         assert small[0] == 200
+
+
+async def test_declared_lengths_alone_hold_nothing() -> None:
+    """32 connections each declaring 32 MiB (the limit) and sending one byte: another client's
+    completion is served (they were charged 1 GiB by their declarations before)."""
+    settings: dict[str, Any] = {"max_body_bytes": 32 << 20, "max_body_bytes_in_flight": 1 << 30}
+    async with run_stack(1, **settings) as stack, contextlib.AsyncExitStack() as held:
+        for _ in range(32):
+            _, writer = await held.enter_async_context(raw(stack))
+            writer.write(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b"\r\nContent-Length: 33554432\r\n\r\n{"
+            )
+            await writer.drain()
+
+        async def all_waiting() -> bool:
+            return await status_figure(stack, "body_bytes_held") == 32
+
+        await eventually(all_waiting, timeout=QUICK_S, what="32 bodies begun")
+        status, answer, _ = await post(stack, "/v1/completions", completion())
+        assert status == 200, answer
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,50 @@
+"""One client request being forwarded (``Exchange``): what every attempt sends and reports,
+who it is upstream and back (``Identity``), and an attempt that failed before the client saw a
+byte (``Failed``: another replica may be tried)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from proxy.fleet.replica import Replica
+
+
+@dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
+class Identity:
+    """Who a request is, upstream and back: its id, and the header lines sent to the replica."""
+
+    request_id: str
+    upstream: bytes  # ``X-Request-ID: ...\r\n`` (and ``traceparent``), ready for the wire
+
+
+class Failed(Exception):
+    """This attempt failed before the client saw a byte; another replica may be tried.
+
+    ``answer`` is the replica's own (5xx) answer, given to the client if no replica does better.
+    """
+
+    def __init__(self, reason: str, answer: web.Response | None = None) -> None:
+        super().__init__(reason)
+        self.answer = answer
+
+
+@dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
+class Exchange:
+    """One client request being forwarded: what every attempt sends and reports."""
+
+    request: web.Request
+    route_name: str
+    model: str | None
+    path_qs: str
+    body: bytes
+    content_type: str
+    started: float
+    identity: Identity
+    decode_budget: int  # what the cost model learns from, with the answer's completion tokens
+    run: str | None = None
+    # A run's 5xx answers (replica, status): the replica's fault only if another replica then
+    # serves the request; one that fails everywhere is the run's own (say, its adapter), and
+    # one run's errors must not open a replica's circuit for the other runs.
+    suspects: list[tuple[Replica, int]] | None = None

@@ -1,0 +1,40 @@
+"""The proxy's listening socket: made (``listening_socket``, a supervisor's to hand down) or
+refused in one line naming the address and what to do (``CannotListen``: a start-up error a
+restart cannot fix)."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+BACKLOG = 4096  # the listening socket's accept queue
+
+# Why a listening socket could not be made, in words, with what to do (``CannotListen``).
+_BIND_ERRORS = {
+    errno.EADDRINUSE: "address already in use (another proxy running? pick another --port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges: pick another --port)",
+    errno.EADDRNOTAVAIL: "address not available (--host must be an address of this machine)",
+}
+
+
+class CannotListen(Exception):
+    """The proxy's port could not be opened: a start-up error a restart cannot fix."""
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
+    """``exc`` from ``create_server`` as one line naming the address and what to do."""
+    if isinstance(exc, socket.gaierror):
+        why = f"--host {host} does not resolve ({exc.strerror})"
+    else:
+        why = _BIND_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
+    return CannotListen(f"cannot listen on {host}:{port}: {why}")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (``BACKLOG``), for a supervisor to hand down to
+    each proxy it starts (``serving``'s ``sock``); ``CannotListen`` when it cannot be opened."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, port), family=family, backlog=BACKLOG)
+    except OSError as exc:
+        raise cannot_listen(host, port, exc) from None
