@@ -39,10 +39,10 @@ lint: venv
 	$(PY) -m mypy .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
-# The whole proof, 13-18 minutes on 2 cores (12.5-13.5 in the clean-clone runs of 2026-12-03):
-# lint, the core suite (unit, integration, contract, reliability, deploy; about 2.5 minutes), the
+# The whole proof, about 20 minutes on 2 cores (19.8-20.3 in the clean-clone runs of 2026-12-04):
+# lint, the core suite (unit, integration, contract, reliability, deploy; about 3 minutes), the
 # deploy and discovery tests on the oldest huggingface_hub we allow, then the real tier (vLLM CPU
-# servers + TRL, and two rehearsals of deploy's jobs; 7.5-8.5 minutes).
+# servers + TRL, a run that learns, and three rehearsals of deploy's jobs; about 14.5 minutes).
 test: venv lint test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor
