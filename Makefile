@@ -39,7 +39,7 @@ lint: venv
 	$(PY) -m mypy .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
-# The whole proof, about 20 minutes on 2 cores (19.8-20.3 in the clean-clone runs of 2026-12-04):
+# The whole proof, 18-20 minutes on 2 cores (17.8-20.3 in the clean-clone runs of 2026-12-04):
 # lint, the core suite (unit, integration, contract, reliability, deploy; about 3 minutes), the
 # deploy and discovery tests on the oldest huggingface_hub we allow, then the real tier (vLLM CPU
 # servers + TRL, a run that learns, and three rehearsals of deploy's jobs; about 14.5 minutes).
