@@ -4,12 +4,7 @@ each version into every replica's adapter receiver (inside vLLM) and loads it fr
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.conftest import MAX_STALENESS
+from tests.e2e.faults import (
+    frozen,
+    kill_proxies_during_a_sync,
+    newest,
+    published,
+    routable,
+    wait_for,
+)
 from tests.e2e.support import (
     REPLICA_TOKEN,
     Event,
@@ -39,8 +42,6 @@ from trainer_entry import sidecar
 # than 8 different blocks is template (the shared system prompt), not a problem.
 PROXY_ARGS = ("--block-tokens", "32", "--template-threshold", "8")
 TRAIN_TIMEOUT_S = 420.0
-ATTEMPTS = 6  # syncs tried until one is caught with its load in flight through both proxies
-CATCH_S = 3.0  # a sync's load reaches the frozen replica well within it (health ejects at ~6 s)
 # A proxy this test starts sends the replicas' token, from its environment.
 UPSTREAM = {"PROXY_UPSTREAM_TOKEN": REPLICA_TOKEN}
 
@@ -270,27 +271,27 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
             [*_trainer_args(tiny, out, steps=16), "--proxy-url", url], tmp_path / "trainer.log"
         )
         try:
-            _wait_for(lambda: len(versions(_published(out))) >= 3 or trainer.poll() is not None)
+            wait_for(lambda: len(versions(published(out))) >= 3 or trainer.poll() is not None)
             assert trainer.poll() is None, (tmp_path / "trainer.log").read_text()[-6000:]
             victim.kill()
-            _wait_for(lambda: _routable(url, victim) is False)
+            wait_for(lambda: routable(url, victim) is False)
             # Training carries on with one replica: a version is trained and synced meanwhile.
-            at_kill = _newest(out)
-            _wait_for(lambda: _newest(out) > at_kill or trainer.poll() is not None)
+            at_kill = newest(out)
+            wait_for(lambda: newest(out) > at_kill or trainer.poll() is not None)
             assert trainer.poll() is None, (tmp_path / "trainer.log").read_text()[-6000:]
             # On a GPU a training run outlasts a vLLM restart many times over; on two CPU cores
             # the restart competes with the trainer and may outlast it. Freezing the trainer while
             # vLLM starts keeps the restart inside the run, and nothing is lost: its requests wait.
-            with _frozen(trainer):
+            with frozen(trainer):
                 victim.start()
                 victim.wait_ready()
-                newest_at_ready = _newest(out)
-                _wait_for(lambda: _routable(url, victim) is True)
-            _wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
+                newest_at_ready = newest(out)
+                wait_for(lambda: routable(url, victim) is True)
+            wait_for(lambda: bool(_completions(events(victim.log_since_start()))))
             # The proxy and the trainer's relay are killed (SIGKILL) while a sync's load is in
             # flight through both; their supervisors bring them back on the same sockets, TRL's
             # reset call is sent again (trainer_entry.sync_retry) and training carries on.
-            killed_after = _kill_proxies_during_a_sync(
+            killed_after = kill_proxies_during_a_sync(
                 url, trainer, tmp_path / "trainer.log", clean_fleet[0]
             )
         finally:
@@ -316,102 +317,3 @@ def test_a_replica_killed_mid_training_comes_back_with_the_window_before_traffic
     # version after it.
     assert_pushed(victim, victim.log_since_start(), sorted(before))
     report_sync_times(trainer_log, "push, a replica restarted and the proxy killed once")
-
-
-def _kill_proxies_during_a_sync(
-    url: str, trainer: subprocess.Popen[bytes], log: Path, server: VllmServer
-) -> int:
-    """As a sync begins, ``server`` is frozen (SIGSTOP): the sync's load hangs at the proxy, so
-    in the trainer's relay, so TRL's call at the relay. SIGKILL the relay's child and the proxy's
-    child then, thaw ``server``, wait until the proxy is back. A sync that ends before it was
-    caught (its load reached ``server`` first) is let go and the next one tried. Returns the
-    syncs done before the kill (the one in flight must reach every replica all the same)."""
-    relay = _relay_url(log.read_text())
-    assert server.process is not None
-    group = server.process.pid  # vLLM's API server and engine: the replica's process group
-    for _ in range(ATTEMPTS):
-        _wait_for(lambda: _sync_open(log.read_text()) or trainer.poll() is not None, 120.0, 0.02)
-        assert trainer.poll() is None, "training ended before a sync could be caught"
-        os.killpg(group, signal.SIGSTOP)
-        try:
-            with contextlib.suppress(AssertionError):
-                _wait_for(lambda: _in_flight(url, log), CATCH_S)
-            if not _in_flight(url, log):
-                _wait_for(lambda: not _sync_open(log.read_text()) or trainer.poll() is not None)
-                continue
-            done = _syncs(log)
-            pids = [get_json(where + "/proxy/status")["pid"] for where in (relay, url)]
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
-        finally:
-            os.killpg(group, signal.SIGCONT)
-        _wait_for(lambda old=pids[1]: _proxy_back(url, old))
-        return done
-    raise AssertionError(f"no sync was caught with its load in flight in {ATTEMPTS} tries")
-
-
-def _sync_open(text: str) -> bool:
-    return text.count("Weight sync: pausing") > text.count("Weight sync: done")
-
-
-def _in_flight(url: str, log: Path) -> bool:
-    """TRL has sent its load (logged just before it; the sync's end after its answer) and the
-    proxy is carrying it out."""
-    text = log.read_text()
-    sent = text.count("Weight sync: resuming vLLM")
-    return sent > text.count("Weight sync: done") and bool(
-        get_json(url + "/proxy/status")["adapters"]["loading"]
-    )
-
-
-def _relay_url(trainer_log: str) -> str:
-    found = re.search(r"proxy \(pid \d+\) ready on (\S+)", trainer_log)
-    assert found is not None, "the trainer did not say where its relay listens"
-    return found.group(1)
-
-
-def _syncs(log: Path) -> int:
-    return log.read_text().count("Weight sync: done")
-
-
-def _proxy_back(url: str, old_pid: int) -> bool:
-    try:
-        status = get_json(url + "/proxy/status", timeout_s=2.0)
-    except OSError:
-        return False
-    return status["pid"] != old_pid and all(r["routable"] for r in status["replicas"])
-
-
-@contextmanager
-def _frozen(process: subprocess.Popen[bytes]) -> Iterator[None]:
-    """SIGSTOP the process group for the block, SIGCONT after, whatever happens."""
-    os.killpg(process.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.killpg(process.pid, signal.SIGCONT)
-
-
-def _routable(proxy_url: str, server: VllmServer) -> bool | None:
-    """Whether the proxy routes to ``server`` now (None when it does not know it)."""
-    for replica in get_json(proxy_url + "/proxy/status")["replicas"]:
-        if replica["url"].rstrip("/") == server.url:
-            return bool(replica["routable"])
-    return None
-
-
-def _published(out: Path) -> list[str]:
-    directory = out / ".vllm_lora"
-    return [p.name for p in directory.iterdir()] if directory.exists() else []
-
-
-def _newest(out: Path) -> int:
-    return max(versions(_published(out)), default=0)
-
-
-def _wait_for(condition: object, timeout_s: float = 240.0, poll_s: float = 0.2) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(poll_s)

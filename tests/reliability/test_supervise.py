@@ -62,6 +62,21 @@ async def status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | N
         return None
 
 
+async def serving(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    """The supervised proxy's status once it routes to its replica."""
+    first: dict[str, Any] = {}
+
+    async def up() -> bool:
+        answer = await status(session, url)
+        if answer is not None and answer["replicas"][0]["routable"]:
+            first.update(answer)
+            return True
+        return False
+
+    await eventually(up, timeout=RESTART_BOUND_S, what="the proxy to serve")
+    return first
+
+
 async def test_a_killed_proxy_comes_back_on_the_same_port() -> None:
     args = ("--health-interval", "0.1")
     async with (
@@ -69,16 +84,7 @@ async def test_a_killed_proxy_comes_back_on_the_same_port() -> None:
         aiohttp.ClientSession() as session,
         supervised("--replicas", sim.url, *args) as (sup, url),
     ):
-        first: dict[str, Any] = {}
-
-        async def up() -> bool:
-            answer = await status(session, url)
-            if answer is not None and answer["replicas"][0]["routable"]:
-                first.update(answer)
-                return True
-            return False
-
-        await eventually(up, timeout=RESTART_BOUND_S, what="the proxy to serve")
+        first = await serving(session, url)
         assert first["restarts"] == 0 and first["pid"] != sup.pid
         os.kill(first["pid"], signal.SIGKILL)
         killed = time.monotonic()
@@ -124,16 +130,7 @@ async def test_a_request_sent_while_the_proxy_restarts_waits_for_it_instead_of_b
         aiohttp.ClientSession() as session,
         supervised("--replicas", sim.url, "--health-interval", "0.1") as (_, url),
     ):
-        first: dict[str, Any] = {}
-
-        async def up() -> bool:
-            answer = await status(session, url)
-            if answer is not None and answer["replicas"][0]["routable"]:
-                first.update(answer)
-                return True
-            return False
-
-        await eventually(up, timeout=RESTART_BOUND_S, what="the proxy to serve")
+        first = await serving(session, url)
         os.kill(first["pid"], signal.SIGKILL)
         await eventually(lambda: _gone(first["pid"]), RESTART_BOUND_S, "the child to die")
         post = session.post(url + "/v1/completions", json=completion(), timeout=GAP_TIMEOUT)
