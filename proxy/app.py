@@ -38,7 +38,7 @@ from proxy.fleet.outage import Outage
 from proxy.fleet.pool import NO_REPLICA_GRACE_S
 from proxy.fleet.room import Fleet, build_fleet, members
 from proxy.http.listen import CannotListen
-from proxy.http.room import Edge, build_edge
+from proxy.http.room import HttpRoom, build_edge
 from proxy.http.server import serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
@@ -67,7 +67,7 @@ class Proxy:
     dataplane: DataPlane
     status: Status
     sampler: Sampler
-    edge: Edge
+    edge: HttpRoom
     runs: Runs
     page: MetricsPage  # what /metrics renders
 
@@ -114,9 +114,7 @@ def build_app(
     is refused at once instead of queued (``fleet.outage``)."""
     spans = Spans(tracer) if tracer is not None else None
     proxy = assemble(settings, clock or RealClock(), spans, resolver, no_replica_grace_s)
-    app = web.Application(
-        client_max_size=settings.client.max_body_bytes, middlewares=proxy.edge.middlewares
-    )
+    app = web.Application(client_max_size=settings.client.max_body_bytes)
     app[PROXY] = proxy
     proxy.edge.routes(app)
     app.cleanup_ctx.append(proxy.lifespan)

@@ -1,6 +1,6 @@
 """The proxy's domain errors: what a request can fail on, each class carrying its reason.
 
-Services raise them; one middleware at the HTTP edge (``proxy.http.errors``) turns each into an
+Services raise them; the HTTP edge (``proxy.http.edge``, ``proxy.http.errors``) turns each into an
 answer in vLLM's error shape through one table (domain error -> HTTP status), counting
 ``reason`` (``rollout_proxy_rejections_total{reason}``; None: not a rejection) and echoing
 ``param``, the request field at fault. Nothing here knows HTTP.

@@ -1,10 +1,16 @@
-"""The edge's middlewares, outermost first: a request's identity, its metrics and access-log line
-(``identity``); its span when tracing is on (``traced``); its domain errors turned into answers
-(``proxy.http.errors``); the inbound key (``auth``); its scope, the bare path or one run
-(``scope``). The handlers behind them are one set for every scope (``handlers``).
+"""The edge: what every request passes through before its handler, in one place.
 
-A route's metrics label and whether it is open (served without the API key) are noted when the
-route table is built (``RouteInfo``, read here by the route aiohttp matched).
+Outermost first: the request's identity, its metrics and access-log line; its span when tracing
+is on; its domain errors turned into answers (``proxy.http.errors``); the inbound key (``auth``,
+only with ``--api-key``); its scope, the bare path or one run. The handlers behind it are one set
+for every scope (``handlers``).
+
+The layers are composed once per route, when the route table is built, from what the table
+knows of the route (its metrics label, whether it is open, whether it is under ``/runs/{run}``),
+not as aiohttp middlewares: aiohttp rebuilds a middleware chain on every request (through a cache
+keyed by the handler) and each middleware is one more coroutine, and the default path's three
+cost ~4 % of the proxy's CPU per request (``benchmarks overhead``). The behaviour is a middleware
+chain's, in that order.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ import time
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.abc import AbstractMatchInfo
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Handler
 
 from proxy.dataplane.exchange import Identity
 from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.errors import DomainError
 from proxy.http import responses
 from proxy.http.auth import KeyCheck
+from proxy.http.errors import ErrorAnswers
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
 from proxy.http.server import Guard
 from proxy.http.tracing import Spans
@@ -36,106 +43,113 @@ SCOPE = web.RequestKey("scope", Scope)
 class RouteInfo:
     label: str  # the ``route`` label of the request metrics
     open: bool = False  # served without the API key (/health; the admin API checks its own)
+    runs: bool = False  # under ``/runs/{run}``: the request's scope is that run
 
 
-UNNOTED = RouteInfo("other")  # a route the table did not note: closed, never open by mistake
+class Edge:
+    """The layers every route's handler is served through (``wrap``)."""
 
+    def __init__(
+        self,
+        metrics: Metrics,
+        guard: Guard,
+        ids: Identities,
+        errors: ErrorAnswers,
+        key: KeyCheck,
+        runs: Runs,
+        *,
+        spans: Spans | None = None,
+        access: bool = False,
+    ) -> None:
+        self._metrics = metrics
+        self._guard = guard
+        self._ids = ids
+        self._errors = errors
+        self._key = key if key.enabled else None  # no key: nothing checked, nothing added
+        self._runs = runs
+        self._spans = spans
+        self._access = access_log if access else None
 
-class RouteInfos:
-    """Each route's ``RouteInfo``, noted by the route table as it registers them."""
+    def wrap(self, handler: Handler, info: RouteInfo) -> Handler:
+        """``handler`` inside the edge's layers, for the route ``info`` describes."""
+        inner = self._answered(handler, info)
+        if self._spans is not None:
+            inner = self._traced(inner)
+        return self._identified(inner, info.label)
 
-    def __init__(self) -> None:
-        self._infos: dict[object, RouteInfo] = {}
+    def _identified(self, handler: Handler, label: str) -> Handler:
+        """The request's id (refused 400 when it cannot be passed on), its connection marked
+        busy (no head timer while it is handled), its metrics and, with ``--access-log``, its
+        line."""
+        metrics, guard, ids, log = self._metrics, self._guard, self._ids, self._access
 
-    def note(self, route: web.AbstractRoute, info: RouteInfo) -> None:
-        self._infos[route] = info
-
-    def of(self, match: AbstractMatchInfo) -> RouteInfo:
-        return self._infos.get(match.route, UNNOTED)  # type: ignore[attr-defined]
-
-
-def identity(
-    infos: RouteInfos, metrics: Metrics, guard: Guard, ids: Identities, access: bool
-) -> Middleware:
-    """The request's id (refused 400 when it cannot be passed on), its connection marked busy
-    (no head timer while it is handled), its metrics and, with ``--access-log``, its line."""
-    log = access_log if access else None
-
-    @web.middleware
-    async def identified(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        connection = guard.busy(request.transport)
-        known = ids.of(request)
-        try:
-            if known is None:
-                metrics.record_rejection("bad_request")
-                response: web.StreamResponse = responses.bad_request_id()
-            else:
-                request[IDENTITY] = known
-                response = await handler(request)
-        finally:
-            if connection is not None:
-                connection.finished()
-        if known is not None and not response.prepared:
-            response.headers[REQUEST_ID] = known.request_id
-        seconds = time.perf_counter() - started
-        metrics.record_request(infos.of(request.match_info).label, response.status, seconds)
-        if log is not None:
-            log.info(
-                "%s %s %s %d %s %.1f ms",
-                known.request_id if known is not None else "-", request.method, request.path,
-                response.status, response.headers.get(REPLICA_HEADER, "-"), 1000 * seconds,
-            )  # fmt: skip
-        return response
-
-    return identified
-
-
-def traced(spans: Spans) -> Middleware:
-    """The request inside its span; the replica gets that span's ``traceparent``."""
-
-    @web.middleware
-    async def in_span(request: web.Request, handler: Handler) -> web.StreamResponse:
-        known = request[IDENTITY]
-        with spans.request(request.headers, request.method, request.path) as (span, parent):
-            span.set_attribute("rollout.request_id", known.request_id)
-            lines = f"{REQUEST_ID}: {known.request_id}\r\n".encode("ascii") + parent
-            request[IDENTITY] = Identity(known.request_id, lines)
-            response = await handler(request)
-            span.set_attribute("http.response.status_code", response.status)
+        async def identified(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            connection = guard.busy(request.transport)
+            known = ids.of(request)
+            try:
+                if known is None:
+                    metrics.record_rejection("bad_request")
+                    response: web.StreamResponse = responses.bad_request_id()
+                else:
+                    request[IDENTITY] = known
+                    response = await handler(request)
+            finally:
+                if connection is not None:
+                    connection.finished()
+            if known is not None and not response.prepared:
+                response.headers[REQUEST_ID] = known.request_id
+            seconds = time.perf_counter() - started
+            metrics.record_request(label, response.status, seconds)
+            if log is not None:
+                log.info(
+                    "%s %s %s %d %s %.1f ms",
+                    known.request_id if known is not None else "-", request.method, request.path,
+                    response.status, response.headers.get(REPLICA_HEADER, "-"), 1000 * seconds,
+                )  # fmt: skip
             return response
 
-    return in_span
+        return identified
 
+    def _traced(self, handler: Handler) -> Handler:
+        """The request inside its span; the replica gets that span's ``traceparent``."""
+        spans = self._spans
+        assert spans is not None
 
-def auth(infos: RouteInfos, key: KeyCheck, metrics: Metrics) -> Middleware:
-    """``--api-key`` on every route but the open ones (installed only when a key is set)."""
+        async def in_span(request: web.Request) -> web.StreamResponse:
+            known = request[IDENTITY]
+            with spans.request(request.headers, request.method, request.path) as (span, parent):
+                span.set_attribute("rollout.request_id", known.request_id)
+                lines = f"{REQUEST_ID}: {known.request_id}\r\n".encode("ascii") + parent
+                request[IDENTITY] = Identity(known.request_id, lines)
+                response = await handler(request)
+                span.set_attribute("http.response.status_code", response.status)
+                return response
 
-    @web.middleware
-    async def checked(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not infos.of(request.match_info).open and not key.allows(request):
-            metrics.record_rejection("unauthorized")
-            return key.refusal()
-        return await handler(request)
+        return in_span
 
-    return checked
+    def _answered(self, handler: Handler, info: RouteInfo) -> Handler:
+        """Domain errors answered; the key checked (a closed route, a key configured); the
+        request's scope: its run under ``/runs/<run>/`` (``UnknownRun`` if no one declared it;
+        each answer counted for the run), else the bare path's."""
+        errors, metrics, runs = self._errors, self._metrics, self._runs
+        key = None if info.open else self._key
 
+        async def answered(request: web.Request) -> web.StreamResponse:
+            try:
+                if key is not None and not key.allows(request):
+                    metrics.record_rejection("unauthorized")
+                    return key.refusal()
+                if not info.runs:
+                    request[SCOPE] = BARE
+                    return await handler(request)
+                run = runs.get(request.match_info["run"])
+                request[SCOPE] = Scope(run)
+                try:
+                    return await handler(request)
+                finally:
+                    run.answered()
+            except DomainError as exc:
+                return errors.answer(exc)
 
-def scope(runs: Runs) -> Middleware:
-    """The request's scope: its run under ``/runs/<run>/`` (``UnknownRun`` if no one declared
-    it; each answer counted for the run), else the bare path's."""
-
-    @web.middleware
-    async def scoped(request: web.Request, handler: Handler) -> web.StreamResponse:
-        name = request.match_info.get("run")
-        if name is None:
-            request[SCOPE] = BARE
-            return await handler(request)
-        run = runs.get(name)
-        request[SCOPE] = Scope(run)
-        try:
-            return await handler(request)
-        finally:
-            run.answered()
-
-    return scoped
+        return answered

@@ -1,6 +1,6 @@
-"""Domain errors into answers: one table, one middleware.
+"""Domain errors into answers: one table, one place (the edge, ``proxy.http.edge``).
 
-Services raise ``proxy.errors.DomainError``s; the middleware below turns each into vLLM's error
+Services raise ``proxy.errors.DomainError``s; ``ErrorAnswers`` turns each into vLLM's error
 shape (``responses.error_response``) with the table's status (and ``Retry-After`` where a retry
 may succeed), counts the error's own ``reason`` as a rejection, and redacts the configured
 secrets from the message (a replica's text may be echoed in it). Anything else is not caught:
@@ -13,7 +13,6 @@ import logging
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 
 from proxy.adapters.calls import BadAdapterRequest
 from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
@@ -60,22 +59,23 @@ def answer_for(exc: DomainError) -> Answer:
     raise TypeError(f"no answer in proxy.http.errors.ANSWERS for {type(exc).__name__}")
 
 
-def error_middleware(metrics: Metrics, redactor: Redactor) -> Middleware:
-    @web.middleware
-    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except DomainError as exc:
-            answer = answer_for(exc)
-            if exc.reason is not None:
-                metrics.record_rejection(exc.reason)
-            message = redactor.text(str(exc))
-            if answer.note:
-                log.warning("%s (%s)", message, answer.note)
-                message = f"{message}; retry shortly"
-            headers = None
-            if answer.retry:
-                headers = {"Retry-After": str(getattr(exc, "retry_after_s", 1))}
-            return error_response(answer.status, message, param=exc.param, headers=headers)
+class ErrorAnswers:
+    """A domain error as its answer: the table's status, the error's reason counted, the
+    configured secrets redacted from its message."""
 
-    return errors
+    def __init__(self, metrics: Metrics, redactor: Redactor) -> None:
+        self._metrics = metrics
+        self._redactor = redactor
+
+    def answer(self, exc: DomainError) -> web.Response:
+        answer = answer_for(exc)
+        if exc.reason is not None:
+            self._metrics.record_rejection(exc.reason)
+        message = self._redactor.text(str(exc))
+        if answer.note:
+            log.warning("%s (%s)", message, answer.note)
+            message = f"{message}; retry shortly"
+        headers = None
+        if answer.retry:
+            headers = {"Retry-After": str(getattr(exc, "retry_after_s", 1))}
+        return error_response(answer.status, message, param=exc.param, headers=headers)

@@ -1,9 +1,6 @@
-"""The HTTP edge assembled: the connection guard, aiohttp's client-error log, the middlewares
-(``edge``, ``errors``), the handlers, the admin API, and the route table over them.
-
-The middlewares, outermost first: identity and metrics; the request's span (``--otel-spans``
-only); domain errors into answers; the API key (``--api-key`` only: without one nothing is
-checked, so nothing is added to the request path); the scope.
+"""The HTTP edge assembled: the connection guard, aiohttp's client-error log, the layers every
+request passes through (``edge``, ``errors``), the handlers, the admin API, and the route table
+over them.
 """
 
 from __future__ import annotations
@@ -11,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from proxy.adapters.room import Adapters
 from proxy.clock import Clock
@@ -19,11 +15,11 @@ from proxy.config import Settings
 from proxy.dataplane.room import DataPlane
 from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.room import Fleet
-from proxy.http import edge
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget
-from proxy.http.errors import error_middleware
+from proxy.http.edge import Edge
+from proxy.http.errors import ErrorAnswers
 from proxy.http.handlers import Handlers
 from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
@@ -41,18 +37,17 @@ from proxy.runs.table import Runs
 
 
 @dataclass(frozen=True, slots=True)
-class Edge:
+class HttpRoom:
     handlers: Handlers
     admin: Admin
     run_admin: RunAdmin
     receiver: ReceiverRoutes
     guard: Guard
     client_log: ClientErrorLog
-    infos: edge.RouteInfos
-    middlewares: tuple[Middleware, ...]
+    edge: Edge
 
     def routes(self, app: web.Application) -> None:
-        add_routes(app, self.handlers, self.admin, self.run_admin, self.receiver, self.infos)
+        add_routes(app, self.handlers, self.admin, self.run_admin, self.receiver, self.edge)
 
 
 def build_edge(
@@ -65,7 +60,7 @@ def build_edge(
     spans: Spans | None,
     runs: Runs,
     page: MetricsPage,
-) -> Edge:
+) -> HttpRoom:
     fleet, adapters, dataplane = parts
     client = settings.client
     guard = Guard(client, metrics.record_rejection)
@@ -92,22 +87,22 @@ def build_edge(
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)
     run_admin = RunAdmin(runs, status, sampler, adapters.service, client.body_timeout_s)
-    infos = edge.RouteInfos()
-    middlewares = [edge.identity(infos, metrics, guard, Identities(), settings.access_log)]
-    if spans is not None:
-        middlewares.append(edge.traced(spans))
-    middlewares.append(error_middleware(metrics, redactor))
-    api_key = KeyCheck(settings.api_key, "API")
-    if api_key.enabled:
-        middlewares.append(edge.auth(infos, api_key, metrics))
-    middlewares.append(edge.scope(runs))
-    return Edge(
+    edge = Edge(
+        metrics,
+        guard,
+        Identities(),
+        ErrorAnswers(metrics, redactor),
+        KeyCheck(settings.api_key, "API"),
+        runs,
+        spans=spans,
+        access=settings.access_log,
+    )
+    return HttpRoom(
         handlers,
         admin,
         run_admin,
         ReceiverRoutes(adapters.receiver),
         guard,
         ClientErrorLog(metrics.record_bad_input, clock.monotonic),
-        infos,
-        tuple(middlewares),
+        edge,
     )

@@ -1,5 +1,5 @@
 """The route table: every path the proxy answers, and the handler behind it, one table for the
-bare path and for each run under ``/runs/{run}`` (the scope middleware tells them apart).
+bare path and for each run under ``/runs/{run}`` (the edge gives each route its scope).
 
 Only an allowlist of vLLM's public routes is registered, and the adapter receiver's (a relay
 pushes adapters into this proxy as into a replica); anything else (vLLM's dev-mode control
@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler
 from adapter_receiver.wire import PREFIX as RECEIVER_PREFIX
 from proxy.http import responses
 from proxy.http.admin import Admin
-from proxy.http.edge import RouteInfo, RouteInfos
+from proxy.http.edge import Edge, RouteInfo
 from proxy.http.handlers import Handlers
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.run_admin import RunAdmin
@@ -74,7 +74,7 @@ def add_routes(
     admin: Admin,
     run_admin: RunAdmin,
     receiver: ReceiverRoutes,
-    infos: RouteInfos,
+    edge: Edge,
 ) -> None:
     router = app.router
     admin_routes = [
@@ -82,12 +82,12 @@ def add_routes(
         for method, path, handler in (*admin.routes_table(), *run_admin.routes_table())
     ]
     for route in [*table(h, receiver), *admin_routes]:
-        noted = RouteInfo(route.label, route.open)
         for prefix in ("", RUN_PREFIX) if route.runs else ("",):
+            served = edge.wrap(route.handler, RouteInfo(route.label, route.open, prefix != ""))
             resource = router.add_resource(prefix + route.path)
-            if route.method == "GET":  # HEAD too, as aiohttp's add_get: the same route info
-                infos.note(resource.add_route("HEAD", route.handler), noted)
-            infos.note(resource.add_route(route.method, route.handler), noted)
+            if route.method == "GET":  # HEAD too, as aiohttp's add_get
+                resource.add_route("HEAD", served)
+            resource.add_route(route.method, served)
     known = frozenset(
         info["path"] for resource in router.resources() if "path" in (info := resource.get_info())
     )
@@ -97,4 +97,4 @@ def add_routes(
         return responses.not_found(request.path in known, request.method)
 
     # Last, so it only catches what no route above takes (aiohttp tries resources in order).
-    infos.note(router.add_route("*", "/{tail:.*}", not_found), RouteInfo("not_found", open=True))
+    router.add_route("*", "/{tail:.*}", edge.wrap(not_found, RouteInfo("not_found", open=True)))
