@@ -97,6 +97,14 @@ class UpstreamSettings(BaseModel):
         alias="max_attempts",
         description="replicas tried when a connection fails before the first byte",
     )
+    max_stream_migrations: int = Field(
+        2,
+        ge=0,
+        le=16,
+        alias="max_stream_migrations",
+        description="times a stream is continued on another replica when its replica fails "
+        "mid-stream (0: the stream is cut, as vLLM cuts it)",
+    )
     breaker_failures: int = Field(
         5,
         ge=1,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from proxy.dataplane.ledger import StreamLedger
 from proxy.fleet.replica import Replica
 
 
@@ -48,3 +49,13 @@ class Exchange:
     # serves the request; one that fails everywhere is the run's own (say, its adapter), and
     # one run's errors must not open a replica's circuit for the other runs.
     suspects: list[tuple[Replica, int]] | None = None
+    stream: StreamLedger | None = None  # a resumable stream's account (``migration``)
+
+    def send_instead(self, body: bytes, path_qs: str) -> None:
+        """What the next attempts send (a stream's continuation)."""
+        self.body, self.path_qs = body, path_qs
+
+    @property
+    def streaming(self) -> bool:
+        """The client has the head of a resumable stream: a failure now is a ``Cut``."""
+        return self.stream is not None and self.stream.response is not None

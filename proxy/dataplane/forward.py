@@ -7,9 +7,9 @@ bytes, and copy the answer back.
 - Failover: a transport failure before anything reached the client (connect refused, reset, a
   connection dropped while a buffered body was still arriving) ejects the replica and retries on
   another one, up to ``max_attempts`` replicas; so does the ejection of its replica, whatever
-  the cause, while the attempt waits on it (``attempts``: a hung replica's requests are not left
-  to the request timeout). After the first byte reached the client, the
-  client connection is closed without a clean end, so the client sees the answer is incomplete.
+  the cause, while the attempt waits on it (``attempts``). After the first byte reached the
+  client, a resumable stream is carried on by another replica (``migration``); any other answer
+  is cut: its connection closed without a clean end, so the client sees it is incomplete.
 - The slot is held until the response has been fully written or the client has gone. When the
   client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
   generation on the replica.
@@ -38,8 +38,12 @@ from aiohttp import web
 from proxy.dataplane.attempts import Attempts, Waiting
 from proxy.dataplane.exchange import Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
+from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
+from proxy.dataplane.migration import Cut, Migrations
+from proxy.dataplane.resumable import Resumable
 from proxy.dataplane.usage import usage
+from proxy.errors import DomainError
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.pool import EjectCause, ReplicaPool
 from proxy.fleet.replica import Health, Replica
@@ -88,6 +92,7 @@ class Forwarder:
         request_timeout_s: float,
         tracing: Tracing | None = None,
         costs: CostModel | None = None,
+        max_stream_migrations: int = 0,
     ) -> None:
         self._costs = costs or CostModel()
         self._adapters = adapters
@@ -102,6 +107,7 @@ class Forwarder:
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
         self._waiting = Attempts(pool)
         self._tracing = tracing
+        self.streams = Migrations(metrics, max_stream_migrations)
 
     def inflight_by_version(self, versions: Container[str]) -> dict[str, int]:
         """Requests in flight by adapter version (``versions``: the ones the proxy manages), the
@@ -140,11 +146,13 @@ class Forwarder:
         identity: Identity = NO_IDENTITY,
         target: str | None = None,
         run: str | None = None,
+        resume: Resumable | None = None,
     ) -> web.StreamResponse:
         """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``.
         ``target``: the path and query sent upstream (default: the request's own; a run's
         request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes
-        (None: the bare path's)."""
+        (None: the bare path's). ``resume``: a stream's plan for continuing it elsewhere
+        (``streams.plan``)."""
         exchange = Exchange(
             request,
             route_name,
@@ -156,6 +164,7 @@ class Forwarder:
             identity,
             route.decode_budget,
             run,
+            stream=StreamLedger(resume) if resume is not None else None,
         )
         by_model = self._by_model
         model = route.model
@@ -176,14 +185,20 @@ class Forwarder:
         tried: set[str] = set()
         errors: list[str] = []
         last_answer: web.Response | None = None
-        for _ in range(self._attempts):
+        failures = 0
+        while failures < self._attempts:
             if tried and next(self._eligible(route.model, tried), None) is None:
                 break
             tracing = self._tracing
-            if tracing is None:
-                placed = await self._limiter.acquire(lambda: self._place(route, tried), run)
-            else:
-                placed = await self._traced_acquire(tracing, route, tried, run)
+            try:
+                if tracing is None:
+                    placed = await self._limiter.acquire(lambda: self._place(route, tried), run)
+                else:
+                    placed = await self._traced_acquire(tracing, route, tried, run)
+            except DomainError:
+                if not exchange.streaming:
+                    raise
+                break  # a stream's continuation found no slot: it is cut below
             replica = placed.replica
             self._metrics.record_decision(placed.reason)
             try:
@@ -198,9 +213,19 @@ class Forwarder:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
                 last_answer = exc.answer or last_answer
+                failures += 1
                 self._metrics.record_failover()
+            except Cut as exc:  # the client has part of a resumable stream
+                tried.add(replica.id)
+                ledger = exchange.stream
+                assert ledger is not None
+                ended = await self.streams.resume(exchange, ledger, str(exc))
+                if ended is not None:
+                    return ended
             finally:
                 self._limiter.release(placed)
+        if exchange.stream is not None and exchange.stream.response is not None:
+            return await self.streams.give_up(exchange, exchange.stream, "no_replica")
         if last_answer is not None:
             await last_answer.prepare(request)
             await last_answer.write_eof()
@@ -248,7 +273,13 @@ class Forwarder:
                         headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
                     if ex.identity.request_id:
                         headers[REQUEST_ID_HEADER] = ex.identity.request_id
-                    if upstream.content_length is not None:
+                    stream = ex.stream
+                    if stream is not None and (
+                        stream.response is not None or upstream.content_length is None
+                    ):  # a resumable stream: its replica stays watched (an ejection cuts it)
+                        relay = self.streams.relay
+                        response, done = await relay(ex, stream, upstream, headers, replica.id)
+                    elif upstream.content_length is not None:
                         response, done = await self._whole(ex, upstream, headers, replica, waiting)
                     else:
                         waiting.done()  # a stream's client has bytes from here on
@@ -258,16 +289,18 @@ class Forwarder:
         except asyncio.CancelledError:
             if not self._waiting.ejected():
                 raise
-            raise Failed("its replica was ejected while it answered") from None
+            raise _failure(ex, "its replica was ejected while it answered") from None
         except ConnectTimeout as exc:
             self._eject(replica, "connect_timeout", exc)
-            raise Failed("connect timed out") from None
+            raise _failure(ex, "connect timed out") from None
         except TimeoutError:
             self._metrics.record_replica_error(replica.id, "timeout")
+            if ex.streaming:
+                raise Cut("timed out") from None
             raise UpstreamTimeout(replica.id, self._timeout_s) from None
         except WireError as exc:
             self._eject(replica, "transport", exc)
-            raise Failed(f"{type(exc).__name__}: {exc}") from None
+            raise _failure(ex, f"{type(exc).__name__}: {exc}") from None
         finished = time.perf_counter()
         overhead = (finished - ex.started) - (done - sent)
         self._metrics.record_upstream(ex.route_name, replica.id, ttfb - sent, max(overhead, 0.0))
@@ -352,6 +385,10 @@ class Forwarder:
         self._metrics.record_replica_error(replica.id, cause)
         if replica.health is Health.HEALTHY:
             self._pool.eject(replica, cause, f"{cause}: {type(exc).__name__}")
+
+
+def _failure(ex: Exchange, reason: str) -> Exception:  # Cut: the client has part of a stream
+    return Cut(reason) if ex.streaming else Failed(reason)
 
 
 def _response_headers(upstream: dict[str, str], replica: Replica, reason: str) -> dict[str, str]:

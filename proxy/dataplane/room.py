@@ -56,6 +56,7 @@ def build_dataplane(
         fleet.breaker,
         adapters,
         max_attempts=upstream.max_attempts,
+        max_stream_migrations=upstream.max_stream_migrations,
         request_timeout_s=upstream.request_timeout_s,
         tracing=tracing,
         costs=costs,

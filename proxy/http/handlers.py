@@ -30,6 +30,7 @@ from proxy.adapters.service import AdapterService
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
 from proxy.dataplane.forward import Forwarder
+from proxy.dataplane.resumable import Resumable
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.http import responses
@@ -168,6 +169,9 @@ class Handlers:
                 facts = self.facts.from_peek(peek, key)
             except UnknownModel as exc:
                 raise UnknownModel(scope.own_name(exc.model) or exc.model) from None
+            if peek.stream:  # may be continued elsewhere if its replica fails mid-stream
+                resume, body = self.forwarder.streams.plan(route, body)
+                return await self._forward(request, body, route, facts, resume)
             return await self._forward(request, body, route, facts)
 
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -196,14 +200,21 @@ class Handlers:
         return spliced, dataclasses.replace(peek, model=new, buffer=spliced, start=start, end=end)
 
     async def _forward(
-        self, request: web.Request, body: bytes, route: str, facts: RouteRequest
+        self,
+        request: web.Request,
+        body: bytes,
+        route: str,
+        facts: RouteRequest,
+        resume: Resumable | None = None,
     ) -> web.StreamResponse:
         run = request[SCOPE].run
         if run is None:  # the bare path: the request's own target, the bare path's slots
-            return await self.forwarder.forward(request, route, body, facts, request[IDENTITY])
+            return await self.forwarder.forward(
+                request, route, body, facts, request[IDENTITY], resume=resume
+            )
         target = request.rel_url.raw_path_qs.removeprefix(f"/runs/{run.name}")
         return await self.forwarder.forward(
-            request, route, body, facts, request[IDENTITY], target, run.name
+            request, route, body, facts, request[IDENTITY], target, run.name, resume
         )
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:

@@ -60,6 +60,14 @@ def _each(values: Iterable[str]) -> tuple[tuple[str], ...]:
     return tuple((value,) for value in values)
 
 
+MIGRATION_OUTCOMES = (
+    "continued",
+    "completed",
+    "exhausted",
+    "no_replica",
+    "not_resumable",
+    "timeout",
+)
 FAMILIES = (
     Family("requests", "tally", "Requests answered, by route and HTTP status", ("route", "status")),
     Family(
@@ -138,6 +146,15 @@ FAMILIES = (
         "replica_errors", "counter", "Upstream failures per replica, by kind", ("replica", "kind")
     ),
     Family("failovers", "counter", "Requests retried on another replica before the first byte"),
+    Family(
+        "stream_migrations",
+        "counter",
+        "Streams whose replica failed mid-stream, by outcome: continued on another replica, "
+        "completed (the last token was sent), or cut (exhausted, no_replica, not_resumable, "
+        "timeout)",
+        ("outcome",),
+        zeros=_each(MIGRATION_OUTCOMES),
+    ),
     Family(
         "adapter_loads", "counter", "Adapter loads per replica, by outcome", ("replica", "outcome")
     ),

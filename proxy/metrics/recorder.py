@@ -58,6 +58,7 @@ class Metrics:
     _load_scrapes: Children[Counter]
     _replica_errors: Children[Counter]
     _failovers: Counter
+    _stream_migrations: Children[Counter]
     _adapter_loads: Children[Counter]
     _adapter_load_attempts: Histogram
     _adapter_load_seconds: Children[Histogram]
@@ -158,6 +159,9 @@ class Metrics:
 
     def record_failover(self) -> None:
         self._failovers.inc()
+
+    def record_stream_migration(self, outcome: str) -> None:
+        self._stream_migrations[outcome,].inc()
 
     def totals(self) -> dict[str, float]:
         """Cumulative counts the advisor samples: requests, and prompt/cached/reuse tokens."""

@@ -103,15 +103,17 @@ def chat_body(gen: Generation, meta: Meta) -> Json:
 
 
 def role_chunks(gen: Generation, meta: Meta) -> list[Json]:
-    """The opening chunk of each choice of a chat stream."""
+    """The opening chunk of each choice of a chat stream; with ``return_token_ids`` vLLM puts
+    the templated prompt's ids on these chunks (beside ``choices``)."""
     delta = {"role": "assistant", "content": ""}
-    return [
-        meta.envelope(
-            "chat.completion.chunk",
-            [{"index": seq.index, "delta": delta, "logprobs": None, "finish_reason": None}],
-        )
-        for seq in gen.sequences
-    ]
+    chunks = []
+    for seq in gen.sequences:
+        choice = {"index": seq.index, "delta": delta, "logprobs": None, "finish_reason": None}
+        chunk = meta.envelope("chat.completion.chunk", [choice])
+        if gen.job.return_token_ids:
+            chunk["prompt_token_ids"] = _prompt_ids(gen, seq)
+        chunks.append(chunk)
+    return chunks
 
 
 def token_chunks(gen: Generation, meta: Meta, start: int, end: int) -> list[Json]:

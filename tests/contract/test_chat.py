@@ -64,6 +64,25 @@ async def test_chat_streams_chunks_ending_in_done(replica: Replica) -> None:
     assert text
 
 
+async def test_a_chat_stream_reports_its_templated_prompt_and_each_chunks_ids(
+    replica: Replica,
+) -> None:
+    """What stream migration continues a chat stream from (``proxy.dataplane.resumable``): the
+    templated prompt's ids beside the first chunk's choices, each token chunk's own ids."""
+    body = {"model": replica.model, "messages": _messages(replica), "max_tokens": 3,
+            "return_token_ids": True, "ignore_eos": True}  # fmt: skip
+    status, whole = await replica.post_json("/v1/chat/completions", body)
+    assert status == 200
+    async with replica.session.post(
+        replica.url + "/v1/chat/completions", json={**body, "stream": True}
+    ) as response:
+        chunks = [json.loads(event) for event in sse_events(await response.read())[:-1]]
+    assert chunks[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    assert all("prompt_token_ids" not in chunk for chunk in chunks[1:])
+    ids = [t for chunk in chunks for c in chunk["choices"] for t in c.get("token_ids") or []]
+    assert len(ids) == 3
+
+
 async def test_chat_with_an_unknown_model_is_not_found(replica: Replica) -> None:
     status, answer = await replica.post_json(
         "/v1/chat/completions",

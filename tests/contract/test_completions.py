@@ -200,6 +200,9 @@ async def test_streaming_sends_one_chunk_per_token_then_done(replica: Replica) -
     token_ids = [t for chunk in chunks for c in chunk["choices"] for t in c["token_ids"] or []]
     assert len(token_ids) == 4
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    # What stream migration continues from: the prompt's ids on the first chunk only.
+    assert chunks[0]["choices"][0]["prompt_token_ids"] == body["prompt"]
+    assert all(c.get("prompt_token_ids") is None for chunk in chunks[1:] for c in chunk["choices"])
 
 
 async def test_streaming_with_usage_ends_with_a_usage_chunk(replica: Replica) -> None:

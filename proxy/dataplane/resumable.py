@@ -1,0 +1,136 @@
+"""Which streamed generations can be continued on another replica, and how they are continued.
+
+A streamed completion (``/v1/completions``) or chat completion (``/v1/chat/completions``) whose
+replica dies or is ejected mid-stream is continued elsewhere (``proxy.dataplane.migration``): the
+prompt's token ids plus the tokens the client was already sent become the prompt of a streamed
+``/v1/completions`` request to another replica holding the same model, with ``max_tokens`` (and
+``min_tokens``) reduced by what was sent. vLLM reports the ids with ``return_token_ids`` (the
+prompt's in the first chunk, each chunk's own tokens with it), so the proxy asks for them when
+the client did not (and strips them from what it forwards). A chat request continues through the
+completions API too: its prompt ids are the chat template already applied, so no template is
+needed here, and the continuation's chunks are rewritten into chat chunks.
+
+A request is continued only where the continuation samples from the same distribution as the
+original would have, and the text the client sees stays whole. Not continued (cut as vLLM cuts
+it): ``n`` > 1 or several prompts (several sequences share one stream); ``stop`` strings (vLLM
+holds back text that may begin a stop string, unseen by the proxy); ``presence_penalty`` or
+``frequency_penalty`` (they count the output tokens, which would become prompt); ``echo``,
+``prompt_logprobs``, structured outputs (their state would restart), beam search; chat requests
+with ``tools`` or ``logprobs`` (their parsing lives in vLLM's chat server). A ``seed`` is passed
+on but cannot be carried over exactly: the continuation draws from a new generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+Kind = Literal["completion", "chat"]
+KINDS: dict[str, Kind] = {"completions": "completion", "chat_completions": "chat"}
+COMPLETIONS_PATH = "/v1/completions"
+VLLM_COMPLETION_MAX_TOKENS = 16  # vLLM's completions default when a request names none
+# Sampling parameters a chat request passes to its continuation (the rest are the chat API's).
+CHAT_SAMPLING = (
+    "temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty", "stop_token_ids",
+    "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "logit_bias",
+    "allowed_token_ids", "bad_words", "user", "priority", "stream_options",
+    "include_stop_str_in_output", "vllm_xargs",
+)  # fmt: skip
+_NOT_WITH = (
+    "stop", "presence_penalty", "frequency_penalty", "echo", "prompt_logprobs", "best_of",
+    "use_beam_search", "response_format", "structured_outputs", "guided_json", "guided_regex",
+    "guided_choice", "guided_grammar", "tools", "logprobs", "top_logprobs",
+)  # fmt: skip
+_CHAT_ALLOWS = frozenset({"top_logprobs"})  # meaningless without chat ``logprobs``
+_COMPLETION_ALLOWS = frozenset({"logprobs", "top_logprobs"})  # completions' logprobs carry over
+
+
+@dataclass(frozen=True, slots=True)
+class Resumable:
+    """A streamed request that can be continued elsewhere, as the proxy sends it."""
+
+    kind: Kind
+    request: dict[str, Any]  # the request as sent upstream (``return_token_ids`` on)
+    wants_ids: bool  # the client asked for the token ids itself: they stay in its stream
+    max_tokens: int | None  # None: up to the model's context
+    min_tokens: int
+    include_usage: bool  # the client asked for a final usage chunk
+
+    def continuation(self, prompt_ids: list[int], sent: list[int]) -> bytes:
+        """The body that continues this request after ``sent`` (the prompt's ids and the
+        tokens the client has), as a streamed ``/v1/completions`` request."""
+        if self.kind == "completion":
+            body = dict(self.request)
+        else:
+            body = {key: self.request[key] for key in CHAT_SAMPLING if key in self.request}
+            body["model"] = self.request.get("model")
+        body["prompt"] = [*prompt_ids, *sent]
+        body["max_tokens"] = None if self.max_tokens is None else self.max_tokens - len(sent)
+        if self.min_tokens:
+            body["min_tokens"] = max(self.min_tokens - len(sent), 0)
+        body["stream"] = True
+        body["return_token_ids"] = True
+        return orjson.dumps(body)
+
+    def left(self, sent: int) -> int | None:
+        """Tokens still to generate after ``sent``; None: no limit."""
+        return None if self.max_tokens is None else self.max_tokens - sent
+
+
+def resumable(route: str, body: bytes) -> tuple[Resumable, bytes] | None:
+    """The plan for a streamed request on ``route`` and the body to send for it (token ids
+    asked for), or None when it cannot be continued (see the module's docstring)."""
+    kind = KINDS.get(route)
+    if kind is None:
+        return None
+    try:
+        request = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None  # the replica answers it 400
+    if not isinstance(request, dict) or request.get("stream") is not True:
+        return None
+    if not _continuable(kind, request):
+        return None
+    min_tokens = request.get("min_tokens") or 0
+    try:
+        max_tokens = _max_tokens(kind, request)
+    except ValueError:
+        return None  # the replica answers it 400
+    if not isinstance(min_tokens, int):
+        return None
+    wants_ids = request.get("return_token_ids") is True
+    if not wants_ids:
+        request["return_token_ids"] = True
+        body = orjson.dumps(request)
+    options = request.get("stream_options")
+    usage = isinstance(options, dict) and options.get("include_usage") is True
+    return Resumable(kind, request, wants_ids, max_tokens, min_tokens, usage), body
+
+
+def _continuable(kind: Kind, request: dict[str, Any]) -> bool:
+    if request.get("n") not in (None, 1):
+        return False
+    allows = _CHAT_ALLOWS if kind == "chat" else _COMPLETION_ALLOWS
+    for key in _NOT_WITH:
+        if key not in allows and request.get(key) not in (None, False, 0, [], "", {}):
+            if key == "response_format" and request[key] == {"type": "text"}:
+                continue
+            return False
+    if kind == "completion":
+        prompt = request.get("prompt")
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            return len(prompt) == 1  # a list of prompts: one is fine
+    return True
+
+
+def _max_tokens(kind: Kind, request: dict[str, Any]) -> int | None:
+    """The request's token budget (None: unlimited); ValueError when it is not one."""
+    if kind == "completion":
+        value = request.get("max_tokens", VLLM_COMPLETION_MAX_TOKENS)
+    else:
+        value = request.get("max_completion_tokens", request.get("max_tokens"))
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ValueError(value)
