@@ -132,3 +132,22 @@ def line_chart(
         for name, values in series.items():
             ax.plot(xs, values, label=name)
         ax.set_xlabel("seconds")
+
+
+def scatter_chart(
+    path: Path,
+    title: str,
+    series: dict[str, list[tuple[float, float]]],
+    xlabel: str,
+    ylabel: str,
+    *,
+    marked: tuple[str, tuple[float, float]] | None = None,
+) -> None:
+    """Points (x, y) per series; ``marked``: one point ringed and named (a recommendation)."""
+    with _chart(path, title, ylabel, (7, 4.5)) as ax:
+        for name, points in series.items():
+            ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=name, ms=4)
+        if marked is not None:
+            name, (x, y) = marked
+            ax.plot([x], [y], "o", ms=14, mfc="none", mec="black", label=name)
+        ax.set_xlabel(xlabel)

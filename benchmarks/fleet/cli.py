@@ -27,7 +27,8 @@ from benchmarks import report
 from benchmarks.fleet.advice import recommend
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sharing import SHARING_LEGEND, grid, sharing_table
-from benchmarks.fleet.suite import run_grid, validate, what_if
+from benchmarks.fleet.suite import run_grid, validate
+from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, chart, lines, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
 
@@ -137,7 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--shared-grid", action="store_true",
         help="sharing: K 2,4,8 x M 1..8, as given and with train_s doubled")  # fmt: skip
     add("--separate-replicas", type=int, help="sharing: each separate fleet (default: what-if's)")
-    add("--trainer-gpus", type=int, default=2, help="sharing: GPUs of each run's trainer")
+    add("--trainer-gpus", type=int, default=2,
+        help="what-if, sharing: GPUs of each run's trainer (deploy's h200x2)")  # fmt: skip
+    add("--replica-gpus", type=int, default=1, help="what-if: GPUs of each replica")
+    add("--max-waste", type=float, default=0.03,
+        help="what-if: the share of generated tokens a recommended setting may waste")  # fmt: skip
+    add("--max-slowdown", type=float, default=0.05,
+        help="what-if: how much slower than the fastest a recommended one may step")  # fmt: skip
+    add(
+        "--sync-published",
+        action="store_true",
+        help="what-if: the published sync (a frozen fleet, mount loads) as the base of the "
+        "sync flags instead of this project's (a push, the fleet generating through it)",
+    )
     add("--params-b", type=float, help="what-if: model parameters, billions")
     add("--kv-bytes-per-token", type=int, help="what-if: KV cache bytes per token")
     _add_fields(parser, GpuModel)
@@ -162,7 +175,7 @@ def main(argv: list[str]) -> int:
         gpu = gpu_for(args.gpu or "h200", args.model, args.params_b, args.kv_bytes_per_token)
     gpu = build(GpuModel, args, base=gpu)
     trainer = build(TrainerModel, args)
-    sync = build(SyncModel, args, "sync_")
+    sync = sync_for(args)
     proxy = build(ProxyModel, args, base=ProxyModel(per_replica_cap=192))
     mode = (" (quick)" if args.quick else "") + (" what-if" if args.what_if else "")
     if args.shared_grid or args.runs:
@@ -190,6 +203,14 @@ def main(argv: list[str]) -> int:
     if closing := report.closing_line(report.take_written()):
         print(closing)
     return 0
+
+
+def sync_for(args: argparse.Namespace) -> SyncModel:
+    """The sync the flags describe: for a what-if, over this project's sync (the published one
+    with ``--sync-published``); otherwise over the published one, which the suite reproduces."""
+    project = args.what_if and not args.sync_published
+    synced: SyncModel = build(SyncModel, args, "sync_", base=PROJECT_SYNC if project else None)
+    return synced
 
 
 def _progress(message: str) -> None:
@@ -256,20 +277,17 @@ def step_time_figure(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _what_if(
     args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
 ) -> tuple[Any, str]:
+    costs = Costs(args.replica_gpus, args.trainer_gpus, args.max_waste, args.max_slowdown)
     rows, pick = what_if(WORKLOADS[args.workload], gpu, trainer, sync, proxy,
-                         max_replicas=args.max_replicas, quick=args.quick)  # fmt: skip
+                         max_replicas=args.max_replicas, quick=args.quick, costs=costs)  # fmt: skip
     text = report.table(
         ["replicas", "max_inflight_tasks", "mean_step_s", "bound_s", "wasted_share", "util"],
         [[r["replicas"], r["max_inflight_tasks"], r["step_time_mean_s"], r["lower_bound_s"],
           r["wasted_share"], r["utilization"]] for r in rows],
     )  # fmt: skip
-    text += (
-        f"\nrecommended: {pick['replicas']} replicas,"
-        f" max_inflight_tasks {pick['max_inflight_tasks']}"
-        f" (mean step {pick['step_time_mean_s']:.2f} s,"
-        f" {100 * pick['wasted_share']:.1f} % of generated tokens wasted);"
-        " more replicas gain less than 5 %"
-    )
+    text += "\n" + lines(pick, costs)
+    if args.plot:
+        chart(args.plot / "fleet_what_if.png", rows, pick)
     results: dict[str, Any] = {"rows": rows, "recommended": pick}
     if args.share_runs:
         shape = dataclasses.replace(trainer, max_inflight=int(pick["max_inflight_tasks"]))

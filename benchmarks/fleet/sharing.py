@@ -21,7 +21,7 @@ from typing import Any
 from benchmarks import report
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.runs import feasible, loras_needed, simulate_shared
-from benchmarks.fleet.suite import what_if
+from benchmarks.fleet.whatif import what_if
 from benchmarks.fleet.workloads import Workload
 from proxy.routing.prefix import PrefixPolicy
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchmarks.__main__ import main
-from benchmarks.fleet.cli import build, build_parser, gpu_for, step_time_figure
+from benchmarks.fleet.cli import build, build_parser, gpu_for, step_time_figure, sync_for
 from benchmarks.fleet.model import GpuModel, SyncModel
+from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, lines, recommend
 
 SMALL = ["--groups-per-step", "4", "--max-tokens", "256", "--train-s", "0.5"]
 
@@ -130,3 +133,41 @@ def test_the_step_time_chart_draws_the_bound_as_a_bound_not_a_policy() -> None:
     assert figure["bounds"] == {"prefix": [6.0], "learned_blocks*": [6.1]}
     assert figure["reference"] == ("steady-state reference", [8.3])
     assert figure["labels"] == ["uniform, 2 replicas"]
+
+
+def _row(replicas: int, inflight: int, step: float, waste: float) -> dict[str, Any]:
+    row = {"replicas": replicas, "max_inflight_tasks": inflight, "step_time_mean_s": step,
+           "wasted_share": waste}  # fmt: skip
+    row["gpu_s_per_step"] = Costs().gpu_s(row)
+    return row
+
+
+def test_the_what_if_recommends_the_cheapest_step_within_the_waste_and_time_budgets() -> None:
+    """The issue's rows: the fastest (3 x 384) wastes 11.7 %; 3 x 336 is the cheapest within 3 %
+    waste and 5 % of the fastest step; 2 replicas are cheaper still but 13 % slower."""
+    rows = [
+        _row(2, 352, 4.31, 0.024), _row(3, 320, 3.882, 0.003), _row(3, 336, 3.805, 0.016),
+        _row(3, 384, 3.75, 0.117), _row(4, 320, 3.627, 0.022), _row(4, 384, 3.625, 0.163),
+    ]  # fmt: skip
+    pick = recommend(rows, Costs())
+    assert (pick["replicas"], pick["max_inflight_tasks"]) == (3, 336)
+    assert pick["fastest"]["max_inflight_tasks"] == 384
+    assert (pick["cheapest"]["replicas"], pick["cheapest"]["max_inflight_tasks"]) == (2, 352)
+    text = lines(pick, Costs())
+    assert "fastest: 4 replicas, max_inflight_tasks 384" in text
+    assert "cheapest within the waste budget: 2 replicas" in text
+    loose = recommend(rows, Costs(max_waste=0.2))
+    assert (loose["replicas"], loose["max_inflight_tasks"]) == (3, 384)  # waste allowed: cheaper
+    none = recommend([_row(3, 384, 3.75, 0.117), _row(3, 512, 3.8, 0.3)], Costs())
+    assert not none["within_budget"]
+    assert none["max_inflight_tasks"] == 384  # the least waste
+
+
+def test_the_what_if_describes_this_projects_sync_and_the_published_one_is_a_flag_away() -> None:
+    parse = build_parser().parse_args
+    assert sync_for(parse(["--what-if"])) == PROJECT_SYNC
+    assert sync_for(parse(["--what-if", "--sync-push-s", "0.2"])) == replace(
+        PROJECT_SYNC, push_s=0.2
+    )
+    assert sync_for(parse(["--what-if", "--sync-published"])) == SyncModel()
+    assert sync_for(parse([])) == SyncModel()  # the suite reproduces the published run
