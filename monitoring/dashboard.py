@@ -86,6 +86,9 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
             ("Routing decisions", "reqps", [
                 ("{{reason}}", f"sum by (reason) (rate(rollout_proxy_routing_decisions_total[{RI}]))"),
             ]),
+            ("Waste: share of rollout tokens answered after their version left the window (TRL drops them)", "percentunit", [
+                ("run {{run}}", f"sum by (run) (rate(rollout_proxy_stale_tokens_total[{RI}])) / sum by (run) (rate(rollout_proxy_rollout_tokens_total[{RI}]))"),
+            ]),
         ],
     ),
     (

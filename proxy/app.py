@@ -48,6 +48,7 @@ from proxy.logs import BackgroundErrors
 from proxy.metrics.collector import StateCollector
 from proxy.metrics.page import MetricsPage
 from proxy.metrics.recorder import Metrics
+from proxy.metrics.rollouts import RolloutCollector
 from proxy.metrics.runs import RunCollector
 from proxy.runs.table import Runs, parse_runs
 from proxy.supervise import restarts_so_far
@@ -160,6 +161,7 @@ def assemble(
         metrics.registry,
         StateCollector(fleet.pool, status.sources(sampler.advice)),
         RunCollector(lambda: status.run_views(sampler.run_advice()), VERDICTS),
+        RolloutCollector(status.rollouts),
     )
     parts = (fleet, adapters, dataplane)
     edge = build_edge(settings, clock, parts, metrics, status, sampler, spans, runs, page)

@@ -7,7 +7,9 @@ training) and adds, under ``proxy/``: the prefix-cache hit ratio, the reuse that
 and affinity efficiency, the last weight sync's window (pause to resume; ``proxy/sync_window_s``,
 called ``proxy/sync_paused_s`` before the fleet kept generating through it) and the share of the
 run the fleet stood frozen,
-the replicas routable, and the advisor's verdict.
+the replicas routable, the advisor's verdict, and the waste the proxy sees: the share of the
+rollout tokens answered after their version left the window (``proxy/stale_share``, beside TRL's
+own ``sample/dropped_stale_total``), the bare path's.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def figures(status: dict[str, Any]) -> dict[str, float | str]:
     for key, name in (("last_s", "proxy/sync_window_s"), ("paused_share", "proxy/paused_share")):
         if syncs.get(key) is not None:
             out[name] = float(syncs[key])
+    bare = (status.get("rollouts") or {}).get("") or {}
+    if bare.get("stale_share") is not None:
+        out["proxy/stale_share"] = float(bare["stale_share"])
+    if bare.get("stale") is not None:
+        out["proxy/stale_rollouts"] = float(bare["stale"])
     advice = status.get("advice") or {}
     if advice.get("verdict"):
         out["proxy/advice"] = str(advice["verdict"])

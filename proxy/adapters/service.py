@@ -302,6 +302,10 @@ class AdapterService:
     def resync(self, replica: Replica) -> None:
         self.agents.of(replica).wake(resync=True)
 
+    def retired(self, name: str) -> bool:
+        """``name`` was a version of the window and is not any more (its rollouts are stale)."""
+        return self.registry.dropped(name)
+
     def out_of_step(self, replica: Replica, name: str) -> None:
         log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id,
                     shown(name))  # fmt: skip

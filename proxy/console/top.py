@@ -148,6 +148,13 @@ def summary_lines(snap: Snapshot) -> list[str]:
         f"  pause {syncs.get('pause', '-')}  syncs {syncs.get('count', 0)}  last sync "
         f"{_num(syncs.get('last_s'))} s  paused share {_pct(syncs.get('paused_share'))}",
     ]
+    for name, counts in sorted((s.get("rollouts") or {}).items()):
+        if name == "" or counts.get("answered"):
+            lines.append(
+                f"rollouts{' of run ' + name if name else ''} {counts.get('answered', 0)}  "
+                f"stale {counts.get('stale', 0)} ({_pct(counts.get('stale_share'))} of their "
+                "tokens: answered after their version left the window)"
+            )
     for name, run in sorted((s.get("runs") or {}).items()):  # several runs on one fleet
         lines.append(
             f"run {name}  weight {_num(run.get('weight'))}  paused {_yes(run.get('paused'))}  "

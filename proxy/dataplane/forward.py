@@ -42,7 +42,7 @@ from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
 from proxy.dataplane.migration import Cut, Migrations
 from proxy.dataplane.resumable import Resumable
-from proxy.dataplane.usage import usage
+from proxy.dataplane.rollouts import Retired, Rollouts
 from proxy.errors import DomainError
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.pool import EjectCause, ReplicaPool
@@ -64,7 +64,7 @@ ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 REQUEST_ID_HEADER = "X-Request-ID"
 
 
-class OutOfStep(Protocol):
+class OutOfStep(Retired, Protocol):
     def out_of_step(self, replica: Replica, name: str) -> None: ...
 
 
@@ -94,7 +94,7 @@ class Forwarder:
         costs: CostModel | None = None,
         max_stream_migrations: int = 0,
     ) -> None:
-        self._costs = costs or CostModel()
+        self.rollouts = Rollouts(metrics, costs or CostModel(), adapters)
         self._adapters = adapters
         self._pool = pool
         self._connections = connections
@@ -333,11 +333,7 @@ class Forwarder:
         with contextlib.suppress(ConnectionError):  # the client has gone
             await answer.prepare(ex.request)
             await answer.write_eof()
-        counts = usage(data)
-        if counts is not None:
-            self._metrics.record_usage(replica.id, counts.prompt, counts.cached)
-            if status == 200:
-                self._costs.observe(ex.decode_budget, counts.completion)
+        self.rollouts.answered(data, status, replica.id, ex.model, ex.run, ex.decode_budget)
         return answer, done
 
     async def _stream(

@@ -17,6 +17,7 @@ from proxy.adapters.service import AdapterService
 from proxy.clock import Clock
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
+from proxy.dataplane.rollouts import BARE, RolloutCounts
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.sync import FleetSync
@@ -49,6 +50,7 @@ class Status:
         """The run now, for the advisor's window."""
         totals = self.metrics.totals()
         routable = self.pool.routable()
+        rollouts = self.rollouts()
         return Sample(
             at=self.clock.monotonic(),
             inflight=self.limiter.inflight,
@@ -62,9 +64,13 @@ class Status:
                     self.limiter.inflight_of(run.name),
                     self.limiter.queued_of(run.name),
                     run.requests,
+                    rollouts[run.name].tokens,
+                    rollouts[run.name].stale_tokens,
                 )
                 for run in self.runs
             },
+            rollout_tokens=rollouts[BARE].tokens,
+            stale_tokens=rollouts[BARE].stale_tokens,
             requests=totals["requests"],
             paused_s=self.fleet.paused_seconds(),
             prompt_tokens=totals["prompt"],
@@ -72,6 +78,10 @@ class Status:
             offered_tokens=totals["offered"],
             available_tokens=totals["available"],
         )
+
+    def rollouts(self) -> dict[str, RolloutCounts]:
+        """Rollouts answered and the stale ones: the bare path's (``""``) and each run's."""
+        return self.forwarder.rollouts.runs(run.name for run in self.runs)
 
     def inflight_by_version(self) -> dict[str, int]:
         return self.forwarder.inflight_by_version(self.adapters.versions)
@@ -170,6 +180,7 @@ class Status:
             },
             "advice": advice.as_dict() if advice is not None else None,
             "inflight_by_version": self.inflight_by_version(),
+            "rollouts": {run: c.as_dict() for run, c in self.rollouts().items()},
             "restarts": restarts_so_far(),
             **edge,
             # Declared runs only: a single-run proxy's page is as it was.

@@ -7,22 +7,27 @@ verdict, the action to take, and the figures behind it. The first rule that hold
 2. ``sync-bound``: the fleet spent at least ``SYNC_SHARE`` of the window paused by weight syncs:
    turn on adapter push (when adapters still travel through the bucket mount), or raise TRL's
    ``weight_sync_steps``.
-3. ``generation-bound``: in at least ``SATURATED_SHARE`` of the samples the replicas were full
+3. ``stale-waste``: at least ``STALE_SHARE`` of the rollout tokens answered in the window went
+   to rollouts whose adapter version had left the window (TRL drops them as too stale): lower
+   TRL's ``max_inflight_tasks`` (the fleet what-if finds the setting), or raise
+   ``max_staleness``.
+4. ``generation-bound``: in at least ``SATURATED_SHARE`` of the samples the replicas were full
    (requests queued at the proxy for a slot, replicas reporting waiting requests, or their KV
    cache at ``KV_FULL``): add replicas.
-4. ``client-concurrency-bound``: the replicas had room, yet the client's requests in flight sat
+5. ``client-concurrency-bound``: the replicas had room, yet the client's requests in flight sat
    at a plateau (``PLATEAU_SHARE`` of the samples within 10% of the window's maximum, nothing
    queued): TRL's ``max_inflight_tasks`` is the cap; raise it.
-5. ``imbalanced``: one replica carries ``IMBALANCE`` x the mean in-flight load: check spills and
+6. ``imbalanced``: one replica carries ``IMBALANCE`` x the mean in-flight load: check spills and
    ``--load-factor``/``--load-slack``.
-6. ``cache-poor``: of the prefix reuse the traffic offered (at least ``MIN_REUSE``), routing
+7. ``cache-poor``: of the prefix reuse the traffic offered (at least ``MIN_REUSE``), routing
    captured less than ``POOR_EFFICIENCY``: prompts re-do prefill on the wrong replica.
-7. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy.
+8. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy.
 
 With several runs on one fleet (``proxy.runs``), ``advise_run`` gives each run its own verdict
 by the same rules: the window seen through that run's requests (its in flight, queued at the
 proxy and answered) beside the replicas' state, which every run shares. Syncs and prefix reuse
-are not split by run (a run's pause stays at its relay), so rules 2 and 6 are the fleet's alone.
+are not split by run (a run's pause stays at its relay), so rules 2 and 7 are the fleet's alone;
+the stale share is each run's own.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 SYNC_SHARE = 0.2
+STALE_SHARE = 0.03  # as the fleet what-if's default waste budget (benchmarks/fleet/whatif.py)
 SATURATED_SHARE = 0.5
 KV_FULL = 0.9
 PLATEAU_SHARE = 0.8
@@ -48,6 +54,8 @@ class RunSample:
     inflight: int
     queued: int
     requests: float
+    rollout_tokens: float = 0.0
+    stale_tokens: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,8 @@ class Sample:
     offered_tokens: float = 0.0  # sampled prompts (available reuse estimate)
     available_tokens: float = 0.0
     pushing: bool = False  # adapters reach the replicas by push (else through the bucket mount)
+    rollout_tokens: float = 0.0  # completion tokens of answered rollouts (``dataplane.rollouts``)
+    stale_tokens: float = 0.0  # ... of those answered after their version left the window
     runs: dict[str, RunSample] = field(default_factory=dict)  # declared runs (``proxy.runs``)
 
 
@@ -83,6 +93,7 @@ class Advice:
 VERDICTS = (
     "idle",
     "sync-bound",
+    "stale-waste",
     "generation-bound",
     "client-concurrency-bound",
     "imbalanced",
@@ -131,6 +142,9 @@ def figures(window: Sequence[Sample]) -> dict[str, float | None]:
         "hit_ratio": hit,
         "reuse_available": available,
         "affinity_efficiency": hit / available if hit is not None and available else None,
+        "stale_share": _ratio(
+            last.stale_tokens - first.stale_tokens, last.rollout_tokens - first.rollout_tokens
+        ),
     }
 
 
@@ -151,6 +165,16 @@ def advise(window: Sequence[Sample]) -> Advice:
         )
         return Advice(
             "sync-bound", f"weight syncs keep the fleet paused {paused:.0%} of the time: {knob}", f
+        )
+    stale = f["stale_share"] or 0.0
+    if stale >= STALE_SHARE:
+        return Advice(
+            "stale-waste",
+            f"{stale:.0%} of the rollout tokens went to rollouts answered after their version "
+            "left the window (TRL drops them as too stale): lower TRL's max_inflight_tasks "
+            f"(to about {peak * (1 - stale):.0f}; `python -m benchmarks fleet --what-if` finds "
+            "the setting), or raise max_staleness",
+            f,
         )
     if (f["saturated_share"] or 0.0) >= SATURATED_SHARE:
         return Advice(
@@ -202,6 +226,8 @@ def advise_run(window: Sequence[Sample], run: str) -> Advice:
             cached_tokens=0.0,
             offered_tokens=0.0,
             available_tokens=0.0,
+            rollout_tokens=r.rollout_tokens,
+            stale_tokens=r.stale_tokens,
             runs={},
         )
         for s in window

@@ -1,5 +1,6 @@
 """The ``/metrics`` page: what the recorder counted (``recorder.Metrics``), then what is read
-when Prometheus scrapes (``collector.StateCollector``, ``runs.RunCollector``), whose sources
+when Prometheus scrapes (``collector.StateCollector``, ``runs.RunCollector``,
+``rollouts.RolloutCollector``), whose sources
 exist only once every room is built; each part is made with its sources, none is attached later.
 """
 

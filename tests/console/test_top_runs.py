@@ -23,3 +23,18 @@ def test_a_line_per_run_in_name_order() -> None:
 
 def test_no_run_lines_for_a_single_run_proxy() -> None:
     assert not [line for line in summary_lines(Snapshot("u", {}, FIGURES)) if line[:4] == "run "]
+
+
+def test_the_rollouts_line_shows_the_waste_of_the_bare_path_and_of_each_busy_run() -> None:
+    rollouts = {
+        "": {"answered": 100, "stale": 6, "stale_share": 0.05},
+        "a": {"answered": 0, "stale": 0, "stale_share": None},
+        "b": {"answered": 10, "stale": 0, "stale_share": 0.0},
+    }
+    lines = summary_lines(Snapshot("u", {"rollouts": rollouts}, FIGURES))
+    shown = [line for line in lines if line.startswith("rollouts")]
+    assert shown == [
+        "rollouts 100  stale 6 (5% of their tokens: answered after their version left the window)",
+        "rollouts of run b 10  stale 0 (0% of their tokens: answered after their version left "
+        "the window)",
+    ]

@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any
 
 from proxy.insight.advisor import Sample, advise
@@ -164,3 +165,17 @@ def test_sync_bound_names_push_only_when_adapters_do_not_travel_by_push_yet() ->
     assert mount.verdict == push.verdict == "sync-bound"
     assert "turn on adapter push" in mount.action
     assert "pushed already" in push.action and "turn on" not in push.action
+
+
+def test_rollouts_answered_after_their_version_left_the_window_are_stale_waste() -> None:
+    """5 % of the window's rollout tokens stale: before saturation, the verdict is the waste,
+    with the in-flight count to try; 1 % (under the what-if's 3 % budget) is not."""
+    wasteful = _window(replica_waiting={"a": 3.0, "b": 0.0})
+    wasteful = [replace(s, rollout_tokens=1000.0 * i, stale_tokens=50.0 * i)
+                for i, s in enumerate(wasteful)]  # fmt: skip
+    advice = advise(wasteful)
+    assert advice.verdict == "stale-waste"
+    assert advice.figures["stale_share"] == 0.05
+    assert "lower TRL's max_inflight_tasks (to about 4;" in advice.action
+    slight = [replace(s, stale_tokens=10.0 * i) for i, s in enumerate(wasteful)]
+    assert advise(slight).verdict == "generation-bound"

@@ -3,6 +3,8 @@ beside the replicas' shared state; a run declared late warms up on its own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from proxy.insight.advisor import RunSample, Sample, advise, advise_run
 
 
@@ -53,3 +55,14 @@ def test_an_idle_run_and_a_run_declared_late() -> None:
     assert advise_run(idle, "b").verdict == "idle"
     assert advise_run(samples, "c").verdict == "warming-up"  # 3 samples of it so far
     assert advise_run(samples, "gone").verdict == "warming-up"
+
+
+def test_a_runs_stale_share_is_its_own() -> None:
+    samples = window({"a": (8, 0), "b": (8, 0)})
+    samples = [
+        replace(s, runs={"a": replace(s.runs["a"], rollout_tokens=100.0 * i,
+                                      stale_tokens=10.0 * i), "b": s.runs["b"]})
+        for i, s in enumerate(samples)
+    ]  # fmt: skip
+    assert advise_run(samples, "a").verdict == "stale-waste"
+    assert advise_run(samples, "b").verdict == "client-concurrency-bound"

@@ -18,6 +18,7 @@ def test_figures_from_a_status_page() -> None:
         "quality": {"hit_ratio": 0.6, "available": 0.75, "efficiency": 0.8},
         "syncs": {"last_s": 1.5, "paused_share": 0.1},
         "advice": {"verdict": "generation-bound"},
+        "rollouts": {"": {"stale": 6, "stale_share": 0.05}, "other": {"stale": 1}},
     }
     assert figures(status) == {
         "proxy/replicas_routable": 2.0,
@@ -29,6 +30,8 @@ def test_figures_from_a_status_page() -> None:
         "proxy/sync_window_s": 1.5,
         "proxy/paused_share": 0.1,
         "proxy/advice": "generation-bound",
+        "proxy/stale_share": 0.05,
+        "proxy/stale_rollouts": 6.0,
     }
 
 

@@ -1,0 +1,97 @@
+"""Rollouts answered, per run, and the stale ones: what a whole answer's ``usage`` says.
+
+A generation answer's ``usage`` (``usage``) feeds the prompt and cache figures and the cost
+model, and counts the rollout for its run (the bare path's is ``""``): one answered rollout and
+its completion tokens. A rollout is **stale** when its adapter version had left the window when
+it was answered (TRL unloaded it, or the window moved past it: ``Retired``): TRL drops such a
+sample as too stale (``sample/dropped_stale_total``), so its tokens were generated for nothing.
+This is the waste the proxy sees; the trainer's own counter is the other half, shown beside it
+in the trainer's tracker (``trainer_entry.proxy_figures``). Streamed answers carry no whole
+``usage`` and are not counted (TRL never streams).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from proxy.dataplane.usage import usage
+from proxy.metrics.recorder import Metrics
+from proxy.routing.cost import CostModel
+
+BARE = ""  # the bare path's run label
+
+
+class Retired(Protocol):
+    def retired(self, name: str) -> bool:
+        """``name`` was a version of the window and is not any more."""
+        ...
+
+
+@dataclass(slots=True)
+class RolloutCounts:
+    answered: int = 0
+    tokens: int = 0  # completion tokens of the answered rollouts
+    stale: int = 0
+    stale_tokens: int = 0
+
+    def add(self, tokens: int, stale: bool) -> None:
+        self.answered += 1
+        self.tokens += tokens
+        if stale:
+            self.stale += 1
+            self.stale_tokens += tokens
+
+    @property
+    def stale_share(self) -> float | None:
+        """The share of the generated tokens that went to stale rollouts."""
+        return self.stale_tokens / self.tokens if self.tokens else None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "answered": self.answered,
+            "tokens": self.tokens,
+            "stale": self.stale,
+            "stale_tokens": self.stale_tokens,
+            "stale_share": self.stale_share,
+        }
+
+
+class Rollouts:
+    """The one owner of the per-run rollout counts."""
+
+    def __init__(self, metrics: Metrics, costs: CostModel, retired: Retired) -> None:
+        self._metrics = metrics
+        self._costs = costs
+        self._retired = retired
+        self._runs: dict[str, RolloutCounts] = {BARE: RolloutCounts()}
+
+    def answered(
+        self, data: bytes, status: int, replica: str, model: str | None, run: str | None,
+        decode_budget: int,
+    ) -> None:  # fmt: skip
+        """A whole answer from ``replica`` for ``model`` under ``run`` (None: the bare path)."""
+        counts = usage(data)
+        if counts is None:
+            return
+        self._metrics.record_usage(replica, counts.prompt, counts.cached)
+        if status != 200:
+            return
+        self._costs.observe(decode_budget, counts.completion)
+        key = BARE if run is None else run
+        tally = self._runs.get(key)
+        if tally is None:
+            tally = self._runs[key] = RolloutCounts()
+        tally.add(counts.completion, model is not None and self._retired.retired(model))
+
+    def of(self, run: str) -> RolloutCounts:
+        """``run``'s counts (zero for a run with none yet)."""
+        return self._runs.get(run) or RolloutCounts()
+
+    def runs(self, declared: Iterable[str]) -> dict[str, RolloutCounts]:
+        """The bare path's counts and each of ``declared``'s (a removed run's are dropped)."""
+        names = [BARE, *declared]
+        for gone in set(self._runs) - set(names):
+            del self._runs[gone]
+        return {name: self.of(name) for name in names}
