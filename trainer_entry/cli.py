@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = replace(options, world=with_processes(options.world, gpus))
     options.output_dir.mkdir(parents=True, exist_ok=True)
     if not options.world.main_node:  # the proxy side and the resume choice are node 0's
-        options = replace(options, recipe=options.recipe.resolved(options.world.world_size, None))
+        options = replace(options, recipe=options.recipe.resolved(options.world.world_size))
         return run_ranks(options, gpus, "", (None, None))
     try:
         resume = checkpoints.choose(options.checkpoints, options.output_dir)
@@ -155,7 +155,7 @@ def _run(options: TrainerOptions, gpus: int, resume: Path | None) -> int:
         ):
             time.sleep(0.2)  # its first lookup may land just after it said ready
             replicas = replicas_reported(url)
-        recipe = options.recipe.resolved(options.world.world_size, replicas)
+        recipe = options.recipe.resolved(options.world.world_size)
         options = replace(options, recipe=recipe, resume_from=resume)
         log.info("TRL talks to %s; %s replica(s) behind it", url, replicas or "unknown")
         log.info("recipe (every value a flag; defaults: the fastest published run):")

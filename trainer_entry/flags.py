@@ -224,8 +224,9 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
         "--max-inflight-tasks",
         type=int,
         default=None,
-        help="rollouts in flight (default: 128 per replica the proxy reports, at most "
-        "max-staleness x samples/step)",
+        help="rollouts in flight (default: a third of max-staleness x weight-sync-steps in "
+        "steps' worth of samples, at most max-staleness x samples/step: the fleet what-if's "
+        "choice within 3 %% waste)",
     )
 
 

@@ -11,9 +11,17 @@ Two values are derived, not fixed (``Recipe.resolved``):
 - ``queue_maxsize``: ``max_staleness x samples per step``. TRL's default (1024) buffered eight
   steps against a four-step window and dropped 158 samples as stale in the first 12 steps of the
   published smoke run; sized to the window, the rollout worker blocks instead of making waste.
-- ``max_inflight_tasks``: ``INFLIGHT_PER_REPLICA`` x the replicas the proxy reports, capped at
-  what the staleness window can use (``max_staleness x samples per step``) so a small machine
-  with a small step is not swamped.
+- ``max_inflight_tasks``: what the fleet what-if recommends (``benchmarks/fleet/whatif.py``:
+  the least GPU-time per trained step within 3 % of the generated tokens wasted on samples TRL
+  drops as too stale): about a third of the staleness slack, ``max_staleness x
+  weight_sync_steps`` steps, in steps' worth of samples (``SLACK_SHARE``), in whole groups,
+  capped at what TRL's queue holds (``max_staleness x samples per step``). Measured with the
+  what-if on 1-8 H200 replicas: the largest in-flight count within 3 % waste was 1.33 steps'
+  worth at a slack of 4 (a sync every step), 2.25-2.92 at 8 (every 2 steps; fewer with more
+  replicas), and the whole queue (4) at 16, this recipe's (every 4 steps), where nothing is
+  wasted at any fleet size. The fleet's size moves it by less than a group or two, so it is not
+  an input. The published run's 128 per replica (384 on 3 replicas) wasted 11.7 % of the
+  tokens with a sync every 2 steps.
 
 "Samples per step" is TRL's nominal figure, ``batch_size x gradient_accumulation_steps x
 world_size`` (with a token budget the real count per micro-batch varies with sample lengths).
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-INFLIGHT_PER_REPLICA = 128  # the published run: 384 in flight on 3 replicas
+SLACK_SHARE = 1 / 3  # of the staleness slack (steps), in steps' worth of samples in flight
 
 
 @dataclass(frozen=True)
@@ -57,13 +65,15 @@ class Recipe:
     def samples_per_step(self, world_size: int) -> int:
         return self.per_rank_batch * self.gradient_accumulation_steps * world_size
 
-    def resolved(self, world_size: int, replicas: int | None) -> Recipe:
-        """This recipe with the derived values filled in. ``replicas``: how many the proxy
-        reports (None when unknown: the window's worth is used)."""
-        window = max(self.max_staleness, 1) * self.samples_per_step(world_size)
+    def resolved(self, world_size: int) -> Recipe:
+        """This recipe with the derived values filled in."""
+        per_step = self.samples_per_step(world_size)
+        window = max(self.max_staleness, 1) * per_step
         inflight = self.max_inflight_tasks
         if inflight is None:
-            inflight = window if replicas is None else min(INFLIGHT_PER_REPLICA * replicas, window)
+            slack = max(self.max_staleness, 1) * max(self.weight_sync_steps, 1)
+            groups = int(SLACK_SHARE * slack * per_step) // self.num_generations
+            inflight = min(max(groups, 1) * self.num_generations, window)
         queue = self.queue_maxsize if self.queue_maxsize is not None else window
         return replace(
             self,

@@ -160,7 +160,7 @@ def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
                      "--output-dir", str(output), "--sidecar-replicas", replica,
                      "--max-staleness", "0", "--adapters-local", str(local)]  # fmt: skip
             options = options_from_args(parser.parse_args(flags), parser)
-            options = replace(options, recipe=options.recipe.resolved(1, 1))
+            options = replace(options, recipe=options.recipe.resolved(1))
             apply_cpu_shims()
             from transformers import AutoTokenizer
             from trl.experimental.async_grpo import AsyncGRPOTrainer

@@ -11,7 +11,7 @@ import pytest
 
 from trainer_entry.flags import build_parser, options_from_args
 from trainer_entry.options import TrainerOptions
-from trainer_entry.recipe import INFLIGHT_PER_REPLICA, Recipe
+from trainer_entry.recipe import Recipe
 from trainer_entry.sidecar import sidecar_command
 
 BASE = ["--model", "m", "--dataset", "d.jsonl", "--sidecar-replicas", "http://127.0.0.1:9"]
@@ -40,29 +40,38 @@ def test_the_defaults_are_the_fastest_published_run(tmp_path: Path) -> None:
     assert options.world.num_processes == 0  # the launcher counts the GPUs
 
 
-def test_published_sizes_derive_384_in_flight_on_three_replicas_and_two_ranks() -> None:
-    resolved = Recipe().resolved(world_size=2, replicas=3)
+def test_published_sizes_derive_384_in_flight_on_two_ranks() -> None:
+    resolved = Recipe().resolved(world_size=2)
     # 8 samples a rank a micro-batch x 6 micro-batches x 2 ranks = 96 a step; x4 staleness = 384
-    assert resolved.max_inflight_tasks == 384 == 3 * INFLIGHT_PER_REPLICA
+    # (a third of the slack, 4 versions x a sync every 4 steps, is 5.3 steps: the queue caps it)
+    assert resolved.max_inflight_tasks == 384
     assert resolved.queue_maxsize == 384  # TRL's 1024 would buffer eight steps of stale samples
+
+
+def test_more_frequent_syncs_keep_fewer_rollouts_in_flight() -> None:
+    """The fleet what-if's picks within 3 % waste: 1.33 steps' worth at a slack of 4, ~2.8 at
+    8 (this recipe's step: 96 samples, groups of 8)."""
+    every = {n: Recipe(weight_sync_steps=n).resolved(world_size=2).max_inflight_tasks
+             for n in (1, 2, 4)}  # fmt: skip
+    assert every == {1: 128, 2: 256, 4: 384}
+    assert all((value or 0) % 8 == 0 for value in every.values())  # whole groups
 
 
 def test_a_small_step_caps_the_inflight_default_at_what_the_window_can_use() -> None:
     recipe = Recipe(num_generations=4, gradient_accumulation_steps=1, max_staleness=2)
-    resolved = recipe.resolved(world_size=1, replicas=2)
-    assert resolved.max_inflight_tasks == 8  # not 256: the window holds 2 steps of 4 samples
-    assert Recipe().resolved(world_size=2, replicas=None).max_inflight_tasks == 384
+    resolved = recipe.resolved(world_size=1)
+    assert resolved.max_inflight_tasks == 8  # the window holds 2 steps of 4 samples
 
 
 def test_explicit_sizes_win() -> None:
-    resolved = Recipe(max_inflight_tasks=5, queue_maxsize=7).resolved(world_size=8, replicas=9)
+    resolved = Recipe(max_inflight_tasks=5, queue_maxsize=7).resolved(world_size=8)
     assert (resolved.max_inflight_tasks, resolved.queue_maxsize) == (5, 7)
 
 
 def test_every_value_is_printed_as_its_flag(tmp_path: Path) -> None:
-    lines = parse(tmp_path, "--gradient-checkpointing").recipe.resolved(1, 1).describe()
+    lines = parse(tmp_path, "--gradient-checkpointing").recipe.resolved(1).describe()
     assert "--gradient-checkpointing" in lines and "--token-budget 16384" in lines
-    assert "--max-inflight-tasks 128" in lines and "--queue-maxsize 192" in lines
+    assert "--max-inflight-tasks 192" in lines and "--queue-maxsize 192" in lines
     flags = {line.split()[0] for line in lines}
     help_text = build_parser().format_help()
     assert all(flag in help_text for flag in flags), flags
