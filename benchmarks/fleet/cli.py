@@ -28,6 +28,7 @@ from benchmarks.fleet.advice import recommend
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sharing import SHARING_LEGEND, grid, sharing_table
 from benchmarks.fleet.suite import run_grid, validate
+from benchmarks.fleet.waste_study import study
 from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, chart, lines, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--grid-pressure", type=float, default=1.5, help="grid: fleet time / trainer time")
     add("--what-if", action="store_true", help="how many replicas and what max_inflight_tasks")
     add("--max-replicas", type=int, default=8, help="what-if: fleets of 1..this")
+    add("--waste-study", action="store_true",
+        help="can the proxy cut the waste of TRL's in-flight count (waste_study.py)")  # fmt: skip
+    add("--study-replicas", type=int, default=3, help="waste study: the fleet's size")
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
     add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
     add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
@@ -185,6 +189,18 @@ def main(argv: list[str]) -> int:
     elif args.what_if:
         print(f"benchmarks: suite fleet{mode}")
         results, text = _what_if(args, gpu, trainer, sync, proxy)
+    elif args.waste_study:
+        print(f"benchmarks: suite fleet waste study{mode}")
+        rows = study(WORKLOADS[args.workload], gpu, trainer, sync, proxy,
+                     replicas=args.study_replicas, quick=args.quick)  # fmt: skip
+        results = {"rows": rows}
+        text = report.table(
+            ["variant", "trl_inflight", "proxy_cap", "mean_step_s", "wasted_share",
+             "proxy_stale", "proxy_group_stale"],
+            [[r["variant"], r["trl_inflight"], r["proxy_cap"], r["step_time_mean_s"],
+              r["wasted_share"], r["proxy_stale_share"], r["proxy_group_stale_share"]]
+             for r in rows],
+        )  # fmt: skip
     else:
         print(f"benchmarks: suite fleet{mode}")
         results, text = _suite(args, gpu, trainer, sync, proxy)
@@ -208,7 +224,7 @@ def main(argv: list[str]) -> int:
 def sync_for(args: argparse.Namespace) -> SyncModel:
     """The sync the flags describe: for a what-if, over this project's sync (the published one
     with ``--sync-published``); otherwise over the published one, which the suite reproduces."""
-    project = args.what_if and not args.sync_published
+    project = (args.what_if or args.waste_study) and not args.sync_published
     synced: SyncModel = build(SyncModel, args, "sync_", base=PROJECT_SYNC if project else None)
     return synced
 

@@ -125,6 +125,9 @@ class TrainerModel:
     max_staleness: int = 4
     max_tokens: int = 2048
     tool_s: float = 0.0  # multi-turn: time between a turn's answer and the next request
+    # TRL's rollout buffer (samples; its default 1024) and score queue (16 groups): with both
+    # full the rollout worker starts nothing until the trainer consumes (backpressure).
+    queue_maxsize: int = 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@
 - Rollout worker (as TRL's): keeps ``max_inflight`` rollouts going; rollouts come in groups of
   ``group_size`` (consecutive, one prompt); a group's version is the policy version when its
   first rollout starts; each turn's request names the policy version current when it is sent
-  (``trl-policy-vN``: a new version is a new prefix-cache namespace on the replicas). A
+  (``trl-policy-vN``: a new version is a new prefix-cache namespace on the replicas). As TRL
+  1.16's ``_generate_loop``: one rollout per free slot, none while its rollout buffer
+  (``queue_maxsize`` samples) and score queue (16 groups) are full. A
   multi-turn rollout sends its next turn ``tool_s`` after an answer, the whole conversation.
 - Trainer: a step consumes ``groups_per_step`` whole groups from the queue in completion order,
   dropping groups more than ``max_staleness`` versions old (their tokens are wasted), trains for
@@ -145,6 +147,9 @@ class Router:
         self.loop.at(self.loop.now + self.proxy.scrape_s, self._scrape)
 
 
+SCORE_QUEUE_GROUPS = 16  # TRL's score_queue_maxsize
+
+
 @dataclass(slots=True)
 class _Group:
     version: int
@@ -273,7 +278,16 @@ class Trainer:
             del self.groups[group]
             self.queue.append(state)
             self._try_train()
-        if not self.finished:
+        self._refill()
+
+    def _refill(self) -> None:
+        """Free slots get new rollouts unless TRL's buffers are full (``queue_maxsize``)."""
+        room = self.t.queue_maxsize + SCORE_QUEUE_GROUPS * self.t.group_size
+        while (
+            not self.finished
+            and self.inflight < self.t.max_inflight
+            and len(self.queue) * self.t.group_size < room
+        ):
             self._start_rollout()
 
     def _try_train(self) -> None:
@@ -287,9 +301,11 @@ class Trainer:
                 self.run.wasted_tokens += group.tokens
         self.queue = fresh
         if len(fresh) < self.t.groups_per_step:
+            self._refill()  # what was dropped made room in TRL's buffer
             return
         for _ in range(self.t.groups_per_step):
             fresh.popleft()
+        self._refill()
         self.state = "training"
         self.loop.at(self.loop.now + self.t.train_s, self._trained)
 
