@@ -146,6 +146,12 @@ class Registry:
     def wanted(self, name: str) -> Version | None:
         return self.versions.get(name)
 
+    @property
+    def retired(self) -> Container[str]:
+        """The names ``dropped`` answers True for, as a live read-only view (the data plane
+        asks it of every answer: one membership test, no call)."""
+        return self._dropped.keys()
+
     def dropped(self, name: str) -> bool:
         """``name`` was wanted and is not any more (kept for ``DROPPED_REMEMBERED`` names)."""
         return name in self._dropped

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Container, Coroutine
 from dataclasses import replace
 from typing import Any
 
@@ -302,9 +302,10 @@ class AdapterService:
     def resync(self, replica: Replica) -> None:
         self.agents.of(replica).wake(resync=True)
 
-    def retired(self, name: str) -> bool:
-        """``name`` was a version of the window and is not any more (its rollouts are stale)."""
-        return self.registry.dropped(name)
+    @property
+    def retired(self) -> Container[str]:
+        """Versions that were in the window and are not any more (their rollouts are stale)."""
+        return self.registry.retired
 
     def out_of_step(self, replica: Replica, name: str) -> None:
         log.warning("replica %s lost adapter %s (restarted?): reconciling it", replica.id,

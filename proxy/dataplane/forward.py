@@ -42,7 +42,7 @@ from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
 from proxy.dataplane.migration import Cut, Migrations
 from proxy.dataplane.resumable import Resumable
-from proxy.dataplane.rollouts import Retired, Rollouts
+from proxy.dataplane.rollouts import Rollouts
 from proxy.errors import DomainError
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.pool import EjectCause, ReplicaPool
@@ -64,8 +64,11 @@ ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
 REQUEST_ID_HEADER = "X-Request-ID"
 
 
-class OutOfStep(Retired, Protocol):
+class OutOfStep(Protocol):
     def out_of_step(self, replica: Replica, name: str) -> None: ...
+
+    @property
+    def retired(self) -> Container[str]: ...
 
 
 class Tracing(Protocol):
@@ -94,7 +97,7 @@ class Forwarder:
         costs: CostModel | None = None,
         max_stream_migrations: int = 0,
     ) -> None:
-        self.rollouts = Rollouts(metrics, costs or CostModel(), adapters)
+        self.rollouts = Rollouts(metrics, costs or CostModel(), adapters.retired)
         self._adapters = adapters
         self._pool = pool
         self._connections = connections

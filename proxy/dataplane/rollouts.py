@@ -3,30 +3,26 @@
 A generation answer's ``usage`` (``usage``) feeds the prompt and cache figures and the cost
 model, and counts the rollout for its run (the bare path's is ``""``): one answered rollout and
 its completion tokens. A rollout is **stale** when its adapter version had left the window when
-it was answered (TRL unloaded it, or the window moved past it: ``Retired``): TRL drops such a
-sample as too stale (``sample/dropped_stale_total``), so its tokens were generated for nothing.
-This is the waste the proxy sees; the trainer's own counter is the other half, shown beside it
-in the trainer's tracker (``trainer_entry.proxy_figures``). Streamed answers carry no whole
+it was answered (TRL unloaded it, or the window moved past it: the registry's ``retired``): TRL
+drops such a sample as too stale (``sample/dropped_stale_total``), so its tokens were generated
+for nothing. This is the waste the proxy sees, a lower bound: it catches rollouts that outlive
+their version (a slow or hung replica, very long rollouts); the waste TRL makes itself, a
+finished group dropped after waiting in TRL's queue, happens after the proxy answered and shows
+in TRL's own counter only (``benchmarks/fleet/waste_study.py``), shown beside this figure in the
+trainer's tracker (``trainer_entry.proxy_figures``). Streamed answers carry no whole
 ``usage`` and are not counted (TRL never streams).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from proxy.dataplane.usage import usage
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
 
 BARE = ""  # the bare path's run label
-
-
-class Retired(Protocol):
-    def retired(self, name: str) -> bool:
-        """``name`` was a version of the window and is not any more."""
-        ...
 
 
 @dataclass(slots=True)
@@ -61,7 +57,7 @@ class RolloutCounts:
 class Rollouts:
     """The one owner of the per-run rollout counts."""
 
-    def __init__(self, metrics: Metrics, costs: CostModel, retired: Retired) -> None:
+    def __init__(self, metrics: Metrics, costs: CostModel, retired: Container[str]) -> None:
         self._metrics = metrics
         self._costs = costs
         self._retired = retired
@@ -83,7 +79,7 @@ class Rollouts:
         tally = self._runs.get(key)
         if tally is None:
             tally = self._runs[key] = RolloutCounts()
-        tally.add(counts.completion, model is not None and self._retired.retired(model))
+        tally.add(counts.completion, model in self._retired)
 
     def of(self, run: str) -> RolloutCounts:
         """``run``'s counts (zero for a run with none yet)."""
