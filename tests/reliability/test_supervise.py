@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,18 +40,22 @@ def test_the_child_never_supervises_itself() -> None:
 
 @asynccontextmanager
 async def supervised(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """A supervised proxy on a free port, its state in a directory of its own (the default,
+    ``<tmp>/rollout-proxy-<port>-state``, may hold what an earlier proxy on that port left)."""
     port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "proxy", "--port", str(port), "--supervise", *args),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield process, f"http://127.0.0.1:{port}"
-    finally:
-        if process.returncode is None:
-            process.terminate()
-            await asyncio.wait_for(process.wait(), 30)
+    with tempfile.TemporaryDirectory() as state:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "proxy", "--port", str(port), "--supervise"),
+            *("--state-dir", state, *args),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            yield process, f"http://127.0.0.1:{port}"
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                await asyncio.wait_for(process.wait(), 30)
 
 
 async def status(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
