@@ -1,6 +1,6 @@
 """A request's scope: the bare path (the default scope) or one run under ``/runs/<run>/``.
 
-One middleware resolves it once per request (``proxy.http.edge``); the handlers, one set for
+The edge resolves it once per request (``proxy.http.edge``); the handlers, one set for
 both, ask it how a name and a path look on the replicas and back, whether the run's pause gate
 lets a new request through, and what share of ``max_loras`` the run holds. The bare path's
 scope changes nothing: names and paths are the replicas' own. Pure apart from the pause gate.
