@@ -89,6 +89,12 @@ class Router:
             loop.at(proxy.scrape_s, self._scrape)
 
     def submit(self, request: Request) -> None:
+        route = self.route(request)
+        if self.queue or not self._place(request, route):
+            self.queue.append((request, route))
+
+    def route(self, request: Request) -> RouteRequest:
+        """The request's body as TRL sends it, read by the proxy's own path (routing.facts)."""
         body = orjson.dumps(
             {
                 "model": request.lora,
@@ -100,9 +106,7 @@ class Router:
                 "logprobs": 0,
             }
         )
-        route = self.facts.build(body, b"prompt")  # the proxy's own path (routing.facts)
-        if self.queue or not self._place(request, route):
-            self.queue.append((request, route))
+        return self.facts.build(body, b"prompt")
 
     def _place(self, request: Request, route: RouteRequest) -> bool:
         cap = self.proxy.per_replica_cap

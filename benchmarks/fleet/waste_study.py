@@ -66,7 +66,7 @@ class StudyRouter(Router):
         if self.order == "fifo":
             super().submit(request)
             return
-        route = self.facts.build(_body(request, self.max_tokens), b"prompt")
+        route = self.route(request)
         if self.heap or not self._place(request, route):
             age = self.ages.get(request.uid, (0, 0))
             heapq.heappush(self.heap, (age, request.uid, request, route))
@@ -94,14 +94,6 @@ class StudyRouter(Router):
             cap += step
         self.proxy = replace(self.proxy, per_replica_cap=cap)
         self.loop.at(self.loop.now + CONTROL_S, self._control)
-
-
-def _body(request: Request, max_tokens: int) -> bytes:
-    import orjson
-
-    return orjson.dumps({"model": request.lora, "prompt": request.prompt,
-                         "max_tokens": max_tokens, "temperature": 1.0, "n": 1,
-                         "return_token_ids": True, "logprobs": 0})  # fmt: skip
 
 
 class StudyTrainer(Trainer):

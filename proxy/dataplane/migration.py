@@ -92,7 +92,7 @@ class Migrations:
         """After a cut: None when the exchange now carries the continuation (send it to
         another replica), else the client's response, ended here."""
         if ledger.finished or ledger.left() == 0:
-            return await self._end(ex, ledger)
+            return await self._end(ledger)
         if ledger.opaque:
             return await self.give_up(ex, ledger, "not_resumable")
         if ledger.migrations >= self._max:
@@ -115,7 +115,7 @@ class Migrations:
         assert ledger.response is not None
         return ledger.response
 
-    async def _end(self, ex: Exchange, ledger: StreamLedger) -> web.StreamResponse:
+    async def _end(self, ledger: StreamLedger) -> web.StreamResponse:
         self._metrics.record_stream_migration("completed")
         response = ledger.response
         assert response is not None
