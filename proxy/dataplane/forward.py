@@ -25,7 +25,6 @@ bytes, and copy the answer back.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -35,7 +34,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.dataplane.attempts import Attempts, Waiting
+from proxy.dataplane.attempts import EJECTED, Ejections
 from proxy.dataplane.exchange import Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
 from proxy.dataplane.ledger import StreamLedger
@@ -52,7 +51,7 @@ from proxy.routing.cost import CostModel
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import ConnectTimeout, WireError
+from proxy.upstream.errors import ConnectTimeout, Dropped, WireError
 
 log = logging.getLogger("proxy.forward")
 
@@ -108,7 +107,7 @@ class Forwarder:
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
-        self._waiting = Attempts(pool)
+        Ejections(pool, connections)
         self._tracing = tracing
         self.streams = Migrations(metrics, max_stream_migrations)
 
@@ -262,37 +261,31 @@ class Forwarder:
     async def _attempt(self, ex: Exchange, placed: Placement) -> web.StreamResponse:
         replica = placed.replica
         sent = time.perf_counter()
-        waiting = self._waiting.waiting(replica)
         try:
-            try:
-                async with self._connections.request(
-                    replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type,
-                    ex.identity.upstream,
-                ) as upstream:  # fmt: skip
-                    ttfb = time.perf_counter()
-                    headers = _response_headers(upstream.headers, replica, placed.reason)
-                    digest = replica.digests.get(ex.model) if ex.model is not None else None
-                    if digest is not None:  # the policy that answered: version @ its digest
-                        headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
-                    if ex.identity.request_id:
-                        headers[REQUEST_ID_HEADER] = ex.identity.request_id
-                    stream = ex.stream
-                    if stream is not None and (
-                        stream.response is not None or upstream.content_length is None
-                    ):  # a resumable stream: its replica stays watched (an ejection cuts it)
-                        relay = self.streams.relay
-                        response, done = await relay(ex, stream, upstream, headers, replica.id)
-                    elif upstream.content_length is not None:
-                        response, done = await self._whole(ex, upstream, headers, replica, waiting)
-                    else:
-                        waiting.done()  # a stream's client has bytes from here on
-                        response, done = await self._stream(ex.request, upstream, headers, replica)
-            finally:
-                waiting.done()  # before anything below ejects the replica
-        except asyncio.CancelledError:
-            if not self._waiting.ejected():
-                raise
-            raise _failure(ex, "its replica was ejected while it answered") from None
+            async with self._connections.request(
+                replica.url, ex.request.method, ex.path_qs, ex.body, ex.content_type,
+                ex.identity.upstream,
+            ) as upstream:  # fmt: skip
+                ttfb = time.perf_counter()
+                headers = _response_headers(upstream.headers, replica, placed.reason)
+                digest = replica.digests.get(ex.model) if ex.model is not None else None
+                if digest is not None:  # the policy that answered: version @ its digest
+                    headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
+                if ex.identity.request_id:
+                    headers[REQUEST_ID_HEADER] = ex.identity.request_id
+                stream = ex.stream
+                if stream is not None and (
+                    stream.response is not None or upstream.content_length is None
+                ):  # a resumable stream: an ejection cuts it (``Dropped``)
+                    relay = self.streams.relay
+                    response, done = await relay(ex, stream, upstream, headers, replica.id)
+                elif upstream.content_length is not None:
+                    response, done = await self._whole(ex, upstream, headers, replica)
+                else:
+                    upstream.settle()  # a stream's client has bytes from here on: its own
+                    response, done = await self._stream(ex.request, upstream, headers, replica)
+        except Dropped:  # its replica was ejected or removed (``attempts``)
+            raise _failure(ex, EJECTED) from None
         except ConnectTimeout as exc:
             self._eject(replica, "connect_timeout", exc)
             raise _failure(ex, "connect timed out") from None
@@ -310,13 +303,11 @@ class Forwarder:
         return response
 
     async def _whole(
-        self, ex: Exchange, upstream: Connection, headers: dict[str, str], replica: Replica,
-        waiting: Waiting,
-    ) -> tuple[web.StreamResponse, float]:  # fmt: skip
+        self, ex: Exchange, upstream: Connection, headers: dict[str, str], replica: Replica
+    ) -> tuple[web.StreamResponse, float]:
         """A Content-Length answer: read whole, checked, sent to the client in one write."""
         status = upstream.status
-        data = await upstream.read()
-        waiting.done()  # from here on the answer is this replica's, whatever happens to it
+        data = await upstream.read()  # from here on the answer is the client's (``attempts``)
         done = time.perf_counter()
         if status == 404 and self._lost_adapter(replica, ex.model, data):
             raise Failed(f"replica no longer has {ex.model}")

@@ -8,10 +8,11 @@ Everything else about HTTP (redirects, cookies, compression, proxies) is deliber
 replica is a vLLM server or a stand-in for one.
 
 Failures are ``WireError`` subclasses (``proxy.upstream.errors``): ``Disconnected`` (the
-connection closed or reset before the answer was complete) and ``BadAnswer`` (not HTTP/1.x the
-parser accepts). A request's total time limit is enforced here (``AnswerTimeout``), so the caller
-needs no timer of its own. Reading from the replica pauses while more than ``PAUSE_AT`` bytes of
-a streamed answer wait for the caller.
+connection closed or reset before the answer was complete), ``BadAnswer`` (not HTTP/1.x the
+parser accepts) and ``Dropped`` (the pool gave up on the replica, ``drop``, before the answer
+was complete and before the caller ``settle``d it). A request's total time limit is enforced
+here (``AnswerTimeout``), so the caller needs no timer of its own. Reading from the replica
+pauses while more than ``PAUSE_AT`` bytes of a streamed answer wait for the caller.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final, cast
 
-from proxy.upstream.errors import AnswerTimeout, BadAnswer, Disconnected
+from proxy.upstream.errors import AnswerTimeout, BadAnswer, Disconnected, Dropped
 from proxy.upstream.parser import DEFAULT_MAX_BODY, AnswerParser, Head
 
+CLOSED: Final = "connection closed before any answer"
 PAUSE_AT: Final = 1 << 20  # unread streamed bytes that pause reading from the replica
 RESUME_AT: Final = 1 << 18
 
@@ -47,6 +49,7 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._headed = False  # the current answer's head has arrived
         self.received = False  # any byte of the current answer has arrived
+        self._settled = False  # the caller keeps the current answer whatever befalls its replica
         # The current answer's head:
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -84,7 +87,7 @@ class Connection(asyncio.Protocol):
             self._error = Disconnected(
                 f"connection closed by the replica ({type(exc).__name__ if exc else 'EOF'})"
                 if self.received
-                else "connection closed before any answer"
+                else CLOSED
             )
         self._wake()
 
@@ -111,11 +114,12 @@ class Connection(asyncio.Protocol):
         ``head``: the request is a HEAD, so its answer has no body."""
         assert self.transport is not None
         if self.closed:
-            raise Disconnected("connection closed before any answer")
+            raise Disconnected(CLOSED)
         self._parser.start(head=head)
         self._headed = False
         self.received = False
         self._error = None
+        self._settled = False
         self._parts.clear()
         self._unread = 0
         self._streaming = False
@@ -167,6 +171,22 @@ class Connection(asyncio.Protocol):
             self._parser.stop()
             self.abort()
         return reusable
+
+    def settle(self) -> None:
+        """The current answer is the caller's from here on (its client has bytes of it): a
+        ``drop`` leaves it alone."""
+        self._settled = True
+
+    def drop(self, error: Dropped) -> None:
+        """The pool gives up on this connection's replica: an answer still due (not complete,
+        not ``settle``d) fails with ``error``, and the connection closes, which cancels the
+        generation on the replica. An idle connection, a complete, failed or settled answer is
+        left as it is."""
+        if self._settled or self._parser.done or self._error is not None:
+            return
+        self._error = error
+        self.abort()
+        self._wake()
 
     def abort(self) -> None:
         """Drop the connection at once (the replica sees a disconnect and stops generating)."""

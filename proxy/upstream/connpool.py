@@ -14,6 +14,10 @@ disconnect reaches the replica and cancels the generation there.
 - ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
   bounds the whole request, body included (``AnswerTimeout``); an answer read whole (it has a
   Content-Length) may be at most ``max_answer_bytes`` long.
+- ``drop(url)`` gives up on a replica (its ejection): every answer still due from it fails at
+  once with ``Dropped`` (its connection closed, which cancels the generation there), except the
+  ones their callers ``settle``d (a stream whose client has bytes). Nothing per request but a
+  flag: the connections are known by origin from when they open.
 - https:// replicas are reached over TLS with the given context; the URL's path, if any, is
   prefixed to every request target.
 """
@@ -25,6 +29,7 @@ import ssl
 from dataclasses import dataclass
 from types import TracebackType
 from urllib.parse import urlsplit
+from weakref import WeakSet
 
 from proxy.upstream.connection import Connection
 from proxy.upstream.errors import (
@@ -32,6 +37,7 @@ from proxy.upstream.errors import (
     ConnectError,
     ConnectTimeout,
     Disconnected,
+    Dropped,
     LocalResourceError,
 )
 from proxy.upstream.parser import DEFAULT_MAX_BODY
@@ -70,6 +76,8 @@ class ConnectionPool:
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._origins: dict[str, Origin] = {}
         self._idle: dict[str, list[Connection]] = {}
+        self._open: dict[str, WeakSet[Connection]] = {}  # by origin key
+        self._drops: dict[str, Dropped] = {}  # by origin key, the latest (seen by connects)
         self._loop = asyncio.get_running_loop()
         self._sweeper: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._sweep)
         self.opened = 0  # connections opened so far (a gauge of keep-alive working)
@@ -106,6 +114,18 @@ class ConnectionPool:
             for connection in idle:
                 connection.abort()
         self._idle.clear()
+
+    def drop(self, url: str, reason: str) -> int:
+        """Give up on ``url``'s replica: its answers still due fail with ``Dropped(reason)``.
+        Returns how many connections were open to it."""
+        origin = self._origins.get(url)
+        if origin is None:
+            return 0
+        error = self._drops[origin.key] = Dropped(reason)
+        found = list(self._open.get(origin.key, ()))
+        for connection in found:
+            connection.drop(error)
+        return len(found)
 
     @property
     def idle(self) -> int:
@@ -168,10 +188,11 @@ class ConnectionPool:
 
     async def _connect(self, origin: Origin, deadline: float) -> Connection:
         timeout = min(self.connect_timeout_s, max(deadline - self._loop.time(), 0.0))
+        drop = self._drops.get(origin.key)  # one while the connect is under way: dropped too
         try:
             async with asyncio.timeout(timeout):
                 transport, connection = await self._loop.create_connection(
-                    lambda: Connection(origin.key, self.max_answer_bytes),
+                    lambda: self._born(origin),
                     origin.host,
                     origin.port,
                     ssl=origin.tls,
@@ -186,6 +207,18 @@ class ConnectionPool:
             raise ConnectError(f"cannot connect to {origin.key}: {reason}") from None
         connection.connection_made(transport)  # uvloop may call it only after this returns
         self.opened += 1
+        latest = self._drops.get(origin.key)
+        if latest is not drop and latest is not None:  # given up on while connecting
+            connection.abort()
+            raise latest
+        return connection
+
+    def _born(self, origin: Origin) -> Connection:
+        connection = Connection(origin.key, self.max_answer_bytes)
+        known = self._open.get(origin.key)
+        if known is None:
+            known = self._open[origin.key] = WeakSet()
+        known.add(connection)
         return connection
 
     def _sweep(self) -> None:

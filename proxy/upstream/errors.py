@@ -52,6 +52,10 @@ class Disconnected(WireError):
     """The connection closed or reset before the answer was complete."""
 
 
+class Dropped(WireError):
+    """The proxy gave up on the replica (ejected or removed) while the answer was still due."""
+
+
 class BadAnswer(WireError):
     """The replica's bytes are not an HTTP/1.x answer this client accepts."""
 

@@ -9,7 +9,7 @@ import pytest
 
 from proxy.upstream.client import KEEPALIVE_S
 from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import BadAnswer, ConnectError, Disconnected
+from proxy.upstream.errors import BadAnswer, ConnectError, Disconnected, Dropped
 from tests.support.scripted import ok, scripted
 from tests.support.waiting import wait_for
 
@@ -227,3 +227,38 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
     with pytest.raises(ConnectError, match=r"cannot connect to http://127\.0\.0\.1"):
         await post(p, url)
     p.close()
+
+
+async def test_a_drop_fails_the_answers_still_due_and_leaves_settled_ones() -> None:
+    stream = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+    silent = b"HTTP/1.1 200 OK\r\n"  # a head begun, never finished: an answer still due
+    async with scripted(
+        lambda n: [ok(b"whole")] if n == 1 else [stream] if n == 2 else [silent]
+    ) as server:
+        p = pool(request_timeout_s=60)
+        assert await post(p, server.url) == (200, b"whole")  # now an idle keep-alive
+        async with p.request(server.url, "POST", "/x", b"{}", "x/y") as settled:
+            settled.settle()
+            due = asyncio.create_task(post(p, server.url))
+            await wait_for(lambda: len(server.requests) == 3, what="the third request sent")
+            assert p.drop(server.url, "gone") == 2  # the stream's and the silent one's
+            with pytest.raises(Dropped, match="gone"):
+                await asyncio.wait_for(due, 5)
+            assert not settled.closed
+            await wait_for(lambda: server.closed_by_client == 1, what="the dropped one closed")
+        assert p.drop("http://127.0.0.1:1", "never used") == 0
+        p.close()
+
+
+async def test_a_connect_under_way_when_its_replica_is_dropped_fails_too() -> None:
+    async with scripted(lambda n: [ok(b"x")]) as server:
+        p = pool()
+        assert await post(p, server.url) == (200, b"x")  # the origin is known
+        p.close()  # no idle connection: the next request connects
+        sending = asyncio.create_task(post(p, server.url))
+        await asyncio.sleep(0)  # the task runs up to its connect, which needs the loop
+        p.drop(server.url, "ejected")  # before the connect has finished
+        with pytest.raises(Dropped, match="ejected"):
+            await asyncio.wait_for(sending, 5)
+        assert await post(p, server.url) == (200, b"x")  # a later connect is not affected
+        p.close()
