@@ -131,7 +131,7 @@ def assemble(
 ) -> Proxy:
     """Every room, in dependency order (see the module docstring)."""
     runs = Runs(parse_runs(settings.runs or ""))
-    outage = Outage()
+    outage = Outage(clock)
     limiter = Limiter(settings.limits, clock, outage, runs)
     followers = (outage.follow, limiter.follow)
     fleet_members = members(settings, clock, followers, no_replica_grace_s)

@@ -36,6 +36,7 @@ class Waiter(Generic[T]):
     pick: Callable[[], T | None]
     run: Class
     seq: int
+    model: str | None = None  # what it asks for (whether a replica can still serve it)
     future: asyncio.Future[T] = field(default_factory=asyncio.Future)
 
 
@@ -63,9 +64,9 @@ class FairQueues:
         queue = self._queues.get(run)
         return len(queue) if queue else 0
 
-    def push(self, pick: Callable[[], T | None], run: Class) -> Waiter[T]:
+    def push(self, pick: Callable[[], T | None], run: Class, model: str | None = None) -> Waiter[T]:
         self._seq += 1
-        waiter: Waiter[T] = Waiter(pick, run, self._seq)
+        waiter: Waiter[T] = Waiter(pick, run, self._seq, model)
         queue = self._queues.get(run)
         if queue is None:
             queue = self._queues[run] = deque()
@@ -91,6 +92,10 @@ class FairQueues:
             self.running[run] = left
         else:
             del self.running[run]
+
+    def every(self) -> tuple[Waiter[Any], ...]:
+        """Every waiter, in no particular order (a copy: safe while waiters leave)."""
+        return tuple(w for queue in self._queues.values() for w in queue)
 
     def candidates(self) -> Iterator[Waiter[Any]]:
         """Every waiter once, in the order the next free slot should be offered: the head of

@@ -194,7 +194,9 @@ class Forwarder:
             tracing = self._tracing
             try:
                 if tracing is None:
-                    placed = await self._limiter.acquire(lambda: self._place(route, tried), run)
+                    placed = await self._limiter.acquire(
+                        lambda: self._place(route, tried), run, route
+                    )
                 else:
                     placed = await self._traced_acquire(tracing, route, tried, run)
             except DomainError:
@@ -247,7 +249,7 @@ class Forwarder:
                 return placed
 
         with tracing.span("proxy.queue"):
-            return await self._limiter.acquire(routed, run)
+            return await self._limiter.acquire(routed, run, route)
 
     async def _traced_attempt(
         self, tracing: Tracing, ex: Exchange, placed: Placement

@@ -12,8 +12,11 @@ capacity: a ``Placement`` carrying the replica and the decision's reason), or re
   weighted share of the slots (work-conserving: no slot idles while anyone waits); a waiter
   whose pick finds nothing is skipped, so one request waiting for a busy adapter does not
   block others. A waiter still queued after ``queue_timeout_s`` is refused.
-- A request that would queue while the fleet is out (``fleet.outage``: no routable replica for
-  longer than its grace) is refused at once, with the replicas' reasons.
+- A request that would queue while no replica can serve it (``fleet.outage``: the fleet dark,
+  or every replica serving its model out, for longer than the grace) is refused at once, with
+  the replicas' reasons; so are the waiters already queued for it, when the grace ends (a
+  timer armed on the pool's changes and on queueing, never on the fast path), instead of
+  waiting out ``queue_timeout_s`` to be told no slot became free.
 Invariant: ``inflight == sum(replica.inflight)`` over leases granted and not yet released, and
 each replica's ``cost`` is the sum of its leases' costs; the limiter is the one writer of
 ``Replica.inflight``, ``Replica.cost`` and each run's slot count.
@@ -24,9 +27,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from proxy.clock import Clock
+from proxy.clock import Clock, Timer
 from proxy.config import LimitSettings
 from proxy.dataplane.fair import FairQueues, Waiter
 from proxy.errors import DomainError
@@ -53,6 +56,13 @@ Pick = Callable[[], P | None]
 _SCAN_LIMIT = 64
 
 
+class Wants(Protocol):
+    """What a request asks for (``routing.policy.RouteRequest``): read only if it queues."""
+
+    @property
+    def model(self) -> str | None: ...
+
+
 class Rejected(DomainError):
     """No slot can be given: answer 503 with Retry-After."""
 
@@ -77,6 +87,8 @@ class Limiter:
         self.inflight = 0
         self._members = 0  # the pool's size, as it last told (``follow``)
         self._cap = self.overall_cap()
+        self._sweep_timer: Timer | None = None  # when queued requests are judged again
+        self._sweep_at = float("inf")
 
     @property
     def per_replica(self) -> int:
@@ -102,6 +114,8 @@ class Limiter:
         became routable or loaded a version may take a waiter now."""
         self._members = len(pool)
         self.wake()
+        if self._waiters.size:
+            self._sweep()
 
     def try_acquire(self, pick: Pick[P], run: str | None = None) -> P | None:
         if self.inflight >= self._cap:
@@ -116,15 +130,18 @@ class Limiter:
             self._waiters.took(run)
         return placed
 
-    async def acquire(self, pick: Pick[P], run: str | None = None) -> P:
+    async def acquire(self, pick: Pick[P], run: str | None = None, wants: Wants | None = None) -> P:
         """A placement with a slot held for the caller (``run``'s: None for the bare path);
-        raises Rejected when none can be had."""
+        raises Rejected when none can be had. ``wants``: what the request asks for, read only
+        if it queues (whether a replica can still serve it)."""
         waiters = self._waiters
         if not waiters.queued(run):
             placed = self.try_acquire(pick, run)
             if placed is not None:
                 return placed
-        refusal = self._outage.refusal() if self._outage is not None else None
+        model = wants.model if wants is not None else None
+        outage = self._outage
+        refusal = outage.refusal(model) if outage is not None else None
         if refusal is not None:
             raise Rejected("no_replica", f"{refusal}; retry when /health answers 200")
         queue_size = self._settings.queue_size
@@ -137,7 +154,9 @@ class Limiter:
                 f"run {run}'s wait queue is full ({bound} requests, its share of the proxy's "
                 "queue); retry shortly",
             )
-        waiter: Waiter[P] = waiters.push(pick, run)
+        waiter: Waiter[P] = waiters.push(pick, run, model)
+        if outage is not None:
+            self._arm(outage.due(model))
         timer = self._clock.call_later(self._settings.queue_timeout_s, lambda: self._expire(waiter))
         try:
             return await waiter.future
@@ -179,6 +198,41 @@ class Limiter:
             if placed is not None:
                 waiters.discard(waiter)
                 waiter.future.set_result(placed)
+
+    def _sweep(self) -> None:
+        """Refuse the waiters no replica can serve any more (``fleet.outage``: past the grace)
+        and arm the timer for the next one due. Run on the pool's changes and by that timer:
+        O(waiters), one judgement per model asked for."""
+        outage = self._outage
+        self._sweep_at = float("inf")
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+            self._sweep_timer = None
+        if outage is None:
+            return
+        judged: dict[str | None, str | None] = {}
+        for waiter in self._waiters.every():
+            if waiter.future.done():
+                continue
+            model = waiter.model
+            if model not in judged:
+                judged[model] = outage.refusal(model)
+                self._arm(outage.due(model) if judged[model] is None else None)
+            refusal = judged[model]
+            if refusal is not None:
+                waiter.future.set_exception(
+                    Rejected("no_replica", f"{refusal}; retry when /health answers 200")
+                )
+
+    def _arm(self, due: float | None) -> None:
+        """Sweep the queue again at ``due`` (the monotonic clock's time), if that is sooner."""
+        if due is None or due >= self._sweep_at:
+            return
+        if self._sweep_timer is not None:
+            self._sweep_timer.cancel()
+        self._sweep_at = due
+        delay = max(due - self._clock.monotonic(), 0.0)
+        self._sweep_timer = self._clock.call_later(delay, self._sweep)
 
     def _expire(self, waiter: Waiter[P]) -> None:
         if not waiter.future.done():

@@ -19,7 +19,7 @@ from proxy.config import Settings
 from proxy.fleet.replica import Replica
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, load_body
-from tests.support.fleet import run_sim
+from tests.support.fleet import Stack, run_sim, run_stack
 from tests.support.servers import free_port
 from tests.support.waiting import wait_for
 
@@ -120,3 +120,73 @@ async def test_trl_s_load_waits_out_a_blip_and_is_refused_in_an_outage(tmp_path:
         async with post as resp:
             assert resp.status == 503
             assert (await resp.json())["error"]["message"].startswith("no replica is available")
+
+
+QUEUE_TIMEOUT_S = 60  # what a queued request would wait without the outage's sweep
+GRACE_S = 0.5
+
+
+async def post(stack: Stack, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    async with stack.session.post(stack.proxy_url + "/v1/completions", json=body) as resp:
+        return resp.status, orjson.loads(await resp.read())
+
+
+async def test_a_request_queued_when_the_fleet_dies_is_told_of_the_dead_replica() -> None:
+    """Queued behind a full cap just before the fleet dies: answered when the grace ends,
+    naming the replica and its reason, not after the queue timeout blaming slots."""
+    stack_ = run_stack(
+        1, relays=True, grace_s=GRACE_S, max_inflight_per_replica=1,
+        queue_timeout=QUEUE_TIMEOUT_S,
+    )  # fmt: skip
+    async with stack_ as stack:
+        replica = next(iter(stack.pool))
+        limiter = stack.proxy_app[PROXY].dataplane.limiter
+        stack.relays[0].freeze()  # the replica hangs: the first request holds the one slot
+        first = asyncio.create_task(post(stack, completion()))
+        await wait_for(lambda: replica.inflight == 1, what="the slot held")
+        queued = asyncio.create_task(post(stack, completion()))
+        await wait_for(lambda: limiter.queued == 1, what="a request queued")
+        await stack.sims[0].stop()  # the replica dies ...
+        stack.relays[0].thaw()  # ... and its relay finds nothing behind it
+        status, body = await asyncio.wait_for(queued, ANSWER_BOUND_S)
+        assert status == 503, body
+        message = body["error"]["message"]
+        assert message.startswith(f"no replica is ready: {replica.url} ("), message
+        assert message.endswith("; retry when /health answers 200")
+        assert (await asyncio.wait_for(first, ANSWER_BOUND_S))[0] >= 500
+
+
+async def test_a_request_for_a_model_whose_replicas_died_is_refused_others_wait() -> None:
+    """Two base models, one replica each: the one serving ``m-a`` dies. Its queued request is
+    refused naming it; the one queued for ``m-b`` (its replica alive, busy) is served."""
+    stack_ = run_stack(
+        sims=[{"model": "m-a"}, {"model": "m-b"}], relays=True, grace_s=GRACE_S,
+        max_inflight_per_replica=1, queue_timeout=QUEUE_TIMEOUT_S,
+    )  # fmt: skip
+    async with stack_ as stack:
+        r_a, r_b = stack.pool.get(stack.relays[0].url[7:]), stack.pool.get(stack.relays[1].url[7:])
+        assert r_a is not None and r_b is not None
+        limiter = stack.proxy_app[PROXY].dataplane.limiter
+        for sim in stack.sims:  # hold the generation requests; health still answers
+            async with stack.session.post(sim.url + "/pause?mode=keep") as resp:
+                assert resp.status == 200
+        held = [asyncio.create_task(post(stack, completion(m))) for m in ("m-a", "m-b")]
+        await wait_for(lambda: r_a.inflight == 1 and r_b.inflight == 1, what="both slots held")
+        queued = [asyncio.create_task(post(stack, completion(m))) for m in ("m-a", "m-b")]
+        await wait_for(lambda: limiter.queued == 2, what="two requests queued")
+        await stack.relays[0].stall()  # m-a's replica is gone: no new connection ...
+        await stack.relays[0].close()  # ... and its open ones are cut
+        status, body = await asyncio.wait_for(queued[0], ANSWER_BOUND_S)
+        assert status == 503, body
+        assert body["error"]["message"].startswith(
+            f"no replica that serves m-a is ready: {r_a.url} ("
+        ), body
+        assert not queued[1].done()  # m-b's replica is healthy: it keeps waiting
+        assert r_b.routable
+        async with stack.session.post(stack.sims[1].url + "/resume") as resp:
+            assert resp.status == 200
+        assert [s for s, _ in await asyncio.wait_for(asyncio.gather(held[1], queued[1]), 10)] == [
+            200,
+            200,
+        ]
+        assert (await asyncio.wait_for(held[0], ANSWER_BOUND_S))[0] >= 500
