@@ -37,6 +37,7 @@ from proxy.fleet.discovery import Resolver, resolve
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import NO_REPLICA_GRACE_S
 from proxy.fleet.room import Fleet, build_fleet, members
+from proxy.fleet.shares import RunShares
 from proxy.http.listen import CannotListen
 from proxy.http.room import HttpRoom, build_edge
 from proxy.http.server import serving
@@ -80,8 +81,6 @@ class Proxy:
             await stack.enter_async_context(adapters.mirroring())  # drains after the rest stop
             stack.push_async_callback(fleet.client.close)
             stack.push_async_callback(adapters.service.close)  # after the watcher stops
-            if adapters.watcher is not None:
-                log.info("watching %s for adapter versions", adapters.watcher.source.describe())
             if fleet.discovery is not None:
                 log.info("discovering replicas: %s", fleet.discovery.lookup)
             loops: tuple[tuple[Loop | None, str], ...] = (
@@ -133,7 +132,8 @@ def assemble(
     runs = Runs(parse_runs(settings.runs or ""))
     outage = Outage(clock)
     limiter = Limiter(settings.limits, clock, outage, runs)
-    followers = (outage.follow, limiter.follow)
+    shares = RunShares(runs)
+    followers = (outage.follow, limiter.follow, shares.follow)
     fleet_members = members(settings, clock, followers, no_replica_grace_s)
     metrics = Metrics(fleet_members.pool)
     metrics.record_restarts(restarts_so_far())
@@ -155,6 +155,8 @@ def assemble(
         clock,
         settings.limits.queue_size,
         runs,
+        shares,
+        adapters.watcher,
     )
     sampler = Sampler(clock, status.sample, settings.advice_window, failed)
     page = MetricsPage(

@@ -32,6 +32,11 @@ WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
 Found = dict[str, tuple[str, Fingerprint]]
 
 
+class SourceMissing(OSError):
+    """The source's place does not exist (yet): a bucket mount may appear after the proxy starts.
+    The watcher says so and keeps looking; what it found before is kept, not reported removed."""
+
+
 def staged(name: str) -> bool:
     """A directory being written (TRL's ``.<name>.tmp``) or held aside: not a version."""
     return name.startswith(".")
@@ -73,6 +78,8 @@ class DirectorySource:
         found: Found = {}
         try:
             entries = [e for e in os.scandir(self.root) if e.is_dir() and not staged(e.name)]
+        except (FileNotFoundError, NotADirectoryError):
+            raise SourceMissing(f"adapter directory {self.root} does not exist (yet)") from None
         except OSError:
             return found
         for entry in entries:

@@ -14,12 +14,14 @@ from typing import Any
 
 from proxy import __version__
 from proxy.adapters.service import AdapterService
+from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
 from proxy.dataplane.rollouts import BARE, RolloutCounts
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
+from proxy.fleet.shares import RunShares
 from proxy.fleet.sync import FleetSync
 from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
@@ -41,6 +43,8 @@ class Status:
     clock: Clock
     queue_limit: int  # --queue-size
     runs: Runs = field(default_factory=Runs)  # several runs on one fleet (``proxy.runs``)
+    shares: RunShares | None = None  # the runs' shares of max_loras, as the pool last told
+    watcher: Watcher | None = None  # the adapter source's watcher (None: no source)
     started: float = field(init=False)  # when the proxy was assembled, by ``clock`` (uptime)
 
     def __post_init__(self) -> None:
@@ -51,6 +55,7 @@ class Status:
         totals = self.metrics.totals()
         routable = self.pool.routable()
         rollouts = self.rollouts()
+        short = self.shares.warnings() if self.shares is not None else {}
         return Sample(
             at=self.clock.monotonic(),
             inflight=self.limiter.inflight,
@@ -66,6 +71,7 @@ class Status:
                     run.requests,
                     rollouts[run.name].tokens,
                     rollouts[run.name].stale_tokens,
+                    (short[run.name],) if run.name in short else (),
                 )
                 for run in self.runs
             },
@@ -77,7 +83,27 @@ class Status:
             cached_tokens=totals["cached"],
             offered_tokens=totals["offered"],
             available_tokens=totals["available"],
+            warnings=tuple(self.warnings()),
         )
+
+    def warnings(self) -> list[str]:
+        """What is wrong now that the proxy cannot fix: an adapter directory that does not
+        exist (yet), a run whose share of max_loras is short of TRL's need. Each in one line."""
+        missing = self.watcher.warnings() if self.watcher is not None else []
+        short = self.shares.warnings() if self.shares is not None else {}
+        return [*missing, *short.values()]
+
+    def source(self) -> dict[str, Any] | None:
+        """The adapter source as its watcher last saw it (None: the proxy has none)."""
+        watcher = self.watcher
+        if watcher is None:
+            return None
+        return {
+            "source": watcher.source.describe(),
+            "missing": watcher.missing or None,
+            "error": watcher.last_error or None,
+            "versions": len(watcher.known),
+        }
 
     def rollouts(self) -> dict[str, RolloutCounts]:
         """Rollouts answered and the stale ones: the bare path's (``""``) and each run's."""
@@ -128,6 +154,7 @@ class Status:
         """Each declared run as ``/metrics`` and ``/proxy/status`` show it (``advice``: the
         advisor's verdict on each run)."""
         max_loras = self.adapters.registry.max_loras
+        short = self.shares.warnings() if self.shares is not None else {}
         return [
             RunView(
                 run.name,
@@ -140,6 +167,7 @@ class Status:
                 self.limiter.inflight_of(run.name),
                 self.limiter.queued_of(run.name),
                 advice[run.name].as_dict() if run.name in advice else None,
+                short.get(run.name),
             )
             for run in self.runs
         ]
@@ -165,6 +193,8 @@ class Status:
             "max_inflight_per_replica": limiter.per_replica,
             "paused": fleet.paused,
             "adapters": self.adapters.status(),
+            "adapter_source": self.source(),
+            "warnings": self.warnings(),
             "replicas": [views.replica_status(r) for r in self.pool],
             "tasks": len(asyncio.all_tasks()),
             "pid": os.getpid(),

@@ -28,6 +28,10 @@ by the same rules: the window seen through that run's requests (its in flight, q
 proxy and answered) beside the replicas' state, which every run shares. Syncs and prefix reuse
 are not split by run (a run's pause stays at its relay), so rules 2 and 7 are the fleet's alone;
 the stale share is each run's own.
+
+Whatever the verdict, the advice carries the last sample's ``warnings``: what is wrong now that
+no knob of the advisor's fixes (an adapter directory that does not exist yet, a run whose share of
+``max_loras`` is short of TRL's need), each in one line; a run's advice carries its own.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class RunSample:
     requests: float
     rollout_tokens: float = 0.0
     stale_tokens: float = 0.0
+    warnings: tuple[str, ...] = ()  # the run's own (its share of max_loras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,8 @@ class Sample:
     rollout_tokens: float = 0.0  # completion tokens of answered rollouts (``dataplane.rollouts``)
     stale_tokens: float = 0.0  # ... of those answered after their version left the window
     runs: dict[str, RunSample] = field(default_factory=dict)  # declared runs (``proxy.runs``)
+    # What is wrong now that the proxy cannot fix (``http.status.Status.warnings``), each a line.
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +92,15 @@ class Advice:
     verdict: str
     action: str
     figures: dict[str, float | None]
+    warnings: tuple[str, ...] = ()  # the last sample's, whatever the verdict
 
     def as_dict(self) -> dict[str, object]:
-        return {"verdict": self.verdict, "action": self.action, "figures": self.figures}
+        return {
+            "verdict": self.verdict,
+            "action": self.action,
+            "figures": self.figures,
+            "warnings": list(self.warnings),
+        }
 
 
 VERDICTS = (
@@ -149,6 +162,13 @@ def figures(window: Sequence[Sample]) -> dict[str, float | None]:
 
 
 def advise(window: Sequence[Sample]) -> Advice:
+    """The first rule that holds (module docstring), with the last sample's warnings."""
+    advice = _verdict(window)
+    warnings = window[-1].warnings if window else ()
+    return replace(advice, warnings=warnings) if warnings else advice
+
+
+def _verdict(window: Sequence[Sample]) -> Advice:
     if len(window) < MIN_SAMPLES:
         return Advice("warming-up", "not enough of the run seen yet", {})
     f = figures(window)
@@ -229,6 +249,7 @@ def advise_run(window: Sequence[Sample], run: str) -> Advice:
             rollout_tokens=r.rollout_tokens,
             stale_tokens=r.stale_tokens,
             runs={},
+            warnings=r.warnings,
         )
         for s in window
         if (r := s.runs.get(run)) is not None

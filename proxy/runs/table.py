@@ -197,6 +197,7 @@ class RunView:
     queued: int  # its requests waiting for a slot
     # The advisor's verdict on this run (``proxy.insight.advisor.advise_run``, as a dict).
     advice: dict[str, object] | None = None
+    warning: str | None = None  # its share is short of TRL's default need (``runs.staleness``)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -209,4 +210,5 @@ class RunView:
             "inflight": self.inflight,
             "queued": self.queued,
             "advice": self.advice,
+            "warning": self.warning,
         }
