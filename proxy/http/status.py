@@ -63,6 +63,8 @@ class Status:
             replica_inflight={r.id: r.inflight for r in routable},
             replica_waiting={r.id: r.reported.waiting for r in routable if r.reported is not None},
             replica_kv={r.id: r.reported.kv_usage for r in routable if r.reported is not None},
+            replica_requests=self.metrics.replica_requests(tuple(r.id for r in routable)),
+            decisions=self.metrics.decisions(),
             pushing=self.adapters.pushing,
             runs={
                 run.name: RunSample(

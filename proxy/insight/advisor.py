@@ -18,16 +18,23 @@ verdict, the action to take, and the figures behind it. The first rule that hold
    at a plateau (``PLATEAU_SHARE`` of the samples within 10% of the window's maximum, nothing
    queued): TRL's ``max_inflight_tasks`` is the cap; raise it.
 6. ``imbalanced``: one replica carries ``IMBALANCE`` x the mean in-flight load: check spills and
-   ``--load-factor``/``--load-slack``.
+   ``--load-factor``/``--load-slack``. Or, over the window's requests (at least
+   ``MIN_REQUESTS``, per replica routable now, since all of them were), one took ``IMBALANCE``
+   x the mean: ``concentrated`` when that is expected, with why (most requests were routed by
+   key, ``KEYED_SHARE``: prefix affinity keeps requests that share a prompt prefix or a routing
+   key on one replica, so the traffic had few distinct prefixes; or the client sent one request
+   at a time, so every replica was idle and the first won each tie); else ``imbalanced``, with
+   what to check (replicas that do not all serve the models asked for, the load bounds).
 7. ``cache-poor``: of the prefix reuse the traffic offered (at least ``MIN_REUSE``), routing
    captured less than ``POOR_EFFICIENCY``: prompts re-do prefill on the wrong replica.
-8. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy.
+8. ``balanced``: none of the above; the fleet is used and the run is not held back by the proxy,
+   and its requests spread over the replicas.
 
 With several runs on one fleet (``proxy.runs``), ``advise_run`` gives each run its own verdict
 by the same rules: the window seen through that run's requests (its in flight, queued at the
-proxy and answered) beside the replicas' state, which every run shares. Syncs and prefix reuse
-are not split by run (a run's pause stays at its relay), so rules 2 and 7 are the fleet's alone;
-the stale share is each run's own.
+proxy and answered) beside the replicas' state, which every run shares. Syncs, prefix reuse and
+the requests' spread are not split by run (a run's pause stays at its relay), so rules 2 and 7
+and rule 6's requests are the fleet's alone; the stale share is each run's own.
 
 Whatever the verdict, the advice carries the last sample's ``warnings``: what is wrong now that
 no knob of the advisor's fixes (an adapter directory that does not exist yet, a run whose share of
@@ -48,6 +55,9 @@ IMBALANCE = 1.5
 POOR_EFFICIENCY = 0.6
 MIN_REUSE = 0.2
 MIN_SAMPLES = 5
+MIN_REQUESTS = 20  # the window's requests it takes to judge how they spread over replicas
+KEYED_SHARE = 0.5  # routed by key (prefix affinity, a sticky key, an explicit routing key)
+KEYED = ("affinity", "sticky", "explicit_key")  # routing decisions' reasons that follow a key
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +83,8 @@ class Sample:
     replica_inflight: dict[str, int] = field(default_factory=dict)
     replica_waiting: dict[str, float] = field(default_factory=dict)  # reported (absent: stale)
     replica_kv: dict[str, float] = field(default_factory=dict)  # reported KV usage, 0..1
+    replica_requests: dict[str, float] = field(default_factory=dict)  # answered, per routable
+    decisions: dict[str, float] = field(default_factory=dict)  # routing decisions by reason
     requests: float = 0.0
     paused_s: float = 0.0
     prompt_tokens: float = 0.0
@@ -110,6 +122,7 @@ VERDICTS = (
     "generation-bound",
     "client-concurrency-bound",
     "imbalanced",
+    "concentrated",
     "cache-poor",
     "balanced",
     "warming-up",
@@ -158,7 +171,73 @@ def figures(window: Sequence[Sample]) -> dict[str, float | None]:
         "stale_share": _ratio(
             last.stale_tokens - first.stale_tokens, last.rollout_tokens - first.rollout_tokens
         ),
+        **_spread(window),
     }
+
+
+def _spread(window: Sequence[Sample]) -> dict[str, float | None]:
+    """How the window's requests spread over the replicas routable now (``_requests``): the
+    busiest's share and its multiple of the mean; and the share of routing decisions that
+    followed a key."""
+    first, last = window[0], window[-1]
+    counts = list(_requests(window).values())
+    total = sum(counts)
+    decided = {k: v - first.decisions.get(k, 0.0) for k, v in last.decisions.items()}
+    keyed = _ratio(sum(decided.get(k, 0.0) for k in KEYED), sum(decided.values()))
+    busiest = max(counts, default=0.0)
+    mean = total / len(counts) if counts else 0.0
+    return {
+        "requests_busiest_share": _ratio(busiest, total) if len(counts) > 1 else None,
+        "requests_spread": busiest / mean if len(counts) > 1 and mean > 0 else None,
+        "keyed_share": keyed,
+    }
+
+
+def _requests(window: Sequence[Sample]) -> dict[str, float]:
+    """The requests each replica routable now answered, over the end of the window in which
+    all of them were routable (a replica that joined late is judged from when it joined)."""
+    now = set(window[-1].replica_requests)
+    start = len(window) - 1
+    while start > 0 and now <= set(window[start - 1].replica_requests):
+        start -= 1
+    first, last = window[start], window[-1]
+    return {r: last.replica_requests[r] - first.replica_requests[r] for r in sorted(now)}
+
+
+def _concentration(window: Sequence[Sample], f: dict[str, float | None]) -> Advice | None:
+    """Rule 6 over requests: ``concentrated`` (with why it is expected) or ``imbalanced``."""
+    counts = _requests(window)
+    total, spread = sum(counts.values()), f["requests_spread"]
+    if total < MIN_REQUESTS or spread is None or spread < IMBALANCE:
+        return None
+    busiest = max(counts, key=lambda r: counts[r])
+    took = (
+        f"{busiest} took {counts[busiest]:.0f} of the window's {total:.0f} requests "
+        f"({counts[busiest] / total:.0%}; {len(counts)} replicas routable)"
+    )
+    if (f["keyed_share"] or 0.0) >= KEYED_SHARE:
+        return Advice(
+            "concentrated",
+            f"{took}: expected, as prefix affinity keeps requests that share a prompt prefix "
+            "(or a routing key) on one replica, whose KV cache then serves them, and the "
+            "window's requests shared few (one prompt, a GRPO group); they spread when more "
+            "prompts run at once. Nothing to change while that replica keeps up",
+            f,
+        )
+    if (f["inflight_peak"] or 0.0) <= 1:
+        return Advice(
+            "concentrated",
+            f"{took}: harmless, as the client sent one request at a time, so every replica "
+            "was idle and the first won each tie; they spread when requests overlap",
+            f,
+        )
+    return Advice(
+        "imbalanced",
+        f"{took} while not routed by prefix: check that every replica serves the models "
+        "asked for (an adapter only one holds, different base models: /v1/models), and "
+        "--load-factor / --load-slack",
+        f,
+    )
 
 
 def advise(window: Sequence[Sample]) -> Advice:
@@ -217,6 +296,9 @@ def _verdict(window: Sequence[Sample]) -> Advice:
             "--load-factor / --load-slack (or explicit routing keys piling on one replica)",
             f,
         )
+    concentration = _concentration(window, f)
+    if concentration is not None:
+        return concentration
     efficiency, available = f["affinity_efficiency"], f["reuse_available"]
     if (
         efficiency is not None
@@ -248,6 +330,8 @@ def advise_run(window: Sequence[Sample], run: str) -> Advice:
             available_tokens=0.0,
             rollout_tokens=r.rollout_tokens,
             stale_tokens=r.stale_tokens,
+            replica_requests={},
+            decisions={},
             runs={},
             warnings=r.warnings,
         )

@@ -174,6 +174,15 @@ class Metrics:
             "available": reuse.get(("available",), 0),
         }
 
+    def replica_requests(self, replicas: tuple[str, ...]) -> dict[str, float]:
+        """Requests answered so far by each of ``replicas`` (the advisor samples it)."""
+        counts = self._replica_requests.values
+        return {rid: counts.get((rid,), 0) for rid in replicas}
+
+    def decisions(self) -> dict[str, float]:
+        """Routing decisions so far, by reason (the advisor samples it)."""
+        return {reason: count for (reason,), count in self._routing_decisions.values.items()}
+
     def quality(self) -> dict[str, Any]:
         """Routing quality since start: the realized prefix-cache hit ratio (fleet and per
         replica), the reuse that was available (sampled), and affinity efficiency = realized /

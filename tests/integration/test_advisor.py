@@ -179,3 +179,30 @@ def test_rollouts_answered_after_their_version_left_the_window_are_stale_waste()
     assert "lower TRL's max_inflight_tasks (to about 4;" in advice.action
     slight = [replace(s, stale_tokens=10.0 * i) for i, s in enumerate(wasteful)]
     assert advise(slight).verdict == "generation-bound"
+
+
+async def test_one_prompt_sent_again_and_again_is_concentrated_not_balanced() -> None:
+    """The issue's case end to end: 41 requests of one prompt, one at a time, land on one of
+    three replicas by prefix affinity; the advisor says so, and why, instead of ``balanced``."""
+    async with run_stack(3, advice_window=4.0) as stack:
+
+        async def seen() -> bool:  # the window holds samples of the routable fleet
+            return (await verdict(stack))["verdict"] != "warming-up"
+
+        await eventually(seen, timeout=VERDICT_S, what="the advisor's first samples")
+        owners = set()
+        for _ in range(41):
+            status, body, headers = await post(stack, "/v1/completions", completion())
+            assert status == 200, body
+            owners.add(headers["X-Rollout-Replica"])
+        assert len(owners) == 1
+        (owner,) = owners
+
+        async def concentrated() -> bool:
+            return (await verdict(stack))["verdict"] == "concentrated"
+
+        await eventually(concentrated, timeout=VERDICT_S, what="concentrated", interval=0.1)
+        advice = await verdict(stack)
+        assert advice["action"].startswith(f"{owner} took 41 of the window's 41 requests (100%")
+        assert "prefix affinity" in advice["action"]
+        assert advice["figures"]["requests_busiest_share"] == 1.0
