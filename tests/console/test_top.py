@@ -120,3 +120,39 @@ async def test_once_shows_each_replicas_digests_and_a_replica_withheld_from_a_ve
         assert rows[faulty].endswith(" v1 withheld") and "v1@" not in rows[faulty]
         assert "served policy  probe on  withheld 1" in out
         assert "ALARM" not in out  # the honest replica serves it
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed here")
+async def test_the_live_view_fits_80x24_with_the_replica_table_on_screen(tmp_path: Path) -> None:
+    """The advisor's figures, a warning, two runs: in 80x24 every replica's row is still on
+    screen (the head is compact, its lines cut, not wrapped; the rest goes below the table)."""
+    session = f"top-small-{os.getpid()}"
+    missing = tmp_path / "not-mounted-yet"
+    stack_ = run_stack(3, advice_window=2.0, adapters_dir=str(missing), runs="a,b")
+    async with stack_ as stack:
+        await some_traffic(stack)
+        view = f"{sys.executable} -m proxy top {stack.proxy_url} --interval 0.3"
+        command = f"cd {os.getcwd()} && {view}; sleep {QUICK_S}"
+        await tmux("new-session", "-d", "-s", session, "-x", "80", "-y", "24", command)
+        screens = [""]
+
+        async def warmed_up() -> bool:
+            screens.append(await tmux("capture-pane", "-p", "-t", session))
+            screen = screens[-1]
+            return "advice: " in screen and "warming-up" not in screen
+
+        try:
+            await eventually(warmed_up, QUICK_S, "the advisor's verdict", interval=0.2)
+            lines = screens[-1].rstrip().splitlines()
+            for sim in stack.sims:
+                rows = [line for line in lines if line.startswith(sim.id + " ")]
+                assert len(rows) == 1 and "healthy" in rows[0], sim.id
+            assert len(lines) <= 24
+            assert lines[-1].strip() == "..."  # more than fits: the rest is cut at the bottom
+            assert lines[0].startswith("rollout-proxy top (q quits)")
+            assert lines[1].startswith("in flight ")  # the title line was cut, not wrapped
+            assert any(line.startswith("warning: adapter directory") for line in lines)
+        except AssertionError as exc:
+            raise AssertionError(f"the screen:\n{screens[-1]}") from exc
+        finally:
+            await tmux("kill-session", "-t", session, check=False)

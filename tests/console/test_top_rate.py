@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from proxy.console.figures import Figures
-from proxy.console.top import Snapshot, summary_lines
+from proxy.console.view import Snapshot, summary_lines
 
 SINCE_START = Figures(seconds=600.0, requests_per_s=3.0, p50_s=0.1, p99_s=0.2, hit_ratio=None)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from proxy.console.figures import Figures
-from proxy.console.top import Snapshot, summary_lines
+from proxy.console.view import Snapshot, summary_lines
 
 FIGURES = Figures(seconds=60.0, requests_per_s=3.0, p50_s=0.1, p99_s=0.2, hit_ratio=None)
 RUN = {"weight": 2.0, "paused": True, "pauses": 4, "adapters": 3, "max_loras_share": 4,
