@@ -83,8 +83,6 @@ class Sample:
     replica_inflight: dict[str, int] = field(default_factory=dict)
     replica_waiting: dict[str, float] = field(default_factory=dict)  # reported (absent: stale)
     replica_kv: dict[str, float] = field(default_factory=dict)  # reported KV usage, 0..1
-    replica_requests: dict[str, float] = field(default_factory=dict)  # answered, per routable
-    decisions: dict[str, float] = field(default_factory=dict)  # routing decisions by reason
     requests: float = 0.0
     paused_s: float = 0.0
     prompt_tokens: float = 0.0
@@ -97,6 +95,8 @@ class Sample:
     runs: dict[str, RunSample] = field(default_factory=dict)  # declared runs (``proxy.runs``)
     # What is wrong now that the proxy cannot fix (``http.status.Status.warnings``), each a line.
     warnings: tuple[str, ...] = ()
+    replica_requests: dict[str, float] = field(default_factory=dict)  # answered, per routable
+    decisions: dict[str, float] = field(default_factory=dict)  # routing decisions by reason
 
 
 @dataclass(frozen=True, slots=True)

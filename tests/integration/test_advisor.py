@@ -187,7 +187,7 @@ async def test_one_prompt_sent_again_and_again_is_concentrated_not_balanced() ->
     async with run_stack(3, advice_window=4.0) as stack:
 
         async def seen() -> bool:  # the window holds samples of the routable fleet
-            return (await verdict(stack))["verdict"] != "warming-up"
+            return bool((await verdict(stack))["verdict"] != "warming-up")
 
         await eventually(seen, timeout=VERDICT_S, what="the advisor's first samples")
         owners = set()
@@ -199,7 +199,7 @@ async def test_one_prompt_sent_again_and_again_is_concentrated_not_balanced() ->
         (owner,) = owners
 
         async def concentrated() -> bool:
-            return (await verdict(stack))["verdict"] == "concentrated"
+            return bool((await verdict(stack))["verdict"] == "concentrated")
 
         await eventually(concentrated, timeout=VERDICT_S, what="concentrated", interval=0.1)
         advice = await verdict(stack)

@@ -1,5 +1,7 @@
 """No routable replica for longer than the grace: a request is answered 503 at once, naming the
-replicas' reasons, instead of waiting the queue timeout; within the grace it waits as before."""
+replicas' reasons, instead of waiting the queue timeout; within the grace it waits as before.
+A request queued before the fleet (or every replica of its model) went out is answered so when
+the grace ends, not after the queue timeout blaming slots."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from proxy.app import PROXY, build_app, serve
 from proxy.config import Settings
-from proxy.console.top import Reader, plain
+from proxy.console.top import Reader
+from proxy.console.view import plain
 from proxy.fleet.replica import Replica
 from tests.support.fleet import run_sim
 from tests.support.servers import free_port

@@ -97,7 +97,10 @@ async def test_a_run_with_enough_is_said_once_in_an_info_line(
 ) -> None:
     caplog.set_level(logging.INFO, logger="proxy.runs")
     async with run_stack(1, runs="a,b", sim={"max_loras": 12}, **WATCH) as stack:
-        said = lambda: [r for r in caplog.records if r.name == "proxy.runs"]  # noqa: E731
+
+        def said() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if r.name == "proxy.runs"]
+
         await wait_for(lambda: len(said()) >= 2, what="the runs' lines")
         assert (await status(stack))["warnings"] == []
     lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "proxy.runs"]
