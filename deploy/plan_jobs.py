@@ -70,7 +70,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
         where: list[str] = ["--discover", plan.replica_discovery]
     else:
         where = [
-            *("--replicas", ",".join(replica_urls)),
+            *("--replica-urls", ",".join(replica_urls)),
             *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
             *("--discover-namespace", plan.namespace),
         ]

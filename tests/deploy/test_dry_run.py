@@ -159,7 +159,7 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (
         "/mnt/b/exp1/code/rollout_proxy-0.1.0-py3-none-any.whl && exec python3 -m proxy" in script
     )
-    assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
+    assert "--host 0.0.0.0 --port 8000 --replica-urls 'https://<exp1-replica-0 job id>--8000" in script
     assert script.endswith(
         " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
         " --adapters-dir /mnt/b/exp1/.vllm_lora --state-dir /mnt/b/exp1/.proxy-state"

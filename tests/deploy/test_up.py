@@ -107,7 +107,7 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
         "readOnly": False,
     }
     assert proxy["expose"]["ports"] == [8000]
-    assert f"--replicas {urls[0]},{urls[1]}" in proxy["command"][2]
+    assert f"--replica-urls {urls[0]},{urls[1]}" in proxy["command"][2]
     assert "--adapters-dir /lora/r1/.vllm_lora" in proxy["command"][2]
     trainer = stand.hub.named("r1-trainer").spec["command"][2]
     assert f"--proxy-url {proxy_url} --proxy-token-env HF_TOKEN" in trainer
