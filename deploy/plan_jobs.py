@@ -147,7 +147,7 @@ def _private_target(plan: RunPlan) -> list[str]:
     if plan.topology == "job":
         return ["--proxy-url", Expanded(f"http://{alias_address('proxy')}:{PORT}")]
     return [
-        *("--sidecar-discover", plan.replica_discovery, "--replica-token-env", REPLICA_KEY_SECRET),
+        *("--discover", plan.replica_discovery, "--replica-token-env", REPLICA_KEY_SECRET),
         *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
     ]
 
@@ -165,7 +165,7 @@ def _public_target(plan: RunPlan, replica_urls: Sequence[str], proxy_url: str | 
         target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
     else:
         target = [
-            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
+            *("--replica-urls", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
             *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
         ]
     return target

@@ -64,7 +64,9 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log.info("rollout-proxy listening on %s with %d replica(s)", url, len(settings.replica_urls))
+        log.info(
+            "rollout-proxy listening on %s with %d replica(s)", url, len(settings.replica_urls)
+        )
         print(f"proxy ready on {url}", flush=True)
         await stop.wait()
         log.info(

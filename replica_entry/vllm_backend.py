@@ -50,10 +50,13 @@ from importlib import metadata
 from pathlib import Path
 
 from adapter_receiver.store import claimable
+from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
+from proxy.config.units import DurationArg, SizeArg, show_bytes
 from proxy.fleet.addresses import is_loopback
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
+from replica_entry.receiver import DEFAULT_MAX_ADAPTER, DEFAULT_MAX_STORE
 
 PROG = "rollout-replica"
+BACKENDS = ("sim", "vllm")  # replica_entry.cli's: every backend, whichever is installed
 
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -194,7 +197,12 @@ def build_parser(
     )
     version_flag(parser)
     add = parser.add_argument
-    add("--backend", required=True, choices=["vllm"], help="vllm (sim: `--backend sim --help`)")
+    add(
+        "--backend",
+        required=True,
+        choices=BACKENDS,
+        help="vllm: these flags; sim: the simulated replica, its own (`--backend sim --help`)",
+    )
     add("--model", required=True, help="Hub id or local directory")
     add("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 inside a job")
     add("--port", type=int, default=8000, help="port to listen on")
@@ -216,12 +224,13 @@ def build_parser(
         default=None,
         help="tokens per KV block; CPU build: a multiple of 32",
     )
-    add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
     add(
-        "--api-key",
-        default=None,
-        help="the key vLLM requires (default: $VLLM_API_KEY as inherited)",
+        "--cpu-kvcache-gib",
+        type=SizeArg(per=1 << 30),
+        default=1.0,
+        help="CPU build: its KV cache, VLLM_CPU_KVCACHE_SPACE (a bare number: GiB; 512MiB too)",
     )
+    add("--api-key", action=EnvDefault, env="VLLM_API_KEY", help="the key vLLM requires")
     add(
         "--adapter-receiver",
         action=argparse.BooleanOptionalAction,
@@ -241,15 +250,15 @@ def build_parser(
     )
     add(
         "--adapter-max-bytes",
-        type=int,
+        type=SizeArg(),
         default=None,
-        help="receiver: bytes per adapter (default: 1 GiB)",
+        help=f"receiver: largest adapter it takes (default: {show_bytes(DEFAULT_MAX_ADAPTER)})",
     )
     add(
         "--adapter-store-max-bytes",
-        type=int,
+        type=SizeArg(),
         default=None,
-        help="receiver: store bytes (default: 8 GiB)",
+        help=f"receiver: all its store holds (default: {show_bytes(DEFAULT_MAX_STORE)})",
     )
     add(
         "--vllm-build",
@@ -260,7 +269,12 @@ def build_parser(
         help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
         "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
     )
-    add("--ready-timeout", type=duration, default="15m", help="how long to wait for /health")
+    add(
+        "--ready-timeout",
+        type=DurationArg(positive=True),
+        default="15m",
+        help="how long to wait for /health",
+    )
     add("--print-command", action="store_true", help="print the command line and exit")
     return parser
 

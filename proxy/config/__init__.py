@@ -4,8 +4,8 @@ Precedence, highest first: command-line flags, ``PROXY_*`` environment variables
 ``--config``/``PROXY_CONFIG`` (TOML or JSON), the defaults. Every field is validated at start;
 a bad value stops start-up with a message naming where it came from (the flag, the variable, or
 the file's key), the value and what is allowed; so does a variable or key that is no setting.
-Durations and sizes take units (``units``: the one parser of every program's). Secrets are ``SecretStr``: their values never reach
-a repr, a log line or an error message.
+Durations and sizes take units (``units``: the one parser of every program's). Secrets are
+``SecretStr``: their values never reach a repr, a log line or an error message.
 
 Modules: ``sections`` (what each component receives), ``settings`` (``Settings`` and its flat
 names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the

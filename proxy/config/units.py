@@ -167,8 +167,7 @@ class DurationArg:
             except ValueError:
                 word = "minutes" if self.unit == "min" else "seconds"
                 raise argparse.ArgumentTypeError(
-                    f"not a duration: give a number of {word}, or one with a unit: "
-                    f"{DURATION_UNITS} (got {text!r})"
+                    f"a number of {word}, or one with a unit: {DURATION_UNITS}, not {text!r}"
                 ) from None
         else:
             seconds = float(number * _SECONDS[self.unit])
@@ -177,7 +176,7 @@ class DurationArg:
             except ValueError as exc:
                 raise argparse.ArgumentTypeError(f"{exc} (got {text!r})") from None
         if not math.isfinite(seconds) or seconds < 0 or (self.positive and seconds == 0):
-            above = "longer than 0" if self.positive else "0 or more"
+            above = "longer than 0" if self.positive else ">= 0"
             raise argparse.ArgumentTypeError(f"must be {above} (got {text!r})")
         return seconds / _SECONDS[self.unit]
 

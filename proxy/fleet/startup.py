@@ -20,7 +20,11 @@ def startup_warnings(settings: Settings) -> list[str]:
     """The warnings for ``settings``, in the order they are logged."""
     warnings = []
     if not settings.replica_urls and settings.discover_source is None:
-        where = "--replica-urls or the admin API" if settings.admin_key is not None else "--replica-urls"
+        where = (
+            "--replica-urls or the admin API"
+            if settings.admin_key is not None
+            else "--replica-urls"
+        )
         warnings.append(f"no replicas configured: add some with {where}")
     if settings.upstream.token is None:
         jobs = [url for url in settings.replica_urls if _is_jobs(url)]

@@ -35,7 +35,10 @@ def test_with_a_token_there_is_nothing_to_say() -> None:
     ("given", "hint"),
     [
         ({}, "no replicas configured: add some with --replica-urls"),
-        ({"admin_key": "k"}, "no replicas configured: add some with --replica-urls or the admin API"),
+        (
+            {"admin_key": "k"},
+            "no replicas configured: add some with --replica-urls or the admin API",
+        ),
     ],
 )
 def test_the_no_replica_hint_names_only_what_this_proxy_offers(
