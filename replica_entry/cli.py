@@ -25,11 +25,9 @@ from pydantic import ValidationError
 from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
 from proxy.config.units import DurationArg, SizeArg
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+from replica_entry.vllm_backend import BACKENDS
 
 PROG = "rollout-replica"
-# Every backend, listed by both parsers whichever is installed (`--backend vllm` without vLLM
-# says what to install, in one line).
-BACKENDS = ("sim", "vllm")
 SECONDS = DurationArg()  # a flag named -s: a bare number is seconds, 50ms too
 
 _FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mount_lag_s")
@@ -48,8 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         required=True,
         choices=BACKENDS,
-        help="sim: the simulated replica, these flags; vllm: vLLM, its own flags "
-        "(`--backend vllm --help`)",
+        help="sim; `--backend vllm` has its own flags (see `--backend vllm --help`)",
     )
     add("--host", default="127.0.0.1", help="address to listen on")
     add("--port", type=int, default=8000, help="port to listen on (0: a free one)")

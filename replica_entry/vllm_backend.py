@@ -56,7 +56,10 @@ from proxy.fleet.addresses import is_loopback
 from replica_entry.receiver import DEFAULT_MAX_ADAPTER, DEFAULT_MAX_STORE
 
 PROG = "rollout-replica"
-BACKENDS = ("sim", "vllm")  # replica_entry.cli's: every backend, whichever is installed
+# Every backend, listed by both parsers whichever is installed (`--backend vllm` without vLLM
+# says what to install, in one line).
+BACKENDS = ("sim", "vllm")
+WAIT = DurationArg(positive=True)
 
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -197,12 +200,7 @@ def build_parser(
     )
     version_flag(parser)
     add = parser.add_argument
-    add(
-        "--backend",
-        required=True,
-        choices=BACKENDS,
-        help="vllm: these flags; sim: the simulated replica, its own (`--backend sim --help`)",
-    )
+    add("--backend", required=True, choices=BACKENDS, help="vllm (sim: `--backend sim --help`)")
     add("--model", required=True, help="Hub id or local directory")
     add("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 inside a job")
     add("--port", type=int, default=8000, help="port to listen on")
@@ -224,13 +222,10 @@ def build_parser(
         default=None,
         help="tokens per KV block; CPU build: a multiple of 32",
     )
-    add(
-        "--cpu-kvcache-gib",
-        type=SizeArg(per=1 << 30),
-        default=1.0,
-        help="CPU build: its KV cache, VLLM_CPU_KVCACHE_SPACE (a bare number: GiB; 512MiB too)",
-    )
-    add("--api-key", action=EnvDefault, env="VLLM_API_KEY", help="the key vLLM requires")
+    add("--cpu-kvcache-gib", type=SizeArg(per=1 << 30), default=1.0,
+        help="CPU build: its KV cache, VLLM_CPU_KVCACHE_SPACE (a bare number: GiB)")  # fmt: skip
+    add("--api-key", action=EnvDefault, env="VLLM_API_KEY", read=False,
+        help="the key vLLM requires (else its own VLLM_API_KEY, as inherited)")  # fmt: skip
     add(
         "--adapter-receiver",
         action=argparse.BooleanOptionalAction,
@@ -248,18 +243,11 @@ def build_parser(
         default=None,
         help="receiver store (default: <tmp>/rollout-adapters-PORT)",
     )
-    add(
-        "--adapter-max-bytes",
-        type=SizeArg(),
-        default=None,
-        help=f"receiver: largest adapter it takes (default: {show_bytes(DEFAULT_MAX_ADAPTER)})",
-    )
-    add(
-        "--adapter-store-max-bytes",
-        type=SizeArg(),
-        default=None,
-        help=f"receiver: all its store holds (default: {show_bytes(DEFAULT_MAX_STORE)})",
-    )
+    for flag, what, size in (
+        ("--adapter-max-bytes", "largest adapter it takes", DEFAULT_MAX_ADAPTER),
+        ("--adapter-store-max-bytes", "all its store holds", DEFAULT_MAX_STORE),
+    ):  # None: the receiver's own default (replica_entry.receiver)
+        add(flag, type=SizeArg(), help=f"receiver: {what} (default: {show_bytes(size)})")
     add(
         "--vllm-build",
         "--install",
@@ -269,12 +257,7 @@ def build_parser(
         help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
         "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
     )
-    add(
-        "--ready-timeout",
-        type=DurationArg(positive=True),
-        default="15m",
-        help="how long to wait for /health",
-    )
+    add("--ready-timeout", type=WAIT, default="15m", help="how long to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
     return parser
 
@@ -310,10 +293,6 @@ def options_from_args(
             "argument --api-key: give it to replica_entry, before `--` (it travels in "
             "VLLM_API_KEY, which the adapter receiver checks too), or add --no-adapter-receiver"
         )
-    for name in ("adapter_max_bytes", "adapter_store_max_bytes"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            parser.error(f"argument --{name.replace('_', '-')}: must be positive (got {value})")
     if args.max_loras is not None and args.max_loras <= args.max_staleness:
         parser.error(
             f"argument --max-loras: must exceed --max-staleness ({args.max_staleness}) or TRL "

@@ -36,7 +36,7 @@ from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, chart, lines, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
 from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
-from proxy.config.units import DurationArg
+from proxy.config.units import DurationArg, SizeArg
 
 # GPU: memory (GB), HBM bandwidth (TB/s), dense bf16 peak (TFLOP/s); vendor data sheets.
 GPUS = {
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sync flags instead of this project's (a push, the fleet generating through it)",
     )
     add("--params-b", type=float, help="what-if: model parameters, billions (default: --model's)")
-    add("--kv-bytes-per-token", type=int,
+    add("--kv-bytes-per-token", type=SizeArg(),
         help="what-if: KV cache bytes per token (default: --model's)")  # fmt: skip
     _add_fields(parser, GpuModel)
     _add_fields(parser, TrainerModel)

@@ -40,12 +40,24 @@ class OneLineParser(argparse.ArgumentParser):
 
 class EnvDefault(argparse._StoreAction):
     """A flag that, when not given, takes the variable ``env`` (else ``default``). ``--help``
-    shows ``default`` and ``[env NAME]``, never the variable's value."""
+    shows ``default`` and ``[env NAME]``, never the variable's value. ``read=False``: the
+    variable is read by the program this flag configures (vLLM inherits ``VLLM_API_KEY``), not
+    by this parser, whose checks then see the environment they are given (``deploy``'s preflight
+    checks a job's flags against the job's variables, not this machine's)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, *, env: str, **kwargs: Any):
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        env: str,
+        read: bool = True,
+        **kwargs: Any,
+    ) -> None:
         self.env = env
         self.fallback = kwargs.get("default")
-        kwargs["default"] = os.environ.get(env, self.fallback)
+        if read:
+            kwargs["default"] = os.environ.get(env, self.fallback)
         super().__init__(option_strings, dest, **kwargs)
 
 

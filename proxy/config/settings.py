@@ -176,7 +176,7 @@ class Settings(BaseSettings):
         (``AliasPath`` reads one field from a nested input, not a nested field from a flat one)."""
         if not isinstance(data, dict):
             return data
-        data = rename_aliases(data, ALIASES, str)
+        data = dict(data)
         for flat, (section, name) in _FLAT.items():
             if flat in data:
                 value, current = data.pop(flat), data.get(section)
@@ -198,8 +198,9 @@ class Settings(BaseSettings):
         """Flags (init values), ``PROXY_*`` variables, the config file, each by flat name (the
         library's ``env_settings`` reads a section as JSON, ``PROXY_HEALTH``: left out)."""
         env = FlatEnvSource(flat_fields(), ALIASES)
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env]
-        config = init_settings().get("config") or env().get("config")
+        given = rename_aliases(init_settings(), ALIASES, str)  # flags, or values given in code
+        sources: list[PydanticBaseSettingsSource] = [InitSettingsSource(settings_cls, given), env]
+        config = given.get("config") or env().get("config")
         if config:
             values = read_config_file(Path(config), flat_fields(), ALIASES)
             sources.append(InitSettingsSource(settings_cls, values))

@@ -19,7 +19,8 @@ connect times) take at most 300 bare (``--health-interval 500`` meant 500 ms, no
 its unit is always taken as written, within the setting's own bounds.
 
 Byte sizes are parsed by pydantic's ``ByteSize`` (kB, MB, GB: powers of 1000; KiB, MiB, GiB: of
-1024; any case); its "could not parse value and unit" is replaced by the forms accepted. This
+1024; any case), once the text has a size's shape (ByteSize alone takes ``1 GB!`` for 1 GB); its
+"could not parse value and unit" is replaced by the forms accepted. This
 module imports pydantic and the standard library only: every program's parser imports it.
 """
 
@@ -36,6 +37,7 @@ from pydantic import BeforeValidator, ByteSize, TypeAdapter, ValidationError
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|min|m|h|d)\s*", re.IGNORECASE)
 _BYTE_SIZE = TypeAdapter(ByteSize)
+_BYTES_SHAPE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*[a-z]*\s*", re.IGNORECASE)
 DURATION_UNITS = "500ms, 60s, 60 s, 2m, 1h, 1d"
 SECONDS_FORMS = f"a number of seconds, or one with a unit: {DURATION_UNITS}"
 BYTES_FORMS = (
@@ -105,9 +107,11 @@ def parse_bytes(value: Any) -> Any:
     number = _number(value)
     if number is not None:
         return number
-    try:
+    try:  # the shape first: ByteSize reads "1 GB!" as 1 GB, its junk ignored
+        if not (isinstance(value, str) and _BYTES_SHAPE.fullmatch(value)):
+            raise ValueError(value)
         return int(_BYTE_SIZE.validate_python(value))
-    except ValidationError:
+    except (ValueError, ValidationError):
         raise ValueError(f"not a byte size: give {BYTES_FORMS}") from None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from proxy.config.programs import DefaultsFormatter, OneLineParser
+from proxy.config.programs import DefaultsFormatter, OneLineParser, version_flag
 from proxy.config.units import QUICK, DurationArg
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsFormatter,
         epilog=EPILOG,
     )
+    version_flag(parser)
     add = parser.add_argument
     add("url", nargs="?", default=DEFAULT_URL, help=f"HOST:PORT or a URL (default: {DEFAULT_URL})")
     add("--once", action="store_true", help="print one plain-text snapshot and exit")
