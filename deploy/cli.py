@@ -78,6 +78,7 @@ class Runtime:
         print(line, file=self.out, flush=True)
 
 
+LIFETIME_ARG = DurationArg(bare=LIFETIME, positive=True)  # a bare 10 meant minutes, not seconds
 TOKEN = "Your HF token: HF_TOKEN, else the one `hf auth login` saved (not for --dry-run)."
 EPILOG = f"{TOKEN} Each command lists its flags: rollout-deploy up --help."
 
@@ -134,12 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the jobs' environments, logs and the bucket go (not under /tmp; default: "
         "a new folder in /var/tmp)",
     )
-    add(
-        "--train-timeout",
-        type=DurationArg(bare=LIFETIME, positive=True),
-        default="15m",
-        help="how long the trainer may take",
-    )
+    add("--train-timeout", type=LIFETIME_ARG, default="15m", help="how long the trainer may take")
     for name, sub in _commands(commands, common, (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
