@@ -20,8 +20,8 @@ its unit is always taken as written, within the setting's own bounds.
 
 Byte sizes are parsed by pydantic's ``ByteSize`` (kB, MB, GB: powers of 1000; KiB, MiB, GiB: of
 1024; any case), once the text has a size's shape (ByteSize alone takes ``1 GB!`` for 1 GB); its
-"could not parse value and unit" is replaced by the forms accepted. This
-module imports pydantic and the standard library only: every program's parser imports it.
+"could not parse value and unit" is replaced by the forms accepted. This module imports pydantic
+and the standard library only: every program's parser imports it.
 """
 
 from __future__ import annotations
