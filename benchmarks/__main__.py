@@ -9,8 +9,8 @@ load over time), ``scale`` (throughput and memory against fleet size and tracked
 vLLM CPU servers: a run that learns, through the proxy and direct; ``python -m benchmarks learn
 --help``); ``sync --save`` times
 saving the published adapter. Everything runs on loopback
-against simulated replicas; ``--replicas URL[,URL...]`` points ``overhead`` and ``soak`` at real
-ones.
+against simulated replicas; ``--replica-urls URL[,URL...]`` points ``overhead`` and ``soak`` at
+real ones.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from pathlib import Path
 
 from benchmarks import report
 from benchmarks.suites import SUITES, run
+from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from proxy.config.units import DurationArg
+
+PROG = "python -m benchmarks"
 
 
 def _urls(text: str) -> list[str]:
@@ -30,6 +34,45 @@ def _urls(text: str) -> list[str]:
         if not url.startswith(("http://", "https://")):
             raise argparse.ArgumentTypeError(f"not an http(s) URL: {url!r}")
     return urls
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The suites' parser (``fleet`` and ``learn`` have their own: ``--help`` after them)."""
+    parser = OneLineParser(
+        prog=PROG, description=__doc__, formatter_class=RawDescriptionDefaultsFormatter
+    )
+    version_flag(parser, PROG)
+    add = parser.add_argument
+    add("suite", choices=[*sorted(SUITES), "fleet", "learn"], help="the suite to run")
+    add("--json", type=Path, metavar="PATH", help="write results (with the environment) here")
+    add("--plot", type=Path, metavar="DIR", help="write PNG charts into this directory")
+    add("--quick", action="store_true", help="a smaller grid (minutes)")
+    add(
+        "--seconds",
+        type=DurationArg(positive=True),
+        help="soak: how long to run (a bare number: seconds; default: 5 min, 20 s with --quick)",
+    )
+    add(
+        "--replica-urls",
+        "--replicas",
+        dest="replicas",
+        type=_urls,
+        default=[],
+        metavar="URLS",
+        help="overhead, soak: real replicas (URL[,URL...]) instead of local simulated ones",
+    )
+    add("--requests", type=int, help="overhead: requests per target and repeat (default: 6,000)")
+    add(
+        "--push",
+        action="store_true",
+        help="sync: adapter push against the mount path (sizes, fleet sizes, link limits)",
+    )
+    add(
+        "--save",
+        action="store_true",
+        help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
+    )
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,32 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.learn.cli import main as learn_main
 
         return learn_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    parser.add_argument("suite", choices=[*sorted(SUITES), "fleet", "learn"])
-    parser.add_argument("--json", type=Path, help="write results (with the environment) here")
-    parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
-    parser.add_argument("--quick", action="store_true", help="a smaller grid (minutes)")
-    parser.add_argument("--seconds", type=float, help="soak: how long to run (default 300)")
-    parser.add_argument(
-        "--replicas",
-        type=_urls,
-        default=[],
-        help="overhead, soak: real replicas (URL[,URL...]) instead of local simulated ones",
-    )
-    parser.add_argument(
-        "--requests", type=int, help="overhead: requests per target and repeat (default 6,000)"
-    )
-    parser.add_argument(
-        "--push",
-        action="store_true",
-        help="sync: adapter push against the mount path (sizes, fleet sizes, link limits)",
-    )
-    parser.add_argument(
-        "--save",
-        action="store_true",
-        help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
-    )
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")

@@ -6,7 +6,6 @@ Everything runs on loopback as separate processes, as users run them. The demo e
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -18,6 +17,7 @@ import aiohttp
 from benchmarks.harness.loadgen import LoadGenerator, LoadResult
 from benchmarks.harness.procs import Child, children, start_child, start_proxy, stop_child
 from benchmarks.harness.trace import TraceShape
+from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter
 from replica_entry.sim.loopback import free_port
 
 # Simulated replica speed: 0.05 ms per uncached prompt token, 4 ms per generated token, with a
@@ -118,12 +118,18 @@ async def run(replicas: int, shape: TraceShape, concurrency: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo", description=__doc__)
-    parser.add_argument("--replicas", type=int, default=3)
-    parser.add_argument("--prompts", type=int, default=96)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=64)
+    parser = OneLineParser(
+        prog="python -m benchmarks.demo",
+        description=__doc__,
+        formatter_class=RawDescriptionDefaultsFormatter,
+    )
+    add = parser.add_argument
+    add("--replica-count", "--replicas", dest="replicas", type=int, default=3, metavar="N",
+        help="simulated replicas behind the proxy")  # fmt: skip
+    add("--prompts", type=int, default=96, help="GRPO prompts in the trace")
+    add("--group-size", type=int, default=8, help="rollouts per prompt")
+    add("--turns", type=int, default=3, help="turns of each rollout (1: single-turn)")
+    add("--concurrency", type=int, default=64, help="requests in flight at once")
     args = parser.parse_args(argv)
     shape = TraceShape(prompts=args.prompts, group_size=args.group_size, turns=args.turns)
     return asyncio.run(run(args.replicas, shape, args.concurrency))

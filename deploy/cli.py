@@ -40,7 +40,8 @@ from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, fleet_of, plan_from_args
 from deploy.wheel import Builder, build_wheel, publish_wheel
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
+from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
+from proxy.config.units import LIFETIME, DurationArg
 
 
 def publish_code(
@@ -77,18 +78,25 @@ class Runtime:
         print(line, file=self.out, flush=True)
 
 
+LIFETIME_ARG = DurationArg(bare=LIFETIME, positive=True)  # a bare 10 meant minutes, not seconds
+TOKEN = "Your HF token: HF_TOKEN, else the one `hf auth login` saved (not for --dry-run)."
+EPILOG = f"{TOKEN} Each command lists its flags: rollout-deploy up --help."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="rollout-deploy",
         formatter_class=DefaultsFormatter,
         description="Deploy a rollout fleet (vLLM replicas, proxy, trainer) on Hugging Face Jobs.",
+        epilog=EPILOG,
     )
     version_flag(parser)
     common = OneLineParser(add_help=False)
     common.add_argument(
         "--hub-endpoint",
-        default=os.environ.get("HF_ENDPOINT"),
-        help="Hub API base URL (default: $HF_ENDPOINT or https://huggingface.co)",
+        action=EnvDefault,
+        env="HF_ENDPOINT",
+        help="Hub API base URL (default: none, huggingface_hub's: https://huggingface.co)",
     )
     common.add_argument(
         "--namespace", help="where the jobs run (default: up: the bucket's; else your user)"
@@ -100,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
             help="launch a run (trainer flags after --)",
             formatter_class=DefaultsFormatter,
+            epilog=TOKEN,
         )
     )
     rehearse = commands.add_parser(
@@ -126,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the jobs' environments, logs and the bucket go (not under /tmp; default: "
         "a new folder in /var/tmp)",
     )
-    add("--train-timeout", type=duration, default="15m", help="how long the trainer may take")
+    add("--train-timeout", type=LIFETIME_ARG, default="15m", help="how long the trainer may take")
     for name, sub in _commands(commands, common, (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
@@ -156,7 +165,11 @@ def _commands(
         (
             name,
             commands.add_parser(
-                name, parents=[common], help=text, formatter_class=DefaultsFormatter
+                name,
+                parents=[common],
+                help=text,
+                formatter_class=DefaultsFormatter,
+                epilog=TOKEN,
             ),
         )
         for name, text in table
@@ -174,7 +187,7 @@ def _fleet_commands(
     )
     sub = fleet.add_subparsers(dest="fleet_command", required=True)
     up = sub.add_parser(
-        "up", parents=[common], formatter_class=DefaultsFormatter,
+        "up", parents=[common], formatter_class=DefaultsFormatter, epilog=TOKEN,
         help="launch the fleet's replicas and its proxy job",
     )  # fmt: skip
     add_up_flags(up, fleet=True)

@@ -1,6 +1,7 @@
 """Job lifetimes as the Jobs API takes them. The duration flags themselves (``90s``, ``30m``,
-``1.5h``, ``2d``, a plain number of seconds) are read by ``replica_entry.helpformat.duration``,
-the one rule of every program's duration flags, ``rollout-proxy``'s settings included.
+``1.5h``, ``2d``, a plain number of seconds) are read by ``proxy.config.units``, the one parser
+of every program's durations, ``rollout-proxy``'s settings included; this module only writes a
+lifetime in the Jobs API's own form (its ``30m`` is not a display: ``--help`` shows ``30 min``).
 
 Lifetimes go to the Jobs API as whole seconds written with their unit (``format_duration``):
 huggingface_hub reads a string ending in ``s``, ``m``, ``h`` or ``d`` as that unit

@@ -70,7 +70,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
         where: list[str] = ["--discover", plan.replica_discovery]
     else:
         where = [
-            *("--replicas", ",".join(replica_urls)),
+            *("--replica-urls", ",".join(replica_urls)),
             *("--discover", f"hf-jobs:{REPLICAS_LABEL}={plan.run_name}"),
             *("--discover-namespace", plan.namespace),
         ]
@@ -147,7 +147,7 @@ def _private_target(plan: RunPlan) -> list[str]:
     if plan.topology == "job":
         return ["--proxy-url", Expanded(f"http://{alias_address('proxy')}:{PORT}")]
     return [
-        *("--sidecar-discover", plan.replica_discovery, "--replica-token-env", REPLICA_KEY_SECRET),
+        *("--discover", plan.replica_discovery, "--replica-token-env", REPLICA_KEY_SECRET),
         *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
     ]
 
@@ -165,7 +165,7 @@ def _public_target(plan: RunPlan, replica_urls: Sequence[str], proxy_url: str | 
         target = ["--proxy-url", proxy_url, "--proxy-token-env", TOKEN_SECRET]
     else:
         target = [
-            *("--sidecar-replicas", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
+            *("--replica-urls", ",".join(replica_urls), "--replica-token-env", TOKEN_SECRET),
             *("--sidecar-host", "0.0.0.0", "--sidecar-port", str(PORT)),
         ]
     return target

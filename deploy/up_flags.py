@@ -2,9 +2,11 @@
 which takes those that describe replicas and a proxy job): defined, checked (argparse's exit 2,
 naming the flag), and read into the ``RunPlan`` they describe.
 
-Durations are ``replica_entry.helpformat.duration``'s (``30m``, ``90s``, plain seconds); a
-flavor is one of huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than
-at the Hub.
+Durations are read by ``proxy.config.units`` (``30m``, ``90s``, plain seconds; a bare number
+under 60 is refused as a job's lifetime: ``--timeout 6`` meant hours); a flavor is one of
+huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than at the Hub.
+A count of replica jobs is ``--replica-count`` (``--replicas`` still works: it was the name before
+``--replica-urls`` became every program's list of replica URLs).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from deploy.clock import Clock
 from deploy.durations import whole_seconds
 from deploy.install import default_source, install_for
 from deploy.plan import Flavors, Images, RunPlan
-from replica_entry.helpformat import duration
+from proxy.config.units import LIFETIME, DurationArg
 
 # HF Jobs' flavors as huggingface_hub knows them (`hf jobs hardware` lists the live ones).
 FLAVORS = tuple(flavor.value for flavor in JobHardware)
@@ -43,7 +45,13 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     if fleet:
         _fleet_up_flags(up)
     else:
-        add("--replicas", type=int, help="number of vLLM replica jobs (required, but with --fleet)")
+        add(
+            "--replica-count",
+            "--replicas",
+            dest="replicas",
+            type=int,
+            help="number of vLLM replica jobs (required, but with --fleet)",
+        )
         add(
             "--topology",
             choices=["sidecar", "job"],
@@ -107,13 +115,18 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     )
     add(
         "--timeout",
-        type=duration,
+        type=DurationArg(bare=LIFETIME, positive=True),
         default="6h",
         help="the trainer's lifetime (90m, 6h; a plain number: seconds); jobs launched before "
         "it get the start-up waits (--ready-timeout per wave) on top",
     )
-    add("--ready-timeout", type=duration, default="30m", help="the wait for each wave of jobs")
-    add("--poll-interval", type=duration, default="5s", help="between status polls")
+    add(
+        "--ready-timeout",
+        type=DurationArg(positive=True),
+        default="30m",
+        help="the wait for each wave of jobs",
+    )
+    add("--poll-interval", type=DurationArg(positive=True), default="5s", help="between polls")
     if not fleet:
         add(
             "--trainer-nodes",
@@ -140,7 +153,14 @@ def fleet_lora_args(max_loras: int, max_lora_rank: int) -> tuple[str, ...]:
 def _fleet_up_flags(up: argparse.ArgumentParser) -> None:
     add = up.add_argument
     add("--fleet", required=True, help="the fleet's name: lowercase letters, digits, dashes")
-    add("--replicas", type=int, required=True, help="number of vLLM replica jobs")
+    add(
+        "--replica-count",
+        "--replicas",
+        dest="replicas",
+        type=int,
+        required=True,
+        help="number of vLLM replica jobs",
+    )
     add(
         "--max-loras",
         type=int,
@@ -204,9 +224,11 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if getattr(args, "shared", False) or args.fleet is not None:
         _check_fleet_args(parser, args)
     elif args.replicas is None:
-        parser.error("argument --replicas: required (but with --fleet, whose replicas it uses)")
+        parser.error(
+            "argument --replica-count: required (but with --fleet, whose replicas it uses)"
+        )
     if args.replicas is not None and args.replicas < 1:
-        parser.error(f"argument --replicas: must be at least 1 (got {args.replicas})")
+        parser.error(f"argument --replica-count: must be at least 1 (got {args.replicas})")
     if getattr(args, "trainer_nodes", 1) < 1:
         parser.error(f"argument --trainer-nodes: must be at least 1 (got {args.trainer_nodes})")
     if getattr(args, "trainer_nodes", 1) > 1 and args.network == "public":
@@ -242,9 +264,11 @@ def _check_fleet_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         return
     if args.command == "rehearse":  # the fleet is rehearsed with the run
         if args.replicas is None:
-            parser.error("argument --replicas: required: the fleet's, rehearsed with the run")
+            parser.error("argument --replica-count: required: the fleet's, rehearsed with the run")
     elif args.replicas is not None:
-        parser.error("argument --replicas: not with --fleet (the run uses the fleet's replicas)")
+        parser.error(
+            "argument --replica-count: not with --fleet (the run uses the fleet's replicas)"
+        )
     if args.topology is not None:
         parser.error("argument --topology: not with --fleet (the fleet's proxy job serves it)")
     if args.run_name is not None and len(args.run_name) > FLEET_RUN_MAX:

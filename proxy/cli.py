@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proxy import __version__
 from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
@@ -33,9 +32,7 @@ log = logging.getLogger("proxy")
 
 def parse_args(argv: Sequence[str]) -> dict[str, Any]:
     """Parse flags (``proxy.config.flags``: one per setting) into the settings the user gave."""
-    parser = build_parser()
-    parser.add_argument("--version", action="version", version=f"rollout-proxy {__version__}")
-    given = vars(parser.parse_args(list(argv)))
+    given = vars(build_parser().parse_args(list(argv)))
     return {key: value for key, value in given.items() if value is not None}
 
 
@@ -67,7 +64,9 @@ async def serve(settings: Settings) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        log.info("rollout-proxy listening on %s with %d replica(s)", url, len(settings.replicas))
+        log.info(
+            "rollout-proxy listening on %s with %d replica(s)", url, len(settings.replica_urls)
+        )
         print(f"proxy ready on {url}", flush=True)
         await stop.wait()
         log.info(
@@ -116,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return supervise(args, listener)
     soft, _ = raise_fd_limit()
     needed = settings.client.max_connections + 2 * settings.limits.max_inflight_per_replica * max(
-        len(settings.replicas), 1
+        len(settings.replica_urls), 1
     )
     if soft < needed:
         log.warning(

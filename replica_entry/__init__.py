@@ -7,6 +7,6 @@
 - ``--backend sim`` (``sim``): the simulated vLLM replica, vLLM's HTTP contract with a
   prefix-cache and latency model, for the tests, the benchmarks and the demo.
 
-``cli`` is the command line for both; ``helpformat``, the help of every entry point's flags (this
-one's, ``trainer_entry``'s and ``deploy``'s: each flag's default, ``--version``).
+``cli`` is the command line for both (its help, ``--version`` and unit flags are every program's:
+``proxy.config.programs``, ``proxy.config.units``).
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -23,10 +22,13 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, version_flag
+from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
+from proxy.config.units import DurationArg, SizeArg
 from replica_entry.sim import Faults, SimSettings, build_sim_app
+from replica_entry.vllm_backend import BACKENDS
 
 PROG = "rollout-replica"
+SECONDS = DurationArg()  # a flag named -s: a bare number is seconds, 50ms too
 
 _FAULT_FLAGS = ("unhealthy", "delay_s", "fail_status", "drop_mid_response", "mount_lag_s")
 
@@ -39,11 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     version_flag(parser)
     add = parser.add_argument
-    # `--backend vllm` never reaches this parser (see main), so only sim is a choice here.
+    # `--backend vllm` never reaches this parser (see main); it is listed all the same.
     add(
         "--backend",
         required=True,
-        choices=["sim"],
+        choices=BACKENDS,
         help="sim; `--backend vllm` has its own flags (see `--backend vllm --help`)",
     )
     add("--host", default="127.0.0.1", help="address to listen on")
@@ -57,15 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--cache-blocks", type=int, default=4096, help="prefix cache capacity in blocks")
     add("--max-num-seqs", type=int, default=0, help="requests run at once; more wait (0: any)")
     add("--kv-blocks", type=int, default=0, help="KV blocks running requests may hold (0: any)")
-    add(
-        "--api-key",
-        default=os.environ.get("VLLM_API_KEY"),
-        help="bearer key clients must send (default: $VLLM_API_KEY)",
-    )
+    add("--api-key", action=EnvDefault, env="VLLM_API_KEY", help="bearer key clients must send")
     add("--seed", type=int, default=0, help="seed of the generated tokens")
-    add("--prompt-token-s", type=float, default=0.0, help="seconds per uncached prompt token")
-    add("--gen-token-s", type=float, default=0.0, help="seconds per generated token")
-    add("--overhead-s", type=float, default=0.0, help="seconds per request")
+    add("--prompt-token-s", type=SECONDS, default=0.0, help="time per uncached prompt token")
+    add("--gen-token-s", type=SECONDS, default=0.0, help="time per generated token")
+    add("--overhead-s", type=SECONDS, default=0.0, help="time per request")
     add("--batch-factor", type=float, default=0.0, help="slowdown per other running request")
     add("--vocab-size", type=int, default=1000, help="token ids it generates from")
     receiver = parser.add_argument_group("adapter receiver (pushed adapters)")
@@ -80,14 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="store directory, emptied at start (default: a fresh one)",
     )
-    receiver.add_argument("--adapter-max-bytes", type=int, default=1 << 30, help="per adapter")
     receiver.add_argument(
-        "--adapter-store-max-bytes", type=int, default=8 << 30, help="the whole store"
+        "--adapter-max-bytes", type=SizeArg(), default=1 << 30, help="largest adapter it takes"
+    )
+    receiver.add_argument(
+        "--adapter-store-max-bytes", type=SizeArg(), default=8 << 30, help="all the store holds"
     )
     faults = parser.add_argument_group("faults")
     faults.add_argument("--unhealthy", action="store_true", help="/health answers 503")
     faults.add_argument(
-        "--delay-s", type=float, default=0.0, help="extra seconds before a generation starts"
+        "--delay-s", type=SECONDS, default=0.0, help="extra time before a generation starts"
     )
     faults.add_argument(
         "--fail-status", type=int, default=None, help="generation routes answer this status"
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="generations close the connection mid-answer",
     )
     faults.add_argument(
-        "--mount-lag-s", type=float, default=0.0, help="seconds a new adapter takes to appear"
+        "--mount-lag-s", type=SECONDS, default=0.0, help="time a new adapter takes to appear"
     )
     return parser
 

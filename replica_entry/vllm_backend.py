@@ -50,10 +50,16 @@ from importlib import metadata
 from pathlib import Path
 
 from adapter_receiver.store import claimable
+from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
+from proxy.config.units import DurationArg, SizeArg, show_bytes
 from proxy.fleet.addresses import is_loopback
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
+from replica_entry.receiver import DEFAULT_MAX_ADAPTER, DEFAULT_MAX_STORE
 
 PROG = "rollout-replica"
+# Every backend, listed by both parsers whichever is installed (`--backend vllm` without vLLM
+# says what to install, in one line).
+BACKENDS = ("sim", "vllm")
+WAIT = DurationArg(positive=True)
 
 # vLLM's LoRA kernels are compiled for these ranks only; anything else fails at start.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -194,7 +200,7 @@ def build_parser(
     )
     version_flag(parser)
     add = parser.add_argument
-    add("--backend", required=True, choices=["vllm"], help="vllm (sim: `--backend sim --help`)")
+    add("--backend", required=True, choices=BACKENDS, help="vllm (sim: `--backend sim --help`)")
     add("--model", required=True, help="Hub id or local directory")
     add("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 inside a job")
     add("--port", type=int, default=8000, help="port to listen on")
@@ -216,12 +222,10 @@ def build_parser(
         default=None,
         help="tokens per KV block; CPU build: a multiple of 32",
     )
-    add("--cpu-kvcache-gib", type=float, default=1.0, help="CPU build: VLLM_CPU_KVCACHE_SPACE")
-    add(
-        "--api-key",
-        default=None,
-        help="the key vLLM requires (default: $VLLM_API_KEY as inherited)",
-    )
+    add("--cpu-kvcache-gib", type=SizeArg(per=1 << 30), default=1.0,
+        help="CPU build: its KV cache, VLLM_CPU_KVCACHE_SPACE (a bare number: GiB)")  # fmt: skip
+    add("--api-key", action=EnvDefault, env="VLLM_API_KEY", read=False,
+        help="the key vLLM requires (else its own VLLM_API_KEY, as inherited)")  # fmt: skip
     add(
         "--adapter-receiver",
         action=argparse.BooleanOptionalAction,
@@ -239,18 +243,11 @@ def build_parser(
         default=None,
         help="receiver store (default: <tmp>/rollout-adapters-PORT)",
     )
-    add(
-        "--adapter-max-bytes",
-        type=int,
-        default=None,
-        help="receiver: bytes per adapter (default: 1 GiB)",
-    )
-    add(
-        "--adapter-store-max-bytes",
-        type=int,
-        default=None,
-        help="receiver: store bytes (default: 8 GiB)",
-    )
+    for flag, what, size in (
+        ("--adapter-max-bytes", "largest adapter it takes", DEFAULT_MAX_ADAPTER),
+        ("--adapter-store-max-bytes", "all its store holds", DEFAULT_MAX_STORE),
+    ):  # None: the receiver's own default (replica_entry.receiver)
+        add(flag, type=SizeArg(), help=f"receiver: {what} (default: {show_bytes(size)})")
     add(
         "--vllm-build",
         "--install",
@@ -260,7 +257,7 @@ def build_parser(
         help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
         "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
     )
-    add("--ready-timeout", type=duration, default="15m", help="how long to wait for /health")
+    add("--ready-timeout", type=WAIT, default="15m", help="how long to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
     return parser
 
@@ -296,10 +293,6 @@ def options_from_args(
             "argument --api-key: give it to replica_entry, before `--` (it travels in "
             "VLLM_API_KEY, which the adapter receiver checks too), or add --no-adapter-receiver"
         )
-    for name in ("adapter_max_bytes", "adapter_store_max_bytes"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            parser.error(f"argument --{name.replace('_', '-')}: must be positive (got {value})")
     if args.max_loras is not None and args.max_loras <= args.max_staleness:
         parser.error(
             f"argument --max-loras: must exceed --max-staleness ({args.max_staleness}) or TRL "

@@ -13,7 +13,7 @@ The command is the run's launcher, in this order:
    pushes each version from the local directory and copies it into ``<output_dir>/.vllm_lora``
    (the bucket the replicas mount) behind the sync:
 
-   - ``--sidecar-replicas URL[,URL...]``: the proxy beside the trainer in front of the
+   - ``--replica-urls URL[,URL...]``: the proxy beside the trainer in front of the
      replicas, watching the directory TRL saves into; it
      sends ``Authorization: Bearer $HF_TOKEN`` to the replicas (``--replica-token-env`` names
      another variable), as HF Jobs' exposed ports demand; ``--sidecar-host 0.0.0.0

@@ -14,7 +14,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from replica_entry.helpformat import DefaultsFormatter, OneLineParser, duration, version_flag
+from proxy.config.programs import DefaultsFormatter, OneLineParser, version_flag
+from proxy.config.units import DurationArg
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
 from trainer_entry.prompts import AUTO, instruction_for
 from trainer_entry.recipe import Recipe
@@ -24,6 +25,13 @@ from trainer_entry.templates import FAMILIES
 T = TypeVar("T")
 
 DESCRIPTION = "TRL's AsyncGRPOTrainer with a LoRA, on every GPU of the machine, through the proxy"
+EPILOG = (
+    "Variables: the replicas' token in HF_TOKEN (--replica-token-env names another; "
+    "PROXY_UPSTREAM_TOKEN, when set, wins), passed to the sidecar proxy; the variables "
+    "--proxy-token-env and --fleet-key-env name. Earlier flag names still work: "
+    "--sidecar-replicas (--replica-urls), --sidecar-discover (--discover), --server-timeout "
+    "(--ready-timeout)."
+)
 
 
 def build_parser(
@@ -34,6 +42,7 @@ def build_parser(
         prog="rollout-trainer",
         description=DESCRIPTION,
         formatter_class=DefaultsFormatter,
+        epilog=EPILOG,
     )
     version_flag(parser)
     add = parser.add_argument
@@ -78,7 +87,14 @@ def build_parser(
         default="none",
         help="TRL's trackers (wandb, trackio, ...); proxy figures too",
     )
-    add("--server-timeout", type=duration, default="4m", help="how long to wait for /health")
+    add(
+        "--ready-timeout",
+        "--server-timeout",
+        dest="server_timeout",
+        type=DurationArg(positive=True),
+        default="4m",
+        help="how long to wait for the proxy's /health",
+    )
     _topology_flags(parser)
     _world_flags(parser)
     _checkpoint_flags(parser)
@@ -88,16 +104,25 @@ def build_parser(
 
 def _topology_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "where the replicas are (node 0 only; one of --sidecar-replicas, --sidecar-discover, "
-        "--proxy-url)"
+        "where the replicas are (node 0 only; one of --replica-urls, --discover, --proxy-url)"
     )
     where = group.add_mutually_exclusive_group(required=True)
-    where.add_argument("--sidecar-replicas", default=None, help="replica URLs, comma-separated")
     where.add_argument(
-        "--sidecar-discover",
+        "--replica-urls",
+        "--sidecar-replicas",
+        dest="sidecar_replicas",
         default=None,
-        help="sidecar: find the replicas as the proxy's --discover does (dns:NAME:PORT: every "
-        "address NAME resolves to, e.g. an HF Jobs network group's alias)",
+        metavar="URLS",
+        help="a sidecar proxy in front of these replicas: their URLs, comma-separated",
+    )
+    where.add_argument(
+        "--discover",
+        "--sidecar-discover",
+        dest="sidecar_discover",
+        default=None,
+        metavar="SPEC",
+        help="a sidecar proxy that finds the replicas as the proxy's --discover does "
+        "(dns:NAME:PORT: every address NAME resolves to, e.g. an HF Jobs network group's alias)",
     )
     where.add_argument("--proxy-url", default=None, help="a proxy running elsewhere")
     add = group.add_argument
@@ -159,9 +184,10 @@ def _checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     add("--save-steps", type=int, default=defaults.save_steps, help="checkpoint every N steps")
     add(
         "--save-minutes",
-        type=float,
+        type=DurationArg(unit="min"),
         default=defaults.save_minutes,
-        help="also checkpoint once this many minutes passed since the last (0: never by time)",
+        help="also checkpoint once this long passed since the last (a bare number: minutes; "
+        "0: never by time)",
     )
     add("--save-total-limit", type=int, default=defaults.save_total_limit, help="the newest N kept")
     add(
@@ -321,7 +347,7 @@ def options_from_args(
         parser.error("argument --adapters-in-bucket: not with --adapters-local")
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
-        parser.error("argument --sidecar-replicas: give at least one URL")
+        parser.error("argument --replica-urls: give at least one URL")
     if args.sidecar_discover is not None:
         # Only here: proxy.config brings pydantic, and this parser imports nothing heavy.
         from proxy.config import parse_discover_spec
@@ -329,7 +355,7 @@ def options_from_args(
         try:
             parse_discover_spec(args.sidecar_discover)
         except ValueError as exc:
-            parser.error(f"argument --sidecar-discover: {exc}")
+            parser.error(f"argument --discover: {exc}")
     modules = tuple(m.strip() for m in args.lora_target_modules.split(",") if m.strip())
     return TrainerOptions(
         model=args.model,

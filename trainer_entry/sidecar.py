@@ -65,7 +65,7 @@ def sidecar_command(
     """The proxy in front of ``replicas`` (or those its ``--discover`` spec ``discover``
     finds), watching ``adapters_dir``, prefix routing; supervised, so a proxy that dies is
     restarted on the same port while the trainer keeps going."""
-    where = ("--discover", discover) if discover else ("--replicas", ",".join(replicas))
+    where = ("--discover", discover) if discover else ("--replica-urls", ",".join(replicas))
     return [
         *(sys.executable, "-m", "proxy", *where),
         *("--host", host, "--port", str(port)),
@@ -119,7 +119,7 @@ def relay_command(upstream: str, port: int, extra: Sequence[str] = ()) -> list[s
     answers TRL's pause and resume itself, as every proxy does: one round trip less per sync.
     Supervised, as the sidecar is: a relay that dies is restarted on the same socket."""
     return [
-        *(sys.executable, "-m", "proxy", "--replicas", upstream),
+        *(sys.executable, "-m", "proxy", "--replica-urls", upstream),
         *("--host", "127.0.0.1", "--port", str(port), "--supervise"),
         *extra,
     ]
@@ -153,10 +153,10 @@ def child_environment(environ: Mapping[str, str], extra: Mapping[str, str]) -> d
     no setting by: each is named in one line, with the closest setting, instead of stopping the
     run at start (the proxy refuses them when a user starts it, rightly; beside a trainer, a
     variable of the user's that only looks like one would end the run)."""
-    from proxy.config import flat_fields, unknown_variables
+    from proxy.config import accepted_names, unknown_variables
 
     merged = {**environ, **extra}
-    for variable, line in unknown_variables(flat_fields(), merged).items():
+    for variable, line in unknown_variables(accepted_names(), merged).items():
         log.warning("%s (not passed to the sidecar proxy)", line)
         del merged[variable]
     return merged

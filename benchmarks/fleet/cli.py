@@ -3,15 +3,18 @@
 Without ``--what-if``: the published run reproduced, then the grid (workloads x 2/8/16/64
 replicas x policies, each run with its lower bound, and the steady-state reference). With
 ``--what-if``: for the model, GPU and TRL settings given, the step time for
-1..``--max-replicas`` replicas and 1-4 steps' worth of rollouts in flight, and the smallest
+1..``--max-replica-count`` replicas and 1-4 steps' worth of rollouts in flight, and the smallest
 fleet within 5 % of the best. Every constant of the
 models is a flag (``--help``); ``--sync-s`` takes a measured sync time (e.g. from the sync
 suite or a real run), ``--sync-mode push --sync-push-s`` a push model; the sync's phases are
 ``--sync-pause-s --sync-barrier-s --sync-save-s --sync-push-s --sync-resume-s
 --sync-unload-s``, and ``--sync-frozen yes|no`` says whether the fleet stops generating during
-a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``. ``--runs K``
-(one layout, on ``--shared-replicas``) and ``--shared-grid`` (K 2, 4, 8 x 1..``--max-replicas``)
-compare K runs sharing one fleet with K separate fleets (``sharing.py``, issue #25).
+a sync (the trainer waits for it either way). Booleans are ``yes`` or ``no``; a ``-s`` flag
+takes seconds (``0.3``) or a unit (``300ms``). ``--run-count K`` (one layout, on
+``--shared-replica-count``) and ``--shared-grid`` (K 2, 4, 8 x 1..``--max-replica-count``)
+compare K runs sharing one fleet with K separate fleets (``sharing.py``, issue #25). A count of
+replicas or runs is ``-replica-count``/``-run-count`` here as in ``rollout-deploy``; the earlier
+names (``--max-replicas``, ``--runs``, ...) still work.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from benchmarks import report
 from benchmarks.fleet.advice import recommend
@@ -32,6 +35,8 @@ from benchmarks.fleet.waste_study import study
 from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, chart, lines, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
+from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from proxy.config.units import DurationArg, SizeArg
 
 # GPU: memory (GB), HBM bandwidth (TB/s), dense bf16 peak (TFLOP/s); vendor data sheets.
 GPUS = {
@@ -83,24 +88,24 @@ def yes_no(text: str) -> bool:
     return text == "yes"
 
 
+SECONDS = DurationArg()  # a model's ``_s`` field: seconds, or a unit (300ms)
+
+
 def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> None:
+    """A flag per field of ``cls`` (absent: None, so ``build`` keeps the base's value)."""
     group = parser.add_argument_group(cls.__name__)
     for field in dataclasses.fields(cls):
         dest = _dest(prefix, field.name)
         default: Any = field.default
         kind: Any = {int: int, float: float, str: str}.get(type(default), float)
+        shown = "none" if default is None else str(default)
         if isinstance(default, bool):
-            kind, default = yes_no, "yes" if default else "no"
+            kind, shown = yes_no, "yes" if default else "no"
+        elif field.name.endswith("_s"):
+            kind, shown = SECONDS, "none" if default is None else SECONDS.show(default)
         group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None,
                            choices=field.metadata.get("choices"),
-                           help=f"default {default}")  # fmt: skip
-
-
-class _Parser(argparse.ArgumentParser):
-    """Errors in one line naming the flag (the usage of ~40 flags would bury it)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+                           help=f"(default: {shown})")  # fmt: skip
 
 
 def build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
@@ -115,33 +120,39 @@ def build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m benchmarks fleet",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionDefaultsFormatter,
     )
+    version_flag(parser, "python -m benchmarks")
     add = parser.add_argument
     add("--quick", action="store_true", help="a smaller grid (under a minute)")
-    add("--json", type=Path, help="write the rows (with the environment) here")
-    add("--plot", type=Path, help="write PNG charts into this directory")
-    add("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)}")
-    add("--sizes", help="comma-separated fleet sizes (default 2,8,16,64)")
+    add("--json", type=Path, metavar="PATH", help="write the rows (with the environment) here")
+    add("--plot", type=Path, metavar="DIR", help="write PNG charts into this directory")
+    add("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)")
+    add("--sizes", help="comma-separated fleet sizes (default: 2,8,16,64; 2,8 with --quick)")
     add("--grid-pressure", type=float, default=1.5, help="grid: fleet time / trainer time")
     add("--what-if", action="store_true", help="how many replicas and what max_inflight_tasks")
-    add("--max-replicas", type=int, default=8, help="what-if: fleets of 1..this")
+    add("--max-replica-count", "--max-replicas", dest="max_replicas", type=int, metavar="N",
+        default=8, help="what-if: fleets of 1..this many replicas")  # fmt: skip
     add("--waste-study", action="store_true",
         help="can the proxy cut the waste of TRL's in-flight count (waste_study.py)")  # fmt: skip
-    add("--study-replicas", type=int, default=3, help="waste study: the fleet's size")
+    add("--study-replica-count", "--study-replicas", dest="study_replicas", type=int,
+        metavar="N", default=3, help="waste study: the fleet's replicas")  # fmt: skip
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
     add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
     add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
-    add("--runs", type=int, help="sharing: K runs on one fleet of --shared-replicas (#25)")
-    add("--share-runs", type=int,
+    add("--run-count", "--runs", dest="runs", type=int, metavar="N",
+        help="sharing: K runs on one fleet of --shared-replica-count (#25)")  # fmt: skip
+    add("--share-run-count", "--share-runs", dest="share_runs", type=int, metavar="N",
         help="what-if: whether K runs of this shape should share a fleet (advice.py)")  # fmt: skip
-    add("--shared-replicas", type=int, default=3, help="sharing: the shared fleet's size M")
+    add("--shared-replica-count", "--shared-replicas", dest="shared_replicas", type=int,
+        metavar="N", default=3, help="sharing: the shared fleet's replicas M")  # fmt: skip
     add("--shared-grid", action="store_true",
         help="sharing: K 2,4,8 x M 1..8, as given and with train_s doubled")  # fmt: skip
-    add("--separate-replicas", type=int, help="sharing: each separate fleet (default: what-if's)")
+    add("--separate-replica-count", "--separate-replicas", dest="separate_replicas", type=int,
+        metavar="N", help="sharing: each separate fleet's size (default: what-if's)")  # fmt: skip
     add("--trainer-gpus", type=int, default=2,
         help="what-if, sharing: GPUs of each run's trainer (deploy's h200x2)")  # fmt: skip
     add("--replica-gpus", type=int, default=1, help="what-if: GPUs of each replica")
@@ -155,8 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="what-if: the published sync (a frozen fleet, mount loads) as the base of the "
         "sync flags instead of this project's (a push, the fleet generating through it)",
     )
-    add("--params-b", type=float, help="what-if: model parameters, billions")
-    add("--kv-bytes-per-token", type=int, help="what-if: KV cache bytes per token")
+    add("--params-b", type=float, help="what-if: model parameters, billions (default: --model's)")
+    add("--kv-bytes-per-token", type=SizeArg(),
+        help="what-if: KV cache bytes per token (default: --model's)")  # fmt: skip
     _add_fields(parser, GpuModel)
     _add_fields(parser, TrainerModel)
     _add_fields(parser, SyncModel, "sync_")
@@ -169,9 +181,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.share_runs is not None:
         if not args.what_if or args.runs or args.shared_grid:
-            parser.error("argument --share-runs: with --what-if only (not --runs, --shared-grid)")
+            parser.error(
+                "argument --share-run-count: with --what-if only (not --run-count, --shared-grid)"
+            )
         if args.share_runs < 2:
-            parser.error(f"argument --share-runs: at least 2 runs (got {args.share_runs})")
+            parser.error(f"argument --share-run-count: at least 2 runs (got {args.share_runs})")
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     gpu = GpuModel()

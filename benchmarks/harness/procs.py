@@ -41,7 +41,7 @@ async def start_child(name: str, module: str, args: Sequence[str], port: int) ->
 async def start_proxy(replica_urls: Sequence[str], *flags: str) -> Child:
     """``python -m proxy`` on a free loopback port in front of ``replica_urls``, quiet logs."""
     port = free_port()
-    args = ["--port", str(port), "--replicas", ",".join(replica_urls), "--log-level", "warning"]
+    args = ["--port", str(port), "--replica-urls", ",".join(replica_urls), "--log-level", "warning"]
     return await start_child("proxy", "proxy", [*args, *flags], port)
 
 

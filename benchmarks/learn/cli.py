@@ -1,6 +1,6 @@
 """``python -m benchmarks learn [--steps N] [--legs fleet,direct] [--json OUT] [--plot DIR]``.
 
-Warms the tiny model up (``warm``; kept in ``--work`` and reused), then runs each leg with the
+Warms the tiny model up (``warm``; kept in ``--workdir`` and reused), then runs each leg with the
 same seed and recipe, printing every step's reward and ``kl`` as it comes, then each leg's
 verdict. Needs the heavy tier (vLLM CPU, TRL, torch): run it with the e2e venv's Python
 (``make e2e-venv``, then ``.venv-e2e/bin/python -m benchmarks learn``). About 3 minutes a leg
@@ -23,6 +23,7 @@ from benchmarks import report
 from benchmarks.learn.legs import DIRECT, FLEET, LegFailed, Outcome, run_leg
 from benchmarks.learn.task import dataset_rows
 from benchmarks.learn.verdict import KL_BOUND, judge
+from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
 
 LEGS = {"fleet": FLEET, "direct": DIRECT}
 # The recipe both legs train with: it lifts the reward from ~0.36 to ~0.77 in 30 steps (at lr
@@ -93,14 +94,33 @@ def plot(path: Path, outcomes: list[Outcome]) -> None:
     plt.close(fig)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="python -m benchmarks learn",
+        description=__doc__,
+        formatter_class=RawDescriptionDefaultsFormatter,
+    )
+    version_flag(parser, "python -m benchmarks")
+    add = parser.add_argument
+    add("--legs", default="fleet,direct", help="fleet, direct, or both")
+    add("--steps", type=int, default=RECIPE["steps"], help="training steps of each leg")
+    add("--seed", type=int, default=RECIPE["seed"], help="every leg's seed")
+    add(
+        "--workdir",
+        "--work",
+        dest="work",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where models and logs go (as rollout-deploy rehearse's; default: a new temp dir)",
+    )
+    add("--json", type=Path, metavar="PATH", help="write the results here")
+    add("--plot", type=Path, metavar="DIR", help="write learn_reward.png into this directory")
+    return parser
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks learn", description=__doc__)
-    parser.add_argument("--legs", default="fleet,direct", help="fleet, direct, or both")
-    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
-    parser.add_argument("--seed", type=int, default=RECIPE["seed"])
-    parser.add_argument("--work", type=Path, default=None, help="where models and logs go")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--plot", type=Path, help="write learn_reward.png into this directory")
+    parser = build_parser()
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.legs.split(",") if n.strip()]
     unknown = [n for n in names if n not in LEGS]

@@ -1,5 +1,5 @@
 """One leg of the learning benchmark: real vLLM CPU servers, the trainer (real TRL), and, for the
-fleet leg, the proxy beside the trainer (``--sidecar-replicas``, the mission's topology on one
+fleet leg, the proxy beside the trainer (``--replica-urls``, the mission's topology on one
 machine); for the direct leg, the trainer pointed straight at one vLLM server.
 
 Every process is started in its own session, dies with the benchmark (a lifeline: SIGTERM when
@@ -112,7 +112,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def trainer_argv(leg: Leg, urls: Sequence[str], settings: dict[str, Any], out: Path) -> list[str]:
     """The trainer's command for ``leg`` (``settings``: the run's model, data and recipe)."""
     where = (
-        ["--sidecar-replicas", ",".join(urls)]
+        ["--replica-urls", ",".join(urls)]
         if leg.via_proxy
         else ["--proxy-url", urls[0], "--adapters-in-bucket"]
     )

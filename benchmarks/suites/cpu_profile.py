@@ -96,7 +96,7 @@ async def run(requests: int, progress: Any) -> dict[str, Any]:
                 stack.append(replicas[-1])
             port = free_port()
             proxy_args = [
-                *("--port", str(port), "--replicas", ",".join(r.url for r in replicas)),
+                *("--port", str(port), "--replica-urls", ",".join(r.url for r in replicas)),
                 *("--log-level", "warning", "--max-inflight-per-replica", "128"),
             ]
             proxy = await start_child(

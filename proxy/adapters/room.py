@@ -177,7 +177,7 @@ def state_key(settings: Settings) -> str:
     replicas (or how it discovers them), its adapter sources and directories, its address."""
     a = settings.adapters
     identity = {
-        "replicas": sorted(settings.replicas),
+        "replicas": sorted(settings.replica_urls),
         "discover": [settings.discover, settings.discover_namespace],
         "adapters": [str(p) for p in (a.dir, a.bucket, a.local, a.mirror) if p is not None],
         "mount": a.mount_path,

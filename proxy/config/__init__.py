@@ -4,13 +4,14 @@ Precedence, highest first: command-line flags, ``PROXY_*`` environment variables
 ``--config``/``PROXY_CONFIG`` (TOML or JSON), the defaults. Every field is validated at start;
 a bad value stops start-up with a message naming where it came from (the flag, the variable, or
 the file's key), the value and what is allowed; so does a variable or key that is no setting.
-Durations and sizes take units (``units``). Secrets are ``SecretStr``: their values never reach
-a repr, a log line or an error message.
+Durations and sizes take units (``units``: the one parser of every program's). Secrets are
+``SecretStr``: their values never reach a repr, a log line or an error message.
 
 Modules: ``sections`` (what each component receives), ``settings`` (``Settings`` and its flat
 names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the
-environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser).
-It may import only ``proxy.routing`` of the proxy.
+environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser),
+``programs`` (what every program's command line shares: help with defaults and variables,
+``--version``). It may import only ``proxy.routing`` of the proxy (and its ``__version__``).
 """
 
 from proxy.config.errors import as_flag, describe_error, origins
@@ -24,7 +25,15 @@ from proxy.config.sections import (
     LoadSettings,
     UpstreamSettings,
 )
-from proxy.config.settings import Settings, env_name, field_of, flat_fields, flat_name
+from proxy.config.settings import (
+    ALIASES,
+    Settings,
+    accepted_names,
+    env_name,
+    field_of,
+    flat_fields,
+    flat_name,
+)
 from proxy.config.sources import check_environment, read_config_file, unknown_variables
 from proxy.config.specs import (
     DnsName,
@@ -37,6 +46,7 @@ from proxy.config.specs import (
 from proxy.config.units import Bytes, Seconds, parse_bytes, parse_seconds
 
 __all__ = [
+    "ALIASES",
     "MIB",
     "AdapterSettings",
     "Bytes",
@@ -49,6 +59,7 @@ __all__ = [
     "Seconds",
     "Settings",
     "UpstreamSettings",
+    "accepted_names",
     "as_flag",
     "build_parser",
     "check_environment",

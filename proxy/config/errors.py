@@ -1,8 +1,9 @@
 """A ``ValidationError`` in the user's words: one line per bad setting, naming where it came from.
 
 A flag's value names the flag and its variable (``--kv-high (PROXY_KV_HIGH)``, also when the
-source is no single setting: a section's own check); a variable's names the variable; a file's
-names the key as written and the file. Pydantic's wording for a union's tag and for an extra
+source is no single setting: a section's own check), with its earlier names
+(``--replica-urls/--replicas``); a variable's names the variable and a file's the key, each as
+written (an earlier name too), and the file. Pydantic's wording for a union's tag and for an extra
 input is replaced by what to do; secret values are never shown, nor a URL's credentials.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from proxy.config.settings import env_name, flat_fields, flat_name
+from proxy.config.settings import ALIASES, aliases_of, env_name, flat_fields, flat_name
 from proxy.config.sources import FlatEnvSource, read_config_file
 from proxy.config.specs import hide_credentials
 
@@ -23,23 +24,32 @@ _SECRET_FIELDS = {"api_key", "admin_key", "upstream_token", "token"}
 
 
 def as_flag(flat: str) -> str:
-    return f"--{flat.replace('_', '-')} ({env_name(flat)})"
+    flags = "/".join(f"--{name.replace('_', '-')}" for name in [flat, *aliases_of(flat)])
+    return f"{flags} ({env_name(flat)})"
+
+
+def _spelled(flat: str, given: Mapping[str, Any]) -> str | None:
+    """The name ``flat`` was given under in ``given`` (its own, or an earlier one), or None."""
+    return next((name for name in [flat, *aliases_of(flat)] if name in given), None)
 
 
 def origins(flags: Mapping[str, Any]) -> Callable[[str], str]:
     """Flat name -> where its value came from, by the sources' precedence (flags, variables,
     the file); read again here, after ``Settings`` has read them once without complaint."""
     try:
-        env = FlatEnvSource(flat_fields())()
+        env = FlatEnvSource(flat_fields(), ALIASES).as_written()
         config = flags.get("config") or env.get("config")
-        file = read_config_file(Path(config), flat_fields()) if config else {}
+        file = (
+            read_config_file(Path(config), flat_fields(), ALIASES, rename=False) if config else {}
+        )
     except ValueError:  # pragma: no cover - Settings would have raised it first
         env, file = {}, {}
 
     def where(flat: str) -> str:
-        if flat in flags or flat not in (env.keys() | file.keys()):
+        in_env, in_file = _spelled(flat, env), _spelled(flat, file)
+        if flat in flags or (in_env or in_file) is None:
             return as_flag(flat)
-        return env_name(flat) if flat in env else f"{flat} in {config}"
+        return env_name(in_env) if in_env is not None else f"{in_file} in {config}"
 
     return where
 

@@ -3,12 +3,15 @@ field's ``description``, its metavar and default read off the field's type, unit
 
 Written once, next to the setting, so ``--help``, the README's claims and the code cannot drift:
 a boolean is a ``--x/--no-x`` pair because its field is ``bool``; a ``Seconds`` field shows
-``SECONDS`` and ``60 s``; a None default shows the field's ``unset`` words, else ``none``.
+``SECONDS`` and ``60 s``; a None default shows the field's ``unset`` words, else ``none``. A
+setting's earlier names (``settings.ALIASES``) are more option strings of its flag, after its own
+(``--replica-urls URLS, --replicas URLS``), and named in its help.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, Union, get_args, get_origin
@@ -17,11 +20,13 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from proxy.config.settings import env_name, field_of, flat_fields
-from proxy.config.units import BYTES_FORMS, SECONDS_FORMS, Unit
+from proxy.config.programs import version_flag
+from proxy.config.settings import aliases_of, env_name, field_of, flat_fields
+from proxy.config.units import BYTES_FORMS, QUICK, SECONDS_FORMS, Unit
 
 EPILOG = (
-    f"SECONDS: {SECONDS_FORMS}. BYTES: {BYTES_FORMS}. "
+    f"SECONDS: {SECONDS_FORMS}; a probe's, an interval's or a connect time's bare number at most "
+    f"{QUICK.high:g} (500 meant as 500ms is refused, not read as 8 minutes). BYTES: {BYTES_FORMS}. "
     "An unknown PROXY_* variable or config-file key stops start-up (exit 2), naming the closest "
     "setting. 'rollout-proxy top [URL]' shows a running proxy live (rollout-proxy top --help)."
 )
@@ -93,8 +98,11 @@ def default(info: FieldInfo) -> str:
 
 
 def help_line(flat: str) -> str:
-    info = field_of(flat)
-    text = f"{info.description or ''} (default: {default(info)}) [env {env_name(flat)}]"
+    info, unit = field_of(flat), _unit(field_of(flat))
+    earlier = "".join(f"; earlier name: {old}" for old in aliases_of(flat))
+    if unit is not None and unit.bare.high < math.inf:
+        earlier += f"; a bare number: at most {unit.bare.high:g} s"
+    text = f"{info.description or ''}{earlier} (default: {default(info)}) [env {env_name(flat)}]"
     return text.replace("%", "%%").strip()
 
 
@@ -115,14 +123,18 @@ def build_parser() -> argparse.ArgumentParser:
         "view of a running proxy.",
         epilog=EPILOG,
     )
+    version_flag(parser)
     for name in flat_fields():
-        flag, info = "--" + name.replace("_", "-"), field_of(name)
+        flags, info = (
+            ["--" + flat.replace("_", "-") for flat in [name, *aliases_of(name)]],
+            field_of(name),
+        )
         if info.annotation is bool:
             parser.add_argument(
-                flag, action=argparse.BooleanOptionalAction, default=None, help=help_line(name)
+                *flags, action=argparse.BooleanOptionalAction, default=None, help=help_line(name)
             )
         else:
             parser.add_argument(
-                flag, dest=name, default=None, metavar=metavar(info), help=help_line(name)
+                *flags, dest=name, default=None, metavar=metavar(info), help=help_line(name)
             )
     return parser

@@ -13,10 +13,12 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from proxy.config.specs import split_bucket
-from proxy.config.units import Bytes, Seconds
+from proxy.config.units import Bytes, QuickSeconds, Seconds
 from proxy.routing.peek import DEFAULT_MAX_ELEMENTS
 
 PositiveSeconds = Annotated[Seconds, Field(gt=0)]
+# A probe's, an interval's or a connect time's: a bare number above 300 is refused (units.QUICK).
+QuickPositiveSeconds = Annotated[QuickSeconds, Field(gt=0)]
 MIB = 1 << 20
 _SECTION = ConfigDict(frozen=True, populate_by_name=True)
 
@@ -25,10 +27,10 @@ class HealthSettings(BaseModel):
     """Active health probing of each replica's ``/health``."""
 
     model_config = _SECTION
-    interval_s: PositiveSeconds = Field(
+    interval_s: QuickPositiveSeconds = Field(
         1.0, alias="health_interval", description="time between /health probes of each replica"
     )
-    timeout_s: PositiveSeconds = Field(
+    timeout_s: QuickPositiveSeconds = Field(
         2.0, alias="health_timeout", description="a probe not answered within this fails"
     )
     eject_after: int = Field(
@@ -75,7 +77,7 @@ class UpstreamSettings(BaseModel):
         description="bearer token added to every upstream request (HF Jobs ports need one)",
         json_schema_extra={"metavar": "TOKEN"},
     )
-    connect_timeout_s: PositiveSeconds = Field(
+    connect_timeout_s: QuickPositiveSeconds = Field(
         5.0, alias="connect_timeout", description="time to open a connection to a replica"
     )
     request_timeout_s: PositiveSeconds = Field(
@@ -129,7 +131,7 @@ class ClientSettings(BaseModel):
     keepalive_timeout_s: PositiveSeconds = Field(
         75.0, alias="client_keepalive_timeout", description="an idle client connection closes"
     )
-    head_timeout_s: PositiveSeconds = Field(
+    head_timeout_s: QuickPositiveSeconds = Field(
         10.0,
         alias="client_head_timeout",
         description="time for a request head from its first byte (else 408)",
@@ -236,8 +238,8 @@ class AdapterSettings(BaseModel):
     store_max_adapter_bytes: Bytes = Field(
         1 << 30,
         ge=1,
-        alias="adapter_store_max_adapter_bytes",
-        description="largest adapter the store takes",
+        alias="adapter_max_bytes",
+        description="largest adapter the store takes (rollout-replica's flag of the same name)",
     )
     store_max_bytes: Bytes = Field(
         8 << 30, ge=1, alias="adapter_store_max_bytes", description="all the store may hold"
@@ -282,7 +284,7 @@ class AdapterSettings(BaseModel):
         description="without a trainer's reference, versions a replica must look stale on "
         "before it is withheld",
     )
-    probe_timeout_s: PositiveSeconds = Field(
+    probe_timeout_s: QuickPositiveSeconds = Field(
         15.0, alias="probe_timeout", description="a probe not answered within this is retried"
     )
 
@@ -301,16 +303,16 @@ class LoadSettings(BaseModel):
     """Scraping each replica's own load figures from its ``/metrics`` (``fleet.load``)."""
 
     model_config = _SECTION
-    interval_s: Seconds = Field(
+    interval_s: QuickSeconds = Field(
         0.5,
         ge=0,
         alias="load_interval",
         description="time between scrapes of each replica's /metrics load figures (0: off)",
     )
-    timeout_s: PositiveSeconds = Field(
+    timeout_s: QuickPositiveSeconds = Field(
         1.0, alias="load_timeout", description="a scrape not answered within this fails"
     )
-    stale_s: PositiveSeconds = Field(
+    stale_s: QuickPositiveSeconds = Field(
         2.0,
         alias="load_stale",
         description="figures this old count as stale (routing then uses its own estimate)",

@@ -3,6 +3,13 @@
 Users name each setting flat (``--health-interval``, ``PROXY_HEALTH_INTERVAL``, ``health_interval``
 in the file): a section field's alias, a policy field's own name (``_FLAT``, read off the
 models). ``field_of`` finds the field behind a flat name, for ``--help`` and error messages.
+
+``ALIASES``: earlier names of settings renamed for one vocabulary across the programs (a list of
+replica URLs is ``replica_urls`` everywhere; ``--replicas`` is a count in ``rollout-deploy``).
+They keep working as flags, variables and file keys: each source renames them as it reads
+(``sources.rename_aliases``), so a source's precedence holds whichever name it used (a library
+alias would be resolved after the sources are merged: ``PROXY_REPLICAS`` would lose to a file's
+``replica_urls``); giving both names in one source is refused.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from proxy.config.sections import (
     LimitSettings,
     LoadSettings,
     PositiveSeconds,
+    QuickPositiveSeconds,
     UpstreamSettings,
 )
-from proxy.config.sources import FlatEnvSource, read_config_file
+from proxy.config.sources import FlatEnvSource, read_config_file, rename_aliases
 from proxy.config.specs import DnsName, JobsLabel, check_replica_url, parse_discover_spec
 from proxy.config.units import Seconds
 from proxy.routing.settings import PolicySettings, PrefixSettings
@@ -41,7 +49,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="forbid", frozen=True, validate_default=True)
 
-    replicas: Annotated[list[str], NoDecode] = Field(
+    replica_urls: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="comma-separated replica base URLs (http:// or https://)",
         json_schema_extra={"metavar": "URLS"},
@@ -95,7 +103,7 @@ class Settings(BaseSettings):
         "dns:NAME:PORT (every address NAME resolves to)",
         json_schema_extra={"metavar": "SPEC"},
     )
-    discover_interval: PositiveSeconds = Field(5.0, description="time between discovery looks")
+    discover_interval: QuickPositiveSeconds = Field(5.0, description="time between discovery looks")
     discover_namespace: str | None = Field(
         None,
         description="HF Jobs namespace that hf-jobs: discovery lists",
@@ -127,14 +135,14 @@ class Settings(BaseSettings):
     adapters: AdapterSettings = AdapterSettings()
     load: LoadSettings = LoadSettings()
 
-    @field_validator("replicas", "replica_hosts", mode="before")
+    @field_validator("replica_urls", "replica_hosts", mode="before")
     @classmethod
     def _split_replicas(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("replicas")
+    @field_validator("replica_urls")
     @classmethod
     def _check_urls(cls, urls: list[str]) -> list[str]:
         for url in urls:
@@ -189,11 +197,12 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Flags (init values), ``PROXY_*`` variables, the config file, each by flat name (the
         library's ``env_settings`` reads a section as JSON, ``PROXY_HEALTH``: left out)."""
-        env = FlatEnvSource(flat_fields())
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env]
-        config = init_settings().get("config") or env().get("config")
+        env = FlatEnvSource(flat_fields(), ALIASES)
+        given = rename_aliases(init_settings(), ALIASES, str)  # flags, or values given in code
+        sources: list[PydanticBaseSettingsSource] = [InitSettingsSource(settings_cls, given), env]
+        config = given.get("config") or env().get("config")
         if config:
-            values = read_config_file(Path(config), flat_fields())
+            values = read_config_file(Path(config), flat_fields(), ALIASES)
             sources.append(InitSettingsSource(settings_cls, values))
         return tuple(sources)
 
@@ -213,6 +222,11 @@ def _flat_names() -> dict[str, tuple[str, str]]:
 
 
 _FLAT = _flat_names()
+# Earlier name -> the setting's name (see the module docstring).
+ALIASES = {
+    "replicas": "replica_urls",
+    "adapter_store_max_adapter_bytes": "adapter_max_bytes",
+}
 _SECTIONS = {section for section, _ in _FLAT.values()}
 _FLAT_BY_PLACE = {place: flat for flat, place in _FLAT.items()}
 
@@ -224,6 +238,16 @@ def env_name(field: str) -> str:
 def flat_fields() -> list[str]:
     """Every flat setting name a user can give, in declaration order."""
     return [name for name in Settings.model_fields if name not in _SECTIONS] + list(_FLAT)
+
+
+def accepted_names() -> list[str]:
+    """Every flat name a source takes: the settings' and their earlier names (``ALIASES``)."""
+    return flat_fields() + list(ALIASES)
+
+
+def aliases_of(flat: str) -> list[str]:
+    """The earlier names of the setting ``flat``."""
+    return [old for old, new in ALIASES.items() if new == flat]
 
 
 def flat_name(loc: tuple[int | str, ...]) -> str:

@@ -1,6 +1,7 @@
 """Where settings come from besides flags: ``PROXY_*`` variables and the config file.
 
-Both are read by flat name and checked the same way: a name that is no setting stops start-up
+Both are read by flat name (or a setting's earlier name, renamed as read: ``rename_aliases``) and
+checked the same way: a name that is no setting stops start-up
 (exit 2) with the closest setting's name. An error, not a warning: a misspelled ``PROXY_POLCY``
 ignored would leave the default running where the user asked for something else, as a
 misspelled key in the file would. The values stay as written (strings, TOML's types) for
@@ -13,7 +14,7 @@ import difflib
 import json
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +48,42 @@ def check_environment(names: Iterable[str], environ: Mapping[str, str] | None = 
         raise ValueError("\n".join(lines))
 
 
+def rename_aliases(
+    values: Mapping[str, Any], aliases: Mapping[str, str], shown: Callable[[str], str]
+) -> dict[str, Any]:
+    """``values`` with each earlier name (``aliases``: old -> new) renamed; ValueError when one
+    source gives a setting under both names (``shown``: how the source spells a name)."""
+    renamed = dict(values)
+    for old, new in aliases.items():
+        if old in renamed:
+            if new in renamed:
+                raise ValueError(
+                    f"{shown(old)} and {shown(new)} are one setting ({shown(old)} is its earlier "
+                    f"name): give {shown(new)} only"
+                )
+            renamed[new] = renamed.pop(old)
+    return renamed
+
+
 class FlatEnvSource(EnvSettingsSource):
     """``PROXY_<FLAT NAME>`` variables, found by the library's env source on a model of every flat
     name typed ``str``: matched case-sensitively, as ``os.environ`` is on Linux (its default would
-    take ``proxy_port`` too), values left strings, keys made flat. Unknown names are refused."""
+    take ``proxy_port`` too), values left strings, keys made flat, earlier names (``aliases``)
+    renamed. Unknown names are refused."""
 
-    def __init__(self, names: Iterable[str]) -> None:
-        self.names = list(names)
+    def __init__(self, names: Iterable[str], aliases: Mapping[str, str] | None = None) -> None:
+        self.aliases = dict(aliases or {})
+        self.names = [*names, *self.aliases]
         model = _flat_model(tuple(name.upper() for name in self.names))
         super().__init__(model, env_prefix=PREFIX, case_sensitive=True)
 
-    def __call__(self) -> dict[str, Any]:
+    def as_written(self) -> dict[str, Any]:
+        """The variables by the flat name they were given under (earlier names not renamed)."""
         check_environment(self.names)
         return {name.lower(): value for name, value in super().__call__().items()}
+
+    def __call__(self) -> dict[str, Any]:
+        return rename_aliases(self.as_written(), self.aliases, lambda name: PREFIX + name.upper())
 
 
 _MODELS: dict[tuple[str, ...], type[BaseSettings]] = {}
@@ -73,8 +97,15 @@ def _flat_model(fields: tuple[str, ...]) -> type[BaseSettings]:
     return _MODELS[fields]
 
 
-def read_config_file(path: Path, names: Iterable[str]) -> dict[str, Any]:
-    """Load a TOML or JSON config file of flat setting names. Raises ValueError with the reason.
+def read_config_file(
+    path: Path,
+    names: Iterable[str],
+    aliases: Mapping[str, str] | None = None,
+    *,
+    rename: bool = True,
+) -> dict[str, Any]:
+    """Load a TOML or JSON config file of flat setting names (or earlier ones, ``aliases``: renamed
+    unless ``rename`` is false). Raises ValueError with the reason.
 
     Read here, not by the library's ``TomlConfigSettingsSource``/``JsonConfigSettingsSource``:
     they skip a missing file, take an empty JSON file for no settings and raise the parser's error
@@ -89,8 +120,14 @@ def read_config_file(path: Path, names: Iterable[str]) -> dict[str, Any]:
         raise ValueError(f"config file {path} is not valid TOML/JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold a table of settings")
-    known = list(names)
+    aliases = aliases or {}
+    known = [*names, *aliases]
     unknown = [_unknown("setting", key, known) for key in sorted(set(data) - set(known))]
     if unknown:
         raise ValueError(f"config file {path}: " + f"\nconfig file {path}: ".join(unknown))
-    return data
+    if not rename:
+        return data
+    try:
+        return rename_aliases(data, aliases, str)
+    except ValueError as exc:
+        raise ValueError(f"config file {path}: {exc}") from None

@@ -10,12 +10,11 @@ Press ``q`` to quit the live view.
 
 Token: ``Authorization: Bearer`` from the environment, never a flag's value: ``HF_TOKEN`` for an
 HF Jobs URL (``*.hf.jobs``, whose edge demands it), ``PROXY_API_KEY`` otherwise (the proxy's own
-``--api-key``); ``--token-env VAR`` names another variable.
+``--api-key``); ``--proxy-token-env VAR`` names another variable. Flags: ``console.flags``.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import os
@@ -31,9 +30,9 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from proxy.console.figures import Samples, figures, parse
+from proxy.console.flags import build_parser
 from proxy.console.view import Snapshot, live_view, plain
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 FETCH_TIMEOUT_S = 10.0
 
 
@@ -171,16 +170,7 @@ async def _once(reader: Reader) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="rollout-proxy top", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "url", nargs="?", default=DEFAULT_URL, help=f"HOST:PORT or a URL (default {DEFAULT_URL})"
-    )
-    parser.add_argument("--once", action="store_true", help="print one snapshot and exit")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
-    parser.add_argument("--token-env", default=None, help="variable holding the bearer token")
-    args = parser.parse_args(list(argv))
-    if args.interval <= 0:
-        parser.error("argument --interval: must be > 0")
+    args = build_parser().parse_args(list(argv))
     try:
         url = proxy_url(args.url)
     except ValueError as exc:

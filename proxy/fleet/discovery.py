@@ -14,7 +14,7 @@ New URLs join the pool PENDING: the health loop probes them and pushes the adapt
 them before they take traffic, so an address that does not answer is simply never routable. A
 discovered replica the source no longer lists is drained, then removed once its in-flight
 requests are done. A lookup that fails (the Hub unreachable, a name that does not resolve)
-changes nothing and is logged once until it succeeds again. Replicas given with ``--replicas``
+changes nothing and is logged once until it succeeds again. Replicas given with ``--replica-urls``
 are never removed by discovery.
 """
 

@@ -59,7 +59,7 @@ class HostAllowlist:
         if settings.replica_hosts:
             return cls(tuple(p.lower() for p in settings.replica_hosts))
         return cls.default(
-            settings.replicas,
+            settings.replica_urls,
             discovering=isinstance(settings.discover_source, JobsLabel),
             listen_host=settings.host,
         )

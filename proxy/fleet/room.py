@@ -51,7 +51,7 @@ def members(
 ) -> Members:
     """The pool (``followers``: told of each of its changes; ``grace_s``: how long the fleet
     may be dark before it is an outage), the client, the replicas' views."""
-    pool = ReplicaPool(settings.replicas, clock=clock, followers=followers, grace_s=grace_s)
+    pool = ReplicaPool(settings.replica_urls, clock=clock, followers=followers, grace_s=grace_s)
     client = UpstreamClient(settings.upstream)
     return Members(pool, client, FleetInfo(client, pool))
 

@@ -19,11 +19,15 @@ JOBS_SUFFIX = ".hf.jobs"  # an exposed HF Jobs port: it answers 401 without a be
 def startup_warnings(settings: Settings) -> list[str]:
     """The warnings for ``settings``, in the order they are logged."""
     warnings = []
-    if not settings.replicas and settings.discover_source is None:
-        where = "--replicas or the admin API" if settings.admin_key is not None else "--replicas"
+    if not settings.replica_urls and settings.discover_source is None:
+        where = (
+            "--replica-urls or the admin API"
+            if settings.admin_key is not None
+            else "--replica-urls"
+        )
         warnings.append(f"no replicas configured: add some with {where}")
     if settings.upstream.token is None:
-        jobs = [url for url in settings.replicas if _is_jobs(url)]
+        jobs = [url for url in settings.replica_urls if _is_jobs(url)]
         if jobs:
             warnings.append(
                 f"{', '.join(jobs)}: HF Jobs' exposed ports answer 401 without a token; "

@@ -125,7 +125,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "&& (python3 -c 'import kernels' ||" in script
     # The sidecar finds the replicas at their alias, which the job's shell expands.
     assert (
-        '--sidecar-discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
+        '--discover "dns:${HF_NETWORK_GROUP_PREFIX}replica:8000" '
         "--replica-token-env VLLM_API_KEY --sidecar-host 0.0.0.0 --sidecar-port 8000 "
         f"--proxy-arg=--adapter-push --output-dir /lora/{run} --dataset openai/gsm8k "
         "--max-steps 500"
@@ -159,7 +159,9 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (
         "/mnt/b/exp1/code/rollout_proxy-0.1.0-py3-none-any.whl && exec python3 -m proxy" in script
     )
-    assert "--host 0.0.0.0 --port 8000 --replicas 'https://<exp1-replica-0 job id>--8000" in script
+    assert (
+        "--host 0.0.0.0 --port 8000 --replica-urls 'https://<exp1-replica-0 job id>--8000" in script
+    )
     assert script.endswith(
         " --discover hf-jobs:rollout-replicas=exp1 --discover-namespace team"
         " --adapters-dir /mnt/b/exp1/.vllm_lora --state-dir /mnt/b/exp1/.proxy-state"
@@ -214,7 +216,7 @@ def test_image_code_runs_the_entry_points_directly(monkeypatch: pytest.MonkeyPat
     [
         ("--bucket", "no-namespace", "must look like NAMESPACE/BUCKET"),
         ("--run-name", "Bad_Name", "--run-name: 1-40 lowercase letters"),
-        ("--replicas", "0", "--replicas: must be at least 1"),
+        ("--replica-count", "0", "--replica-count: must be at least 1"),
         ("--mount-path", "lora", "--mount-path: must be absolute"),
         ("--attempts", "0", "--attempts: must be at least 1 (got 0)"),
     ],

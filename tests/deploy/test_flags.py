@@ -1,5 +1,5 @@
 """``deploy up``'s flags as users write them: every duration flag takes ``30m``, ``90s``, ``1h``
-or a plain number of seconds (one parser, ``deploy.durations``), and a flavor HF Jobs does not
+or a plain number of seconds (one parser, ``proxy.config.units``), and a flavor HF Jobs does not
 have stops at the command line with the list, before any plan is made."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from deploy.cli import Runtime, build_parser, main
 from deploy.up_flags import FLAVORS
-from replica_entry.helpformat import duration
+from proxy.config.units import DurationArg
 from tests.deploy.conftest import TRAINER_ARGS
 from tests.deploy.test_dry_run import ARGS, dry_run
 from tests.support.clock import SteppingClock as FakeClock
@@ -22,7 +22,8 @@ DURATION_FLAGS = (
     ("rehearse", "--ready-timeout"),
     ("rehearse", "--train-timeout"),
 )
-UP = ("--bucket", "team/rl", "--model", "m", "--replicas", "1")
+UP = ("--bucket", "team/rl", "--model", "m", "--replica-count", "1")
+duration = DurationArg(positive=True)  # every timeout flag's rule
 
 
 def _parsed(command: str, flag: str, value: str) -> float:

@@ -87,11 +87,11 @@ def test_a_run_on_a_fleet_is_its_trainer_alone_at_its_own_path(
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (("up", "--fleet", "f1", *BUCKET, "--replicas", "2"), "--replicas: not with --fleet"),
+        (("up", "--fleet", "f1", *BUCKET, "--replicas", "2"), "--replica-count: not with --fleet"),
         (("up", "--fleet", "f1", *BUCKET, "--topology", "job"), "--topology: not with --fleet"),
         (("up", "--fleet", "f1", *BUCKET, "--network", "public"), "--network: a shared fleet"),
         (("up", "--fleet", "f1", *BUCKET, "--run-name", "a" * 27), "at most 26 characters"),
-        (("up", *BUCKET), "--replicas: required (but with --fleet"),
+        (("up", *BUCKET), "--replica-count: required (but with --fleet"),
         ((*FLEET_UP, "--network", "public"), "--network: a shared fleet"),
         ((*FLEET_UP, "--max-loras", "1"), "--max-loras: at least 2 (got 1)"),
         (("fleet", "up", "--fleet", "F1", *BUCKET, "--replicas", "1"), "--fleet: 1-40 lower"),

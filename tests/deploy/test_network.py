@@ -27,7 +27,7 @@ def test_public_network_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--adapter-receiver --receiver-without-key " in replica["command"][2]
     assert trainer["secrets"] == {"HF_TOKEN": "***"}
     assert (
-        "--sidecar-replicas 'https://<pub-replica-0 job id>--8000.hf.jobs,"
+        "--replica-urls 'https://<pub-replica-0 job id>--8000.hf.jobs,"
         "https://<pub-replica-1 job id>--8000.hf.jobs' --replica-token-env HF_TOKEN "
         "--sidecar-host 0.0.0.0 --sidecar-port 8000 --proxy-arg=--adapter-push "
         "--output-dir /lora/pub"

@@ -34,7 +34,7 @@ from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_
 from deploy.specs import JobSpec
 from deploy.status import proxy_figures
 from deploy.wheel import Runner, build_wheel, publish_wheel
-from replica_entry.helpformat import duration
+from proxy.config.units import DurationArg
 
 NOT_YET = Assessment(False, "/health not ready yet (HTTP 503)")
 
@@ -254,6 +254,7 @@ def test_the_replica_image_is_the_vllm_the_e2e_tier_tests() -> None:
 
 @pytest.mark.parametrize("text", ["90m", "6h", "1.5h", "3600s", "2d", "0.5m", "45s"])
 def test_durations_read_as_the_client_reads_them(text: str) -> None:
+    duration = DurationArg(positive=True)
     """``duration`` (every duration flag's type) reads a unit as huggingface_hub does
     (``_create_job_spec``); ``format_duration`` writes what the client reads back to the same
     seconds."""

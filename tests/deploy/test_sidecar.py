@@ -127,7 +127,7 @@ def test_a_remote_proxy_is_always_reached_through_a_local_relay(
         assert url != remote
         assert _decided(url)["routable"] is True
     (relay,) = launched
-    assert relay[relay.index("--replicas") + 1] == remote
+    assert relay[relay.index("--replica-urls") + 1] == remote
 
 
 def _landed(path: Path, timeout_s: float = 20.0) -> None:

@@ -49,7 +49,7 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     assert trainer["volumes"][0]["readOnly"] is False
     assert trainer["volumes"][0]["mountPath"] == "/lora"
     assert trainer["expose"]["ports"] == [8000]
-    assert f"--sidecar-replicas {urls[0]},{urls[1]}" in trainer["command"][2]
+    assert f"--replica-urls {urls[0]},{urls[1]}" in trainer["command"][2]
     assert "--output-dir /lora/r1 --dataset d --max-steps 500" in trainer["command"][2]
     assert "--no-deps /lora/r1/code/rollout_proxy-" in trainer["command"][2]
     assert "r1-replica-1 (000000000000000066500002): SCHEDULING" in result.out
@@ -107,7 +107,7 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
         "readOnly": False,
     }
     assert proxy["expose"]["ports"] == [8000]
-    assert f"--replicas {urls[0]},{urls[1]}" in proxy["command"][2]
+    assert f"--replica-urls {urls[0]},{urls[1]}" in proxy["command"][2]
     assert "--adapters-dir /lora/r1/.vllm_lora" in proxy["command"][2]
     trainer = stand.hub.named("r1-trainer").spec["command"][2]
     assert f"--proxy-url {proxy_url} --proxy-token-env HF_TOKEN" in trainer

@@ -45,7 +45,8 @@ def workdir() -> Iterator[Path]:
 
 def _readme_plan(*changes: str) -> list[str]:
     argv = deploy_commands("up", in_section="Run on HF Jobs")[0]  # the run the README launches
-    argv[argv.index("--replicas") + 1] = "1"
+    count = next(flag for flag in ("--replica-count", "--replicas") if flag in argv)
+    argv[argv.index(count) + 1] = "1"
     split = argv.index("--")
     return [*argv[:split], *changes, *argv[split:]]
 

@@ -47,8 +47,8 @@ def test_a_port_in_use_is_one_line_and_exit_2_never_restarted(
 @pytest.mark.parametrize(
     ("admin", "hint"),
     [
-        ((), "add some with --replicas\n"),
-        (("--admin-key", "k"), "add some with --replicas or the admin API\n"),
+        ((), "add some with --replica-urls\n"),
+        (("--admin-key", "k"), "add some with --replica-urls or the admin API\n"),
     ],
     ids=["without-admin", "with-admin"],
 )

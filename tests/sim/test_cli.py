@@ -73,12 +73,13 @@ def test_a_bad_value_exits_2_naming_the_flag(
     assert flag in capsys.readouterr().err
 
 
-def test_the_sim_parser_takes_only_the_sim_backend(capsys: pytest.CaptureFixture[str]) -> None:
-    # `--backend vllm` is dispatched before this parser, to replica_entry.vllm_backend.
+def test_a_misspelled_backend_lists_every_backend(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--backend vllm` is dispatched before this parser, to replica_entry.vllm_backend; a typo
+    # reaches it, and must not hide vllm (the choices once read "choose from 'sim'").
     with pytest.raises(SystemExit) as exc:
-        build_parser().parse_args(["--backend", "vllm"])
+        build_parser().parse_args(["--backend", "vlm"])
     assert exc.value.code == 2
-    assert "--backend" in capsys.readouterr().err
+    assert "invalid choice: 'vlm' (choose from 'sim', 'vllm')" in capsys.readouterr().err
 
 
 READY = re.compile(r"^replica ready on (http://[\d.]+:\d+) \(model (\S+)\)$")

@@ -12,7 +12,7 @@ from proxy.cli import load_settings
 def test_defaults_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROXY_PORT", raising=False)
     settings = load_settings(["--replicas", "http://a:1, https://b/", "--queue-timeout", "2.5"])
-    assert settings.replicas == ["http://a:1", "https://b"]
+    assert settings.replica_urls == ["http://a:1", "https://b"]
     assert settings.limits.queue_timeout_s == 2.5
     assert settings.limits.max_inflight_per_replica == 128
     assert settings.upstream.request_timeout_s == 900
@@ -54,7 +54,7 @@ def test_config_file_is_lowest_precedence(tmp_path: Path, monkeypatch: pytest.Mo
     config = tmp_path / "proxy.toml"
     config.write_text('port = 7000\nqueue_size = 5\nreplicas = ["http://x:1"]\n')
     settings = load_settings(["--config", str(config), "--queue-size", "6"])
-    assert (settings.port, settings.limits.queue_size, settings.replicas) == (
+    assert (settings.port, settings.limits.queue_size, settings.replica_urls) == (
         7000,
         6,
         ["http://x:1"],

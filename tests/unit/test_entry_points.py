@@ -19,9 +19,9 @@ import pytest
 
 import proxy
 from deploy import cli as deploy_cli
+from proxy.config.units import DurationArg
 from replica_entry import cli as replica_cli
 from replica_entry import vllm_backend
-from replica_entry.helpformat import duration
 from trainer_entry import cli as trainer_cli
 from trainer_entry import flags as trainer_flags
 from trainer_entry.launch import MissingExtra, check_trainer_packages
@@ -84,8 +84,8 @@ def test_every_timeout_flag_takes_durations_as_users_write_them(
     timeouts = [a for a in parser._actions if a.dest.endswith(("timeout", "interval"))]
     for action in timeouts:
         flag = action.option_strings[0]
-        assert action.type is duration, f"{parser.prog} {flag} takes no units"
-        assert isinstance(action.default, str) and duration(action.default) > 0, flag
+        assert isinstance(action.type, DurationArg), f"{parser.prog} {flag} takes no units"
+        assert isinstance(action.default, str) and action.type(action.default) > 0, flag
 
 
 @pytest.mark.parametrize("prog", PARSERS)

@@ -13,7 +13,7 @@ from proxy.config import build_parser, field_of, flat_fields, parse_bytes, parse
 
 
 def setting_actions() -> list[argparse.Action]:
-    return [action for action in build_parser()._actions if action.dest != "help"]
+    return [a for a in build_parser()._actions if a.dest not in ("help", "version")]
 
 
 def test_every_flag_has_a_line_of_help_its_default_and_its_variable() -> None:
@@ -39,7 +39,7 @@ def test_every_flag_has_a_line_of_help_its_default_and_its_variable() -> None:
         ("--tls-verify", "(default: on)"),
         ("--supervise", "(default: off)"),
         ("--port", "(default: 8000)"),
-        ("--replicas", "(default: none)"),
+        ("--replica-urls", "(default: none)"),
         ("--policy", "(default: prefix)"),
         ("--load-factor", "(default: 1.25)"),
     ],
@@ -62,7 +62,7 @@ def test_a_shown_duration_or_size_reads_back_as_the_default() -> None:
 @pytest.mark.parametrize(
     ("flag", "metavar"),
     [
-        ("--replicas", "URLS"),
+        ("--replica-urls", "URLS"),
         ("--queue-timeout", "SECONDS"),
         ("--max-body-bytes", "BYTES"),
         ("--adapter-push-rate", "BYTES"),

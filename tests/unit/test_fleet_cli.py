@@ -69,9 +69,9 @@ def test_the_sync_phases_and_frozen_are_flags() -> None:
         (["--sync-frozen", "maybe"], "--sync-frozen"),
         (["--sync-mode", "rsync"], "--sync-mode"),
         (["--sync-mode", "pushh"], "--sync-mode"),  # a typo is refused, not run as "mount"
-        (["--quick", "--share-runs", "2"], "with --what-if only"),
-        (["--what-if", "--share-runs", "2", "--runs", "2"], "with --what-if only"),
-        (["--what-if", "--share-runs", "1"], "at least 2 runs (got 1)"),
+        (["--quick", "--share-run-count", "2"], "with --what-if only"),
+        (["--what-if", "--share-run-count", "2", "--run-count", "2"], "with --what-if only"),
+        (["--what-if", "--share-run-count", "1"], "at least 2 runs (got 1)"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_flag(

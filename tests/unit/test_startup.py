@@ -34,8 +34,11 @@ def test_with_a_token_there_is_nothing_to_say() -> None:
 @pytest.mark.parametrize(
     ("given", "hint"),
     [
-        ({}, "no replicas configured: add some with --replicas"),
-        ({"admin_key": "k"}, "no replicas configured: add some with --replicas or the admin API"),
+        ({}, "no replicas configured: add some with --replica-urls"),
+        (
+            {"admin_key": "k"},
+            "no replicas configured: add some with --replica-urls or the admin API",
+        ),
     ],
 )
 def test_the_no_replica_hint_names_only_what_this_proxy_offers(
