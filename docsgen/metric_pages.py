@@ -21,13 +21,15 @@ from docsgen.cli_pages import cell, code
 # The suffix each type's samples carry in the text format (prometheus_client's family names
 # omit it): what a user greps /metrics for.
 SAMPLE_SUFFIX = {"counter": "_total", "info": "_info"}
+# The type the text format writes for a family's type (prometheus_client's generate_latest).
+EXPOSED_TYPE = {"info": "gauge", "stateset": "gauge", "gaugehistogram": "histogram"}
 _NOT_LABELS = {"le", "quantile"}
 
 
 @dataclass(frozen=True)
 class FamilyRow:
     name: str  # as scraped: a counter with its _total
-    type: str
+    type: str  # as the text format writes it
     help: str
     labels: tuple[str, ...]
 
@@ -59,7 +61,8 @@ async def _collect(store: Path) -> list[FamilyRow]:
             for sample in metric.samples:
                 labels.update(dict.fromkeys(k for k in sample.labels if k not in _NOT_LABELS))
             name = metric.name + SAMPLE_SUFFIX.get(metric.type, "")
-            rows.append(FamilyRow(name, metric.type, metric.documentation, tuple(labels)))
+            shown = EXPOSED_TYPE.get(metric.type, metric.type)
+            rows.append(FamilyRow(name, shown, metric.documentation, tuple(labels)))
         return rows
     finally:
         await runner.cleanup()

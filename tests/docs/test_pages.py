@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 
+from docsgen.metric_pages import families
 from proxy.insight import advisor
 from tests.console.test_top import top
 from tests.support.docs import ROOT, blocks, section
@@ -105,3 +106,24 @@ async def test_tops_example_has_the_shape_top_prints() -> None:
     lines, header = _shape(out)
     shown_lines, shown_header = _shape(shown)
     assert (shown_lines, shown_header) == (lines, header)
+
+
+def _label_names(text: str) -> set[str]:
+    """The label names a cell of the metrics table gives: its code spans outside parentheses."""
+    while re.search(r"\([^()]*\)", text):
+        text = re.sub(r"\([^()]*\)", "", text)
+    return set(re.findall(r"`(\w+)`", text.split(":")[0]))
+
+
+def test_the_metrics_table_gives_each_family_its_type_and_labels() -> None:
+    exported = {row.name: row for row in families()}
+    rows = 0
+    for line in section("docs/operations.md", "Metrics").splitlines():
+        if not line.startswith("| `rollout_proxy_"):
+            continue
+        names, kind, labels = (cell.strip() for cell in line.split("|")[1:4])
+        for name in re.findall(r"`(rollout_proxy_\w+)`", names):
+            rows += 1
+            assert kind == exported[name].type, name
+            assert _label_names(labels) == set(exported[name].labels), name
+    assert rows == len(exported)

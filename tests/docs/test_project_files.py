@@ -9,7 +9,7 @@ import subprocess
 import tomllib
 
 from proxy import __version__
-from tests.support.docs import ROOT
+from tests.support.docs import ROOT, section, table_first_cells
 
 # A run's recorded environment names the version it ran (benchmarks/results/*.json): history,
 # not a second source. The changelog names every version by design.
@@ -50,3 +50,13 @@ def test_no_other_file_writes_the_version() -> None:
     ).stdout.split()
     assert listed, "git grep found not even pyproject.toml"
     assert [path for path in listed if not path.startswith(MAY_NAME_THE_VERSION)] == []
+
+
+def test_the_readmes_extras_table_lists_every_extra() -> None:
+    install = section("README.md", "Install")
+    listed = {
+        name for cell in table_first_cells(install) for name in re.findall(r"`([\w-]+)`", cell)
+    }
+    extras = _project()["optional-dependencies"]
+    assert isinstance(extras, dict)
+    assert listed == set(extras)
