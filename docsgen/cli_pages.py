@@ -4,8 +4,10 @@ One table per parser (per argument group where it has titled groups), a row per 
 spellings, the value it takes, its default as ``--help`` shows it and its environment variable.
 ``rollout-proxy``'s rows come from the settings' fields (``proxy.config``: the description, the
 default as the flag shows it, ``PROXY_<NAME>``), so an alias a flag gains is listed beside it.
-The other programs read the environment only where a flag's help says so (``$VLLM_API_KEY``):
-that variable is its row's. The parsers are built with an empty environment, so a default read
+The other programs' rows come from each flag's help as the program's own formatter writes it
+(``--help``'s line for that flag, whatever formatter class the program uses): the default it
+states (``(default: X)``, ``(required)``) else the parsed default, and the variables it names
+(``[env NAME]``, ``$NAME``). The parsers are built with an empty environment, so a default read
 from the builder's environment (``HF_ENDPOINT``, a key) never reaches the page.
 """
 
@@ -20,8 +22,11 @@ from unittest import mock
 
 from docsgen import parsers
 
-_DEFAULT_IN_HELP = re.compile(r"\s*\((?:default:?|default is)\s+([^()]*(?:\([^()]*\)[^()]*)*)\)")
+_DEFAULT_IN_HELP = re.compile(
+    r"\s*\((?:default:?|default is)\s+([^()]*(?:\([^()]*\)[^()]*)*)\)\s*$"
+)
 _ENV_IN_TEXT = re.compile(r"\$\{?([A-Z][A-Z0-9_]{2,})\b")
+_ENV_TAG = re.compile(r"\s*\[env ([A-Z0-9_, ]+)\]")
 _BUILD_ENV = {"PATH": os.defpath, "HOME": "/nonexistent"}
 
 
@@ -70,43 +75,55 @@ def _value(action: argparse.Action) -> str:
     return action.dest.upper()
 
 
-def _shown(action: argparse.Action) -> str:
-    """The default as the entry points' ``--help`` shows it (``replica_entry.helpformat``)."""
-    from replica_entry.helpformat import shown_default
+def _help_shown(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The action's help as the program's ``--help`` prints it: through the program's own
+    formatter class (which may append the default), ``%(default)s`` and the like filled in."""
+    if not action.help or action.help == argparse.SUPPRESS:
+        return ""
+    return " ".join(parser._get_formatter()._expand_help(action).split())
 
+
+def _plain_default(action: argparse.Action) -> str:
+    """The default of a flag whose help does not state it (a plain ``HelpFormatter``)."""
+    if action.required:
+        return "required"
     if isinstance(action, argparse._VersionAction | argparse._HelpAction):
         return ""
-    shown = shown_default(action)
-    if shown == "required":
-        return shown
-    shown = shown.removeprefix("default: ")
-    if "%(default)s" in shown:
-        default = action.default
-        if isinstance(default, list | tuple):
-            default = ",".join(str(item) for item in default)
-        shown = shown.replace("%(default)s", str(default))
-    return shown
+    default = action.default
+    if default is None or default == [] or default == "" or default == argparse.SUPPRESS:
+        return "none"
+    if isinstance(default, bool):
+        return "on" if default else "off"
+    if isinstance(default, list | tuple):
+        return ",".join(str(item) for item in default)
+    return str(default)
 
 
-def generic_row(action: argparse.Action) -> Row:
-    """A flag of an argparse program: its default from ``--help``'s rule, or from its help."""
-    text = (action.help or "").replace("%%", "%")
+def generic_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Row:
+    """A flag of an argparse program: the default and variable its ``--help`` line states
+    (``(default: X)``, ``(required)``, ``[env NAME]``, ``$NAME``), else its parsed default."""
+    text = _help_shown(parser, action)
+    env = list(dict.fromkeys(_ENV_IN_TEXT.findall(text)))
+    for tag in _ENV_TAG.finditer(text):
+        env += [name.strip() for name in tag.group(1).split(",") if name.strip() not in env]
+    text = _ENV_TAG.sub("", text)
     stated = _DEFAULT_IN_HELP.search(text)
-    if stated is not None and not action.required:
+    if stated is not None:
         default, text = stated.group(1).strip(), text[: stated.start()] + text[stated.end() :]
+    elif text.endswith("(required)"):
+        default, text = "required", text.removesuffix("(required)")
     else:
-        default = _shown(action)
-    env = tuple(dict.fromkeys(_ENV_IN_TEXT.findall((action.help or "") + " " + default)))
-    return Row(tuple(action.option_strings), _value(action), default, env, text.strip())
+        default = _plain_default(action)
+    return Row(tuple(action.option_strings), _value(action), default, tuple(env), text.strip())
 
 
-def proxy_row(action: argparse.Action) -> Row:
+def proxy_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Row:
     """A flag of ``rollout-proxy``: the setting's own description, default and variable."""
     from proxy.config import env_name, field_of, flat_fields
     from proxy.config.flags import default
 
     if action.dest not in flat_fields():
-        return generic_row(action)
+        return generic_row(parser, action)
     info = field_of(action.dest)
     value = "" if action.nargs == 0 else str(action.metavar or "")
     return Row(
@@ -123,7 +140,7 @@ HEADER = "| flag | value | default | environment | what it does |\n|---|---|---|
 
 def table(parser: argparse.ArgumentParser, proxy: bool = False) -> str:
     """The parser's flags as one table, grouped by its titled argument groups."""
-    rows = [proxy_row(a) if proxy else generic_row(a) for a in parsers.options(parser)]
+    rows = [(proxy_row if proxy else generic_row)(parser, a) for a in parsers.options(parser)]
     return "\n".join([HEADER, *(row.markdown() for row in rows)])
 
 
@@ -134,7 +151,7 @@ def grouped(parser: argparse.ArgumentParser, level: int) -> Iterator[str]:
         actions = [a for a in group._group_actions if a.option_strings]
         if len(groups) > 1 and group.title not in (None, "options", "optional arguments"):
             yield f"{'#' * level} {group.title[0].upper()}{group.title[1:]}\n"
-        yield "\n".join([HEADER, *(generic_row(a).markdown() for a in actions)]) + "\n"
+        yield "\n".join([HEADER, *(generic_row(parser, a).markdown() for a in actions)]) + "\n"
 
 
 def positionals(parser: argparse.ArgumentParser) -> str:
