@@ -60,3 +60,13 @@ def test_the_readmes_extras_table_lists_every_extra() -> None:
     extras = _project()["optional-dependencies"]
     assert isinstance(extras, dict)
     assert listed == set(extras)
+
+
+def test_the_dockerfile_copies_every_package_the_project_ships() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        found = tomllib.load(handle)["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {pattern.rstrip("*") for pattern in found}
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, re.M))
+    assert copied == packages
+    assert re.search(r"^COPY pyproject\.toml README\.md LICENSE \./$", dockerfile, re.M)
