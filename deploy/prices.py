@@ -1,7 +1,8 @@
 """What a run costs per hour: each job's flavor at HF Jobs' list price.
 
-The prices are huggingface_hub's hardware table as README "Run on HF Jobs" shows it (``hf jobs
-hardware`` lists the live ones); a flavor missing here is reported as unknown, never guessed.
+The prices are huggingface_hub's hardware table as docs/deploy.md ("What it costs") shows it
+(``hf jobs hardware`` lists the live ones); a flavor missing here is reported as unknown, never
+guessed. tests/docs checks every dollar figure the docs give against these prices and the plans.
 """
 
 from __future__ import annotations

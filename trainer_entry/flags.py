@@ -66,7 +66,7 @@ def build_parser(
         "--format-instruction",
         default=AUTO,
         help="added to each prompt's system turn, asking for the answer shape the rewards read; "
-        'auto: the one for --rewards (README "Training data and rewards"), "": none',
+        'auto: the one for --rewards (docs/trainer.md, "Training data and rewards"), "": none',
     )
     add(
         "--response-template",

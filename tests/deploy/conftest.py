@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from deploy.cli import Runtime, main
-from deploy.install import wheel_filename
+from deploy.install import project_version, wheel_filename
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 from tests.support.background import BackgroundServers
 from tests.support.bearer import require_bearer
@@ -25,7 +25,7 @@ from tests.support.hub_buckets import build_cas_app
 from tests.support.hub_jobs import JobsHub, build_jobs_hub_app
 
 TOKEN = "hf_standin_0123456789abcdef"
-WHEEL_PATH = "r1/code/" + wheel_filename("0.1.0")
+WHEEL_PATH = "r1/code/" + wheel_filename(project_version("wheel"))
 # Stands for the built wheel: incompressible bytes (stored as is) and text (LZ4-compressed by
 # hf_xet), so an upload exercises both ways a xorb holds a chunk.
 WHEEL = random.Random(17).randbytes(200_000) + b"rollout-proxy wheel contents\n" * 4_000

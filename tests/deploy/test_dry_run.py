@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from deploy.cli import Runtime, main
+from deploy.install import project_version
+from proxy import __version__
 from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS
 from tests.support.clock import SteppingClock as FakeClock
@@ -86,7 +88,8 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
         # only the few replica_entry imports, each held at the image's version if present.
         assert replica["command"][2].startswith(
             "python3 -m pip list --format=freeze > /tmp/image-packages.txt && "
-            "python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy==0.1.0 && "
+            "python3 -m pip install --no-cache-dir --quiet --no-deps "
+            f"rollout-proxy=={__version__} && "
             "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt "
             "'aiohttp>=3.14,<4' 'orjson>=3.10' 'prometheus-client>=0.20' 'pydantic>=2.7,<3' "
             "'xxhash>=3.4' || (echo 'rollout-proxy: the packages of this image are older than "
@@ -114,7 +117,7 @@ def test_sidecar_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     # its kernels; then what the trainer cannot start without is imported.
     assert script.startswith(
         "python3 -m pip list --format=freeze > /tmp/image-packages.txt && "
-        "python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy==0.1.0 && "
+        f"python3 -m pip install --no-cache-dir --quiet --no-deps rollout-proxy=={__version__} && "
         "(python3 -m pip install --no-cache-dir --quiet -c /tmp/image-packages.txt 'aiohttp>=3"
     )
     assert "'accelerate>=1.10' 'math-verify>=0.7' 'trl[kernels]==1.16.0' ||" in script
@@ -156,9 +159,8 @@ def test_job_topology_dry_run(monkeypatch: pytest.MonkeyPatch) -> None:
     assert proxy["secrets"] == {"HF_TOKEN": "***", "PROXY_UPSTREAM_TOKEN": "***"}
     assert proxy["labels"] == {"rollout-run": "exp1", "rollout-role": "proxy"}
     script = proxy["command"][2]
-    assert (
-        "/mnt/b/exp1/code/rollout_proxy-0.1.0-py3-none-any.whl && exec python3 -m proxy" in script
-    )
+    wheel = f"/mnt/b/exp1/code/rollout_proxy-{project_version('wheel')}-py3-none-any.whl"
+    assert f"{wheel} && exec python3 -m proxy" in script
     assert (
         "--host 0.0.0.0 --port 8000 --replica-urls 'https://<exp1-replica-0 job id>--8000" in script
     )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from deploy.cli import Runtime, main
-from deploy.install import wheel_filename
+from deploy.install import project_version, wheel_filename
 from deploy.keys import fleet_key
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS, WHEEL, Result, Stand
 from tests.deploy.test_dry_run import _no_publish, _no_token
@@ -143,7 +143,7 @@ def test_runs_join_a_fleet_that_is_up_and_leave_it_one_by_one(stand: Stand) -> N
     assert "/runs/lr3" in trainer["command"][2]
     # Only the trainers were launched for the runs; each wheel went to its run's folder.
     assert len(stand.hub.jobs) == 5
-    assert stand.uploaded(path="lr3/code/" + wheel_filename("0.1.0")) == WHEEL
+    assert stand.uploaded(path="lr3/code/" + wheel_filename(project_version("wheel"))) == WHEEL
 
     # A fleet with runs on it is not stopped by mistake.
     refused = run(stand, "down", "--run-name", "f1")

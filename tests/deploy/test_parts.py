@@ -176,15 +176,15 @@ def _runner(returncode: int, make: str | None) -> Runner:
 
 
 def test_build_wheel_checks_the_result(tmp_path: Path) -> None:
-    good = _runner(0, wheel_filename("0.1.0"))
-    assert build_wheel(Path("/src"), tmp_path, "0.1.0", run=good) == (
-        tmp_path / wheel_filename("0.1.0")
+    good = _runner(0, wheel_filename("1.2.3"))
+    assert build_wheel(Path("/src"), tmp_path, "1.2.3", run=good) == (
+        tmp_path / wheel_filename("1.2.3")
     )
     with pytest.raises(DeployError, match=r"exit 1.*\n.*no backend\n.*--code pypi"):
-        build_wheel(Path("/src"), tmp_path / "x", "0.1.0", run=_runner(1, None))
+        build_wheel(Path("/src"), tmp_path / "x", "1.2.3", run=_runner(1, None))
     (tmp_path / "y").mkdir()
     with pytest.raises(DeployError, match=r"produced \['rollout_proxy-9-py3-none-any\.whl'\]"):
-        build_wheel(Path("/src"), tmp_path / "y", "0.1.0", run=_runner(0, wheel_filename("9")))
+        build_wheel(Path("/src"), tmp_path / "y", "1.2.3", run=_runner(0, wheel_filename("9")))
 
 
 def test_publish_wheel_uploads_into_the_run_folder(tmp_path: Path) -> None:
@@ -199,9 +199,9 @@ def test_publish_wheel_uploads_into_the_run_folder(tmp_path: Path) -> None:
         wheel.write_bytes(b"built from " + str(root).encode())
         return wheel
 
-    destination = publish_wheel(Uploader(), "ns/b", Path("/src"), "0.1.0", "r1/code", build=build)
+    destination = publish_wheel(Uploader(), "ns/b", Path("/src"), "1.2.3", "r1/code", build=build)
 
-    assert destination == "r1/code/rollout_proxy-0.1.0-py3-none-any.whl"
+    assert destination == "r1/code/rollout_proxy-1.2.3-py3-none-any.whl"
     assert uploads == [("ns/b", destination, b"built from /src")]
 
 

@@ -18,7 +18,7 @@ from deploy.cli import Runtime, main
 from deploy.install import TESTED_TRL, source_root
 from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
 from tests.support.clock import SteppingClock
-from tests.support.readme import deploy_commands
+from tests.support.docs import deploy_commands
 
 UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
 ROOT = source_root() or Path()
@@ -187,11 +187,11 @@ def test_the_trainer_installs_the_trl_the_e2e_tier_tests() -> None:
     assert Requirement(declared).specifier.contains(TESTED_TRL)
 
 
-def test_every_deploy_up_in_the_readme_passes_its_dry_run() -> None:
+def test_every_deploy_up_in_the_docs_passes_its_dry_run() -> None:
     commands = [("up", argv) for argv in deploy_commands("up")]
     commands += [("rehearse", argv) for argv in deploy_commands("rehearse")]
     fleets = [("fleet", argv) for argv in deploy_commands("fleet") if argv[0] == "up"]
-    assert commands and fleets, "the README shows no `python -m deploy up` or `fleet up`"
+    assert commands and fleets, "the docs show no `python -m deploy up` or `fleet up`"
     for subcommand, argv in [*commands, *fleets]:
         split = argv.index("--") if "--" in argv else len(argv)
         code, out, err = _up(subcommand, *argv[:split], "--dry-run", *argv[split:])

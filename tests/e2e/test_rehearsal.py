@@ -1,11 +1,11 @@
 """``python -m deploy rehearse``: the plan's exact jobs run here, until the trainer trained.
 
-The README's first ``deploy up`` (the default plan: sidecar topology, private network), with one
-replica instead of three (each vLLM CPU engine costs a minute and a core here), and the same plan
-in topology ``job``. Each rehearsal makes its images as fresh environments layered on this
-tier's (never writing to it), installs what each job installs (from the registry where the image
-lacks it), gives each job a network namespace and the bucket at ``/lora``, and must end with the
-trainer's adapters loaded on the replica. Needs root (namespaces, bind mounts), as CI has.
+The first ``deploy up`` of docs/deploy.md (the default plan: sidecar topology, private network),
+with one replica instead of three (each vLLM CPU engine costs a minute and a core here), and the
+same plan in topology ``job``. Each rehearsal makes its images as fresh environments layered on
+this tier's (never writing to it), installs what each job installs (from the registry where the
+image lacks it), gives each job a network namespace and the bucket at ``/lora``, and must end
+with the trainer's adapters loaded on the replica. Needs root (namespaces, bind mounts), as CI has.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from deploy.rehearsal import images, jobs
 from deploy.rehearsal.network import Group
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.wheel import build_wheel
-from tests.support.readme import deploy_commands
+from tests.support.docs import deploy_commands
 
 REHEARSAL_TIMEOUT_S = 900
 STARTED = r"^started (?:math-r1-)?(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
@@ -44,7 +44,7 @@ def workdir() -> Iterator[Path]:
 
 
 def _readme_plan(*changes: str) -> list[str]:
-    argv = deploy_commands("up", in_section="Run on HF Jobs")[0]  # the run the README launches
+    argv = deploy_commands("up", page="docs/deploy.md")[0]  # the run the docs launch first
     count = next(flag for flag in ("--replica-count", "--replicas") if flag in argv)
     argv[argv.index(count) + 1] = "1"
     split = argv.index("--")

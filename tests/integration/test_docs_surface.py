@@ -1,14 +1,15 @@
-"""The README's "Admin API" and "Metrics" sections against a real running proxy: every admin
-route its router serves is documented and nothing else, every metric family it exports is in
-the table and every row names one it exports (a newcomer reads the README, not the code)."""
+"""The docs' "Admin API" (docs/proxy/api.md) and "Metrics" (docs/operations.md) tables against a
+real running proxy: every admin route its router serves is documented and nothing else, every
+metric family it exports is in the table and every row names one it exports (a newcomer reads
+the docs, not the code)."""
 
 from __future__ import annotations
 
 import re
 
 from proxy.app import PROXY
+from tests.support.docs import section, table_first_cells
 from tests.support.fleet import run_stack
-from tests.support.readme import section, table_first_cells
 
 PREFIX = "rollout_proxy_"
 
@@ -16,7 +17,7 @@ PREFIX = "rollout_proxy_"
 def documented_admin_routes() -> set[str]:
     """``METHOD /path`` of each row of the Admin API table, ``{id}`` as the router's ``{rid}``."""
     routes = set()
-    for cell in table_first_cells(section("Admin API")):
+    for cell in table_first_cells(section("docs/proxy/api.md", "Admin API")):
         found = re.fullmatch(r"`([A-Z]+) (/admin/\S*)`", cell)
         if found:
             routes.add(f"{found[1]} {found[2].replace('{id}', '{rid}')}")
@@ -24,14 +25,14 @@ def documented_admin_routes() -> set[str]:
 
 
 # The suffix a family's samples carry in the text format (prometheus_client's family names omit
-# it): what a user greps /metrics for, and what the README writes.
+# it): what a user greps /metrics for, and what the docs write.
 SAMPLE_SUFFIX = {"counter": "_total", "info": "_info"}
 
 
 def documented_families() -> set[str]:
     """The names the Metrics table gives, as written (a counter with its ``_total``)."""
     names = set()
-    for cell in table_first_cells(section("Metrics")):
+    for cell in table_first_cells(section("docs/operations.md", "Metrics")):
         names.update(re.findall(rf"`({PREFIX}\w+)`", cell))
     return names
 
@@ -47,8 +48,8 @@ async def test_every_admin_route_is_documented_and_no_other() -> None:
         }
     assert served, "the app serves no /admin route: the walk is wrong"
     documented = documented_admin_routes()
-    assert served - documented == set(), "served but not in README's Admin API table"
-    assert documented - served == set(), "in README's Admin API table but not served"
+    assert served - documented == set(), "served but not in the docs' Admin API table"
+    assert documented - served == set(), "in the docs' Admin API table but not served"
 
 
 async def test_every_exported_family_is_in_the_metrics_table_and_no_other() -> None:
@@ -58,5 +59,5 @@ async def test_every_exported_family_is_in_the_metrics_table_and_no_other() -> N
         }
     assert len(exported) > 20 and all(name.startswith(PREFIX) for name in exported)
     documented = documented_families()
-    assert exported - documented == set(), "exported but not in README's Metrics table"
-    assert documented - exported == set(), "in README's Metrics table but not exported"
+    assert exported - documented == set(), "exported but not in the docs' Metrics table"
+    assert documented - exported == set(), "in the docs' Metrics table but not exported"
