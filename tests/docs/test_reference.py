@@ -70,7 +70,7 @@ def test_every_error_answer_and_alert_is_listed() -> None:
     text = error_pages.render()
     for kind, answer in ANSWERS.items():
         assert f"| {answer.status} | `{kind.__module__}.{kind.__name__}` |" in text
-    assert "argument --sidecar-replicas: give at least one URL" in text  # a message of the trainer
+    assert "argument --replica-urls: give at least one URL" in text  # a message of the trainer
     monitoring = monitoring_pages.render()
     for rule in monitoring_pages.alerts():
         assert f"`{rule['alert']}`" in monitoring
