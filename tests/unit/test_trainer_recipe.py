@@ -121,8 +121,12 @@ def test_without_the_trainer_packages_the_command_says_what_to_install(
 ) -> None:
     from trainer_entry.cli import main
 
-    argv = [*BASE, "--output-dir", str(tmp_path / "out")]
-    assert main(argv) == 2
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    argv = ["--model", str(tmp_path / "model"), "--dataset", str(tmp_path / "d.jsonl")]
+    argv += ["--sidecar-replicas", "http://127.0.0.1:9", "--output-dir", str(tmp_path / "out")]
+    assert main(argv) == 2  # the inputs are there: what is missing is the packages
     err = capsys.readouterr().err
     assert "rollout-trainer: needs torch, trl and peft: pip install 'rollout-proxy[trainer]'" in err
     assert "Traceback" not in err
