@@ -343,7 +343,7 @@ def options_from_args(
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
-    if replicas:  # as the sidecar proxy would refuse them, before it is started
+    if replicas and here:  # as the sidecar would refuse them (deploy's plan: placeholders)
         from proxy.config import check_replica_url
 
         try:
