@@ -22,6 +22,7 @@ from pathlib import Path
 
 from benchmarks import report
 from benchmarks.suites import SUITES, run
+from replica_entry.helpformat import OneLineParser
 
 
 def _urls(text: str) -> list[str]:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.learn.cli import main as learn_main
 
         return learn_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser = OneLineParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("suite", choices=[*sorted(SUITES), "fleet", "learn"])
     parser.add_argument("--json", type=Path, help="write results (with the environment) here")
     parser.add_argument("--plot", type=Path, help="write PNG charts into this directory")
@@ -68,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
     )
     args = parser.parse_args(argv)
+    if problem := report.output_problem(args.json, args.plot):
+        parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replica_entry.startup import is_hub_id, listen_problem, model_problem
+from replica_entry.startup import directory_problem, is_hub_id, listen_problem, model_problem
 from trainer_entry.options import TrainerOptions
 from trainer_entry.templates import FAMILIES
 
@@ -113,19 +112,6 @@ def first_prompt(dataset: str, column: str) -> object | None:
     if not isinstance(row, dict):
         raise BadInput(f"--dataset {dataset}: its first row is not a JSON object")
     return row.get(column)
-
-
-def directory_problem(flag: str, path: Path) -> str | None:
-    """Why ``path`` can be neither used nor made as a directory here, or None."""
-    for part in (path, *path.parents):
-        if not part.exists():
-            continue
-        if not part.is_dir():
-            return f"{flag} {path}: {part} is a file, not a directory"
-        if not os.access(part, os.W_OK | os.X_OK):
-            return f"{flag} {path}: {part} is not writable by this user"
-        return None
-    return None
 
 
 def template_problem(spec: str | None) -> str | None:

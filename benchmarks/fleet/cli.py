@@ -172,6 +172,8 @@ def main(argv: list[str]) -> int:
             parser.error("argument --share-runs: with --what-if only (not --runs, --shared-grid)")
         if args.share_runs < 2:
             parser.error(f"argument --share-runs: at least 2 runs (got {args.share_runs})")
+    if problem := report.output_problem(args.json, args.plot):
+        parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     gpu = GpuModel()

@@ -9,7 +9,6 @@ on 2 cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -23,6 +22,8 @@ from benchmarks import report
 from benchmarks.learn.legs import DIRECT, FLEET, LegFailed, Outcome, run_leg
 from benchmarks.learn.task import dataset_rows
 from benchmarks.learn.verdict import KL_BOUND, judge
+from replica_entry.helpformat import OneLineParser
+from replica_entry.startup import directory_problem
 
 LEGS = {"fleet": FLEET, "direct": DIRECT}
 # The recipe both legs train with: it lifts the reward from ~0.36 to ~0.77 in 30 steps (at lr
@@ -94,7 +95,7 @@ def plot(path: Path, outcomes: list[Outcome]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks learn", description=__doc__)
+    parser = OneLineParser(prog="python -m benchmarks learn", description=__doc__)
     parser.add_argument("--legs", default="fleet,direct", help="fleet, direct, or both")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--seed", type=int, default=RECIPE["seed"])
@@ -108,6 +109,10 @@ def main(argv: list[str]) -> int:
         parser.error(f"argument --legs: {', '.join(unknown) or 'none'}: choose fleet, direct")
     if args.steps < 10:
         parser.error("argument --steps: at least 10 (a verdict compares the first and last 5)")
+    if problem := report.output_problem(args.json, args.plot) or (
+        args.work and directory_problem("--work", args.work)
+    ):
+        parser.error(problem)
     missing = [m for m in ("vllm", "trl", "torch") if find_spec(m) is None]
     if missing:
         print(f"benchmarks learn: {', '.join(missing)} missing here: run it with the e2e tier's "
