@@ -121,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for client in ("httpx", "httpx2"):  # huggingface_hub's: a line per request at INFO
+        logging.getLogger(client).setLevel(logging.WARNING)
     try:  # before anything starts: no sidecar, no output directory, no heavy import
         check_local(options)
         shape = asked_shape(first_prompt(options.dataset, options.prompt_column))
