@@ -44,9 +44,8 @@ def reachable(
 ) -> None:
     """Return once ``endpoint`` (default: huggingface_hub's) answers; ``DeployError`` with the
     network line when no attempt got an answer."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants, get_session
     from huggingface_hub.errors import OfflineModeIsEnabled
-    from huggingface_hub.utils import get_session
 
     url = endpoint or constants.ENDPOINT
     failure: BaseException | None = None

@@ -86,7 +86,8 @@ class Recipe:
             )
         if not cpu:
             return self, "no CUDA here: the sizes as given (--gradient-accumulation-steps, ...)"
-        given = replace(self, **cpu, machine_sized=())
+        # mypy cannot tell that every CPU_SIZES name is an int field: each one is.
+        given = replace(self, **cpu, machine_sized=())  # type: ignore[arg-type]
         shown = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in cpu.items())
         return given, (
             f"the CPU recipe, as there is no CUDA here: {shown} (the GPU recipe's steps would "

@@ -268,8 +268,12 @@ def test_rank_zero_says_how_far_a_step_waiting_for_samples_is(
     said: list[str] = []
     spoke = threading.Event()
 
+    def heard(line: str) -> None:
+        said.append(line)
+        spoke.set()
+
     def report(progress_: progress.Progress, stop: threading.Event, say: Any) -> None:
-        progress.report(progress_, stop, lambda line: (said.append(line), spoke.set()), 0.01)
+        progress.report(progress_, stop, heard, 0.01)
 
     monkeypatch.setattr(train, "report", report)
     callbacks: list[Any] = []
