@@ -343,14 +343,18 @@ def options_from_args(
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --sidecar-replicas: give at least one URL")
-    if replicas and here:  # as the sidecar would refuse them (deploy's plan: placeholders)
+    # The URLs the local proxy (sidecar, relay) would refuse, before it is started (deploy's
+    # plan has placeholders for them: not checked there).
+    upstreams = [("--sidecar-replicas", url) for url in replicas]
+    upstreams += [("--proxy-url", args.proxy_url)] if args.proxy_url is not None else []
+    if here and upstreams:
         from proxy.config import check_replica_url
 
-        try:
-            for url in replicas:
+        for flag, url in upstreams:
+            try:
                 check_replica_url(url)
-        except ValueError as exc:
-            parser.error(f"argument --sidecar-replicas: {exc}")
+            except ValueError as exc:
+                parser.error(f"argument {flag}: {exc}")
     if args.sidecar_discover is not None:
         # Only here: proxy.config brings pydantic, and this parser imports nothing heavy.
         from proxy.config import parse_discover_spec

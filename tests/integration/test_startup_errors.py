@@ -193,6 +193,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (*TRAINER, *LOCAL, "--sidecar-replicas", "ftp://replica:8000"),
         ("argument --sidecar-replicas: replica URL 'ftp://replica:8000' must look like",),
     ),
+    "trainer proxy URL the relay refuses": (
+        (*TRAINER, *LOCAL, "--proxy-url", "proxy:8000"),
+        ("argument --proxy-url: replica URL 'proxy:8000' must look like http://HOST:PORT",),
+    ),
     "trainer sidecar port in use": (
         (*TRAINER, *LOCAL, *SIDECAR, "--sidecar-port", "{taken}"),
         ("rollout-trainer: --sidecar-port: cannot listen", "address already in use"),
