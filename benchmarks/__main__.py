@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from benchmarks import report
@@ -31,6 +33,23 @@ def _urls(text: str) -> list[str]:
         if not url.startswith(("http://", "https://")):
             raise argparse.ArgumentTypeError(f"not an http(s) URL: {url!r}")
     return urls
+
+
+def _unreachable(urls: list[str], timeout_s: float = 5.0) -> str | None:
+    """Why one of the ``--replicas`` gives no answer at all (any HTTP status is an answer)."""
+    for url in urls:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=timeout_s):
+                pass
+        except urllib.error.HTTPError:
+            continue
+        except (urllib.error.URLError, OSError) as exc:
+            why = getattr(exc, "reason", exc)
+            return (
+                f"argument --replicas: {url} does not answer ({why}): start the replicas first, "
+                "or leave --replicas out to run against simulated ones"
+            )
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
     )
     args = parser.parse_args(argv)
-    if problem := report.output_problem(args.json, args.plot):
+    if args.seconds is not None and not args.seconds > 0:
+        parser.error(f"argument --seconds: must be above 0 (got {args.seconds:g})")
+    if problem := report.output_problem(args.json, args.plot) or _unreachable(args.replicas):
         parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself

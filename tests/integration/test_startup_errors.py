@@ -213,6 +213,10 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("-m", "benchmarks", "nosuite"),
         ("python -m benchmarks: error: argument suite: invalid choice",),
     ),
+    "benchmarks replicas that do not answer": (
+        ("-m", "benchmarks", "overhead", "--replicas", "http://127.0.0.1:{free}"),
+        ("argument --replicas: http://127.0.0.1:", "does not answer", "start the replicas first"),
+    ),
     "benchmarks json under a file": (
         ("-m", "benchmarks", "routing", "--quick", "--json", "{file}/out.json"),
         ("--json", "is a file, not a directory"),
