@@ -2,7 +2,8 @@
 up|status|down`` (also ``python -m deploy``).
 
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
-``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
+``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``, once the Hub answers
+at all (``deploy.reach``: no network is said in seconds, as the network); ``up --dry-run``
 prints the job specs as JSON and needs neither a token nor the network.
 
 Exit codes: 0 done, 1 a failure explained on stderr (with what to do next), 2 bad flags (ours,

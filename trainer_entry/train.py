@@ -5,7 +5,8 @@ Every rank builds the same trainer; TRL itself makes rank 0 the one that talks t
 runs the rollout worker. Collectives every rank takes part in: the adapter save at each sync
 (TRL's, with the served-policy probe's forward before it: ``trainer_entry.reference``), the
 sharded checkpoint (HF's), the time-based save decision and the resume point (broadcast from
-rank 0 here), and the final adapter.
+rank 0 here), and the final adapter. Rank 0, which alone sees TRL's rollout queue, says how far
+a step that waits for its samples is (``trainer_entry.progress``).
 """
 
 from __future__ import annotations
