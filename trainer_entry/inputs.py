@@ -14,8 +14,8 @@ Local inputs, nothing made or changed:
 - ``--response-template``: a family, or a JSON file that is here;
 - ``--sidecar-port`` (when given) free on ``--sidecar-host``.
 
-Then each Hub id (model, dataset) is looked up on the Hub once (``HUB_LOOKUP``: one GET, a few
-seconds at most, no retries: ``model_info``/``dataset_info``): not found, or gated, is said at
+Then each Hub id (model, dataset) is looked up on the Hub once (``HUB_LOOKUP``: one GET, at most
+8 s an id, no retries: ``model_info``/``dataset_info``): not found, or gated, is said at
 once; no answer at all (DNS, a refused connection, a timeout) is the network, said in one line,
 unless every Hub id is in this machine's Hub cache: then the run goes on from the cache, with
 ``HF_HUB_OFFLINE=1`` for the ranks (the libraries would otherwise spend minutes retrying before
