@@ -125,6 +125,13 @@ class StoreError(ValueError):
     """The store's root cannot be claimed safely; the message says why and what to do."""
 
 
+def refusal(why: str) -> StoreError:
+    """The error (and its message) for a store root refused because of ``why``."""
+    return StoreError(
+        f"adapter store refused: {why}; name a private directory (--adapter-store) instead"
+    )
+
+
 def claimable(root: Path) -> str | None:
     """Why ``root`` may not be used as a store (None: it may: absent, or a directory of this
     user that only this user can write)."""
@@ -132,6 +139,8 @@ def claimable(root: Path) -> str | None:
         info = os.lstat(root)
     except FileNotFoundError:
         return None
+    except NotADirectoryError:
+        return f"{root} lies under a file, not a directory"
     if stat.S_ISLNK(info.st_mode):
         return f"{root} is a symlink"
     if not stat.S_ISDIR(info.st_mode):
@@ -171,15 +180,18 @@ class Store:
         entries left in place (a proxy restarting keeps the copies it still wants to push)."""
         why = claimable(self.root)
         if why is not None:
-            raise StoreError(f"adapter store refused: {why}; name a private directory instead")
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(self.root, 0o700)
+            raise refusal(why)
+        try:
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(self.root, 0o700)
+        except OSError as exc:  # a parent not writable here, a read-only filesystem
+            raise refusal(f"cannot make {self.root} ({exc.strerror})") from None
         # Again: something planted between the check and the mkdir (which then found it there)
         # is refused too. Once the directory is ours, a sticky temp dir keeps it ours.
         why = claimable(self.root)
         if why is not None:
-            raise StoreError(f"adapter store refused: {why}; name a private directory instead")
+            raise refusal(why)
         kept = {self.root / p.parent.name / p.name for p in keep}
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from benchmarks import report
@@ -34,6 +36,23 @@ def _urls(text: str) -> list[str]:
         if not url.startswith(("http://", "https://")):
             raise argparse.ArgumentTypeError(f"not an http(s) URL: {url!r}")
     return urls
+
+
+def _unreachable(urls: list[str], timeout_s: float = 5.0) -> str | None:
+    """Why one of the ``--replica-urls`` gives no answer at all (any HTTP status is an answer)."""
+    for url in urls:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=timeout_s):
+                pass
+        except urllib.error.HTTPError:
+            continue
+        except (urllib.error.URLError, OSError) as exc:
+            why = getattr(exc, "reason", exc)
+            return (
+                f"argument --replica-urls: {url} does not answer ({why}): start the replicas "
+                "first, or leave --replica-urls out to run against simulated ones"
+            )
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.learn.cli import main as learn_main
 
         return learn_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if problem := report.output_problem(args.json, args.plot) or _unreachable(args.replicas):
+        parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")

@@ -54,6 +54,16 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def output_problem(json_path: Path | None, plot_dir: Path | None) -> str | None:
+    """Why ``--json`` or ``--plot`` could not be written, told before a suite runs (for
+    minutes), or None."""
+    from replica_entry.startup import directory_problem
+
+    if json_path is not None and (problem := directory_problem("--json", json_path.parent)):
+        return problem
+    return None if plot_dir is None else directory_problem("--plot", plot_dir)
+
+
 def write_json(path: Path, suite: str, env: dict[str, Any], results: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"suite": suite, "environment": env, "results": results}, indent=1))

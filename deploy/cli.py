@@ -2,7 +2,8 @@
 up|status|down`` (also ``python -m deploy``).
 
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
-``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``; ``up --dry-run``
+``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``, once the Hub answers
+at all (``deploy.reach``: no network is said in seconds, as the network); ``up --dry-run``
 prints the job specs as JSON and needs neither a token nor the network.
 
 Exit codes: 0 done, 1 a failure explained on stderr (with what to do next), 2 bad flags (ours,
@@ -28,18 +29,19 @@ from deploy import fleet, health, hints, preflight
 from deploy.clock import Clock, SystemClock
 from deploy.errors import DeployError
 from deploy.install import project_version, source_root
-from deploy.jobs import HUB_ERRORS, HubJobs
+from deploy.jobs import HUB_ERRORS, NETWORK_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
 from deploy.plan import RunPlan
 from deploy.plan_jobs import dry_run_specs
 from deploy.preflight import BadFlags
+from deploy.reach import network_error, reachable
 from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, fleet_of, plan_from_args
-from deploy.wheel import Builder, build_wheel, publish_wheel
+from deploy.wheel import Builder, build_wheel, installed_root, publish_wheel, repack_installed
 from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
 from proxy.config.units import LIFETIME, DurationArg
 
@@ -47,12 +49,18 @@ from proxy.config.units import LIFETIME, DurationArg
 def publish_code(
     jobs: HubJobs, plan: RunPlan, say: Callable[[str], None], build: Builder = build_wheel
 ) -> None:
-    """Build the wheel and upload it into the run's folder of the bucket (``--code wheel``)."""
-    root = source_root()
-    if plan.install.source != "wheel" or root is None:
+    """Build the wheel (from the checkout, else from the installed package) and upload it into
+    the run's folder of the bucket (``--code wheel``)."""
+    if plan.install.source != "wheel":
         say(f"code: {plan.install.requirement or 'already in the images'}")
         return
-    say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
+    root = source_root()
+    if root is None:
+        root, build = installed_root(), repack_installed
+        say(f"packing the installed rollout-proxy ({root}) as a wheel and uploading it to "
+            f"{plan.bucket}/{plan.code_dir}")  # fmt: skip
+    else:
+        say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
     destination = publish_wheel(
         jobs, plan.bucket, root, project_version("wheel"), plan.code_dir, build=build
     )
@@ -214,7 +222,9 @@ def _token(runtime: Runtime) -> str:
 
 
 def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> HubJobs:
-    """The Hub client for ``namespace`` (default: --namespace, else the token's user)."""
+    """The Hub client for ``namespace`` (default: --namespace, else the token's user), once the
+    Hub answers at all (``deploy.reach``: no network is said in seconds, as the network)."""
+    reachable(args.hub_endpoint)
     api = HfApi(endpoint=args.hub_endpoint, token=token)
     return HubJobs(api, namespace or args.namespace or api.whoami()["name"])
 
@@ -384,6 +394,9 @@ def main(argv: Sequence[str] | None = None, runtime: Runtime | None = None) -> i
         return 2
     except DeployError as exc:
         print(f"error: {exc}", file=runtime.err)
+    except NETWORK_ERRORS as exc:  # lost later, after `reachable`: the same line
+        where = args.hub_endpoint or "the default Hub"
+        print(f"error: {network_error(where, exc)}", file=runtime.err)
     except HUB_ERRORS as exc:
         where = args.hub_endpoint or "the default Hub"
         print(

@@ -2,9 +2,11 @@
 
 Three sources, chosen with ``--code``:
 
-- ``wheel``: ``deploy up`` builds the wheel from the source tree and uploads it into the run's
-  folder of the bucket; every job mounts the bucket, so it installs ``/lora/<run>/code/<wheel>``.
-- ``pypi``: the jobs install the released ``rollout-proxy==<version>`` from PyPI.
+- ``wheel`` (the default): ``deploy up`` builds the wheel from the source tree, or packs the
+  installed package again without one (``deploy.wheel``), and uploads it into the run's folder
+  of the bucket; every job mounts the bucket, so it installs ``/lora/<run>/code/<wheel>``.
+- ``pypi``: the jobs install ``rollout-proxy==<version>`` from PyPI, which works only for a
+  version published there (an explicit choice: none is yet).
 - ``image``: the image already holds the project (see ``deploy/Dockerfile``): nothing to install.
 
 The job command becomes ``sh -c "python3 -m pip install ... && exec <entry point>"`` so the entry
@@ -39,8 +41,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
-
-from deploy.errors import DeployError
 
 CodeSource = Literal["wheel", "pypi", "image"]
 DISTRIBUTION = "rollout-proxy"
@@ -168,19 +168,16 @@ def source_root() -> Path | None:
 
 
 def default_source() -> CodeSource:
-    """``wheel`` from a source checkout, else ``pypi`` (the installed release)."""
-    return "wheel" if source_root() is not None else "pypi"
+    """``wheel``: from the source checkout, else from the installed package (``deploy.wheel``).
+    Never ``pypi`` unasked: it works only for a version published there."""
+    return "wheel"
 
 
 def project_version(source: CodeSource) -> str:
-    """The version the jobs will install: the checkout's for ``wheel``, the installed one else."""
+    """The version the jobs will install: the checkout's for ``wheel`` from one, the installed
+    one else."""
     root = source_root()
-    if source == "wheel":
-        if root is None:
-            raise DeployError(
-                "--code wheel needs a source checkout of rollout-proxy (none found next to "
-                f"{Path(__file__).parent}); use --code pypi to install the release instead"
-            )
+    if source == "wheel" and root is not None:
         with (root / "pyproject.toml").open("rb") as handle:
             version: str = tomllib.load(handle)["project"]["version"]
         return version

@@ -8,6 +8,7 @@ Every call passes ``namespace`` explicitly: without it the client asks ``whoami`
 from __future__ import annotations
 
 import importlib
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -21,21 +22,28 @@ from deploy.specs import INDEX_LABEL, ROLE_LABEL, ROLES, RUN_LABEL, JobSpec
 TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
 
-def _transport_errors() -> tuple[type[Exception], ...]:
-    """The client's connection-level error bases: ``httpx2`` in huggingface_hub 2.x, ``httpx``
-    in 1.x; both when both are installed (which one the client uses depends on its version)."""
+def _transport_errors(base: str = "RequestError") -> tuple[type[Exception], ...]:
+    """The client's ``base`` error classes: ``httpx2`` in huggingface_hub 2.x, ``httpx`` in
+    1.x; both when both are installed (which one the client uses depends on its version)."""
     errors = []
     for name in ("httpx2", "httpx"):
         try:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        errors.append(module.RequestError)
+        errors.append(getattr(module, base))
     return tuple(errors)
 
 
 # What a Hub call can raise that is the Hub's or the network's doing, not a bug of ours.
 HUB_ERRORS: tuple[type[Exception], ...] = (HfHubHTTPError, OSError, *_transport_errors())
+# Of those, a call that got no answer at all: DNS, a refused connection, a timeout, a proxy.
+NETWORK_ERRORS: tuple[type[Exception], ...] = (
+    ConnectionError,
+    TimeoutError,
+    socket.gaierror,
+    *_transport_errors("TransportError"),
+)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
     add(
         "--code",
         choices=["wheel", "pypi", "image"],
-        help="how jobs get the project (default: wheel from a source checkout, else pypi)",
+        help="how jobs get the project (default: wheel, built from the source checkout or the "
+        "installed package; pypi: a version published on PyPI; image: in the images)",
     )
     add("--replica-args", default="", help="extra replica_entry flags, one quoted string")
     add("--mount-path", default="/lora", help="where every job mounts the bucket")

@@ -1,7 +1,11 @@
-"""Build this project's wheel from the source tree and put it into the bucket for the jobs.
+"""Build this project's wheel and put it into the bucket for the jobs.
 
-``pip wheel --no-deps`` builds only our own pure-Python wheel (its build backend comes from PyPI,
-nothing else is fetched); ``python -m build --wheel`` is the fallback where pip is missing. The
+From a source checkout, ``pip wheel --no-deps`` builds only our own pure-Python wheel (its build
+backend comes from PyPI, nothing else is fetched); ``python -m build --wheel`` is the fallback
+where pip is missing. Without a checkout (the project installed from a wheel), the installed
+files are packed again into the wheel they came from (``repack_installed``: every file its
+``RECORD`` lists under the install directory, byte for byte, with a fresh ``RECORD``; what the
+installer added, console scripts and ``__pycache__`` left out, as pip makes those again). The
 wheel lands at ``<run>/code/<file>`` in the bucket, i.e. ``/lora/<run>/code/<file>`` in every job.
 
 The upload is huggingface_hub's ``batch_bucket_files``: a Xet write token from the Hub, the bytes
@@ -12,17 +16,21 @@ names the destination and what to do; no job is launched after a failed upload.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import shlex
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Protocol
 
 from deploy.errors import DeployError
-from deploy.install import wheel_filename
+from deploy.install import DISTRIBUTION, canonical, wheel_filename
 from deploy.jobs import HUB_ERRORS
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
@@ -54,7 +62,7 @@ def build_command(root: Path, out_dir: Path) -> list[str]:
         return [sys.executable, "-m", "build", "--wheel", "--outdir", str(out_dir), str(root)]
     raise DeployError(
         "cannot build the wheel: neither pip nor build is installed in this Python "
-        f"({sys.executable}); install one (`python -m ensurepip`), or use --code pypi"
+        f"({sys.executable}); install one (`python -m ensurepip`), or use --code image"
     )
 
 
@@ -66,7 +74,7 @@ def build_wheel(root: Path, out_dir: Path, version: str, run: Runner = _run) -> 
         tail = "\n".join((result.stderr or result.stdout or "").strip().splitlines()[-15:])
         raise DeployError(
             f"building the wheel failed (exit {result.returncode}): {shlex.join(command)}\n{tail}\n"
-            "fix the build (run that command yourself to see all of it), or use --code pypi"
+            "fix the build (run that command yourself to see all of it), or use --code image"
         )
     expected = out_dir / wheel_filename(version)
     if not expected.is_file():
@@ -79,6 +87,54 @@ def build_wheel(root: Path, out_dir: Path, version: str, run: Runner = _run) -> 
 
 
 Builder = Callable[[Path, Path, str], Path]
+
+# What an installer adds to a distribution's metadata: not part of the wheel.
+_INSTALLER_FILES = frozenset({"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"})
+_PURE_WHEEL = (
+    "Wheel-Version: 1.0\nGenerator: rollout-deploy\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+)
+
+
+def installed_root() -> Path:
+    """The directory (site-packages) this project is installed into."""
+    return Path(str(metadata.distribution(DISTRIBUTION).locate_file("")))
+
+
+def repack_installed(root: Path, out_dir: Path, version: str) -> Path:
+    """The wheel of the ``version`` of this project installed in ``root`` (a ``Builder``)."""
+    found = [
+        dist
+        for dist in metadata.distributions(path=[str(root)])
+        if canonical(dist.metadata["Name"] or "") == DISTRIBUTION and dist.version == version
+    ]
+    files = found[0].files if found else None
+    if not files:
+        raise DeployError(
+            f"no installed {DISTRIBUTION} {version} with a file list (RECORD) in {root} to make "
+            "the jobs' wheel from: install it with pip, run deploy from a source checkout, or "
+            "use --code image"
+        )
+    kept = sorted(
+        str(path) for path in files
+        if not str(path).startswith("..") and "__pycache__" not in path.parts
+        and not (path.parent.name.endswith(".dist-info") and path.name in _INSTALLER_FILES)
+    )  # fmt: skip
+    info = f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
+    wheel = out_dir / wheel_filename(version)
+    record = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+
+        def add(name: str, data: bytes) -> None:
+            archive.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(data)}")  # the wheel spec's
+
+        for name in kept:
+            add(name, (root / name).read_bytes())
+        if f"{info}/WHEEL" not in kept:  # installed by something other than a wheel install
+            add(f"{info}/WHEEL", _PURE_WHEEL.encode())
+        archive.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return wheel
 
 
 def publish_wheel(
@@ -108,7 +164,7 @@ UPLOAD_ERRORS: tuple[type[Exception], ...] = (*HUB_ERRORS, ImportError, RuntimeE
 def upload_error(exc: Exception, bucket: str, destination: str) -> DeployError:
     """What a failed upload means for the user, and what to do about it."""
     where = f"uploading the wheel to hf://buckets/{bucket}/{destination} failed"
-    fallback = "or use --code pypi to install the released package instead"
+    fallback = "or use --code image with images that hold the project (deploy/Dockerfile)"
     if isinstance(exc, ImportError):
         return DeployError(
             f"{where}: hf_xet is not installed ({exc}). Bucket uploads go through it: "

@@ -8,9 +8,10 @@ load scraper, discovery); the data plane (``dataplane.room``); what the proxy re
 and the advisor's sampler (``http.status``, ``insight``); the HTTP edge (``http.room``). One
 clock tells time for all of them. The whole ``Proxy`` lives on the app under one key, ``PROXY``.
 
-Lifecycle (``Proxy.lifespan``, started in this order, stopped in reverse): the adapter store
-(the proxy's own receiver's, emptied at start), the adapter mirror (``--adapters-local``: it
-lands what is left at exit), the upstream client (closed at exit), the
+Lifecycle (``Proxy.lifespan``, started in this order, stopped in reverse): the upstream client
+(closed last, so also when a later part fails at start: no session is left unclosed), the adapter
+store (the proxy's own receiver's, emptied at start), the adapter mirror (``--adapters-local``:
+it lands what is left at exit), the
 adapter service and the source's watcher, the health loop (first probe round at once, so a
 fleet that is up is routable within milliseconds), the load scraper (each replica's /metrics),
 replica discovery, the advisor's sampler.
@@ -77,9 +78,9 @@ class Proxy:
         """Start the background parts in the documented order; stop them in reverse."""
         fleet, adapters = self.fleet, self.adapters
         async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(fleet.client.close)
             await stack.enter_async_context(adapters.open_store())
             await stack.enter_async_context(adapters.mirroring())  # drains after the rest stop
-            stack.push_async_callback(fleet.client.close)
             stack.push_async_callback(adapters.service.close)  # after the watcher stops
             if fleet.discovery is not None:
                 log.info("discovering replicas: %s", fleet.discovery.lookup)

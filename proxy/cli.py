@@ -1,8 +1,8 @@
 """Command line: argv + environment + config file -> Settings -> uvloop -> serve until SIGTERM.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names where it was given,
-the value and what is allowed), a ``PROXY_*`` variable that is no setting, or a port that cannot
-be opened.
+the value and what is allowed), a ``PROXY_*`` variable that is no setting, a port that cannot
+be opened, or an adapter store that is refused (each said in one line).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from adapter_receiver.store import StoreError
 from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = uvloop.run
     try:
         run(serve(settings))
-    except CannotListen as exc:  # exit 2: the supervisor does not restart it
+    except (CannotListen, StoreError) as exc:  # exit 2: the supervisor does not restart it
         print(f"rollout-proxy: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -7,7 +7,9 @@ see ``--backend vllm --help``). The rest of this module is the simulated replica
 Flags map one to one onto ``SimSettings`` fields (``--max-model-len`` -> ``max_model_len``,
 fault flags -> ``faults``); a value the settings reject exits 2 with a message naming the flag,
 as argparse does for a malformed one. Once listening, one line
-``replica ready on http://HOST:PORT (model NAME)`` goes to stdout.
+``replica ready on http://HOST:PORT (model NAME)`` goes to stdout. A replica that cannot start
+(its port taken, its ``--host`` not of this machine, its adapter store refused) says why in one
+line and exits 2.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from adapter_receiver.store import StoreError
 from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
 from proxy.config.units import DurationArg, SizeArg
+from proxy.http.listen import CannotListen, cannot_listen
 from replica_entry.sim import Faults, SimSettings, build_sim_app
 from replica_entry.vllm_backend import BACKENDS
 
@@ -128,8 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.port <= 65535:
         parser.error(f"argument --port: must be in 0..65535 (got {args.port})")
     settings = settings_from_args(args, parser)
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(build_sim_app(settings), args.host, args.port, settings.model))
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(build_sim_app(settings), args.host, args.port, settings.model))
+    except (CannotListen, StoreError) as exc:  # at start: one line, nothing was served
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -143,7 +151,8 @@ def _backend(argv: Sequence[str]) -> str | None:
 
 
 async def serve(app: web.Application, host: str, port: int, model: str) -> None:
-    """Serve ``app`` until SIGTERM or SIGINT, then stop cleanly."""
+    """Serve ``app`` until SIGTERM or SIGINT, then stop cleanly. ``CannotListen`` when the
+    port cannot be opened, ``StoreError`` when the adapter store is refused (at start)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -152,7 +161,10 @@ async def serve(app: web.Application, host: str, port: int, model: str) -> None:
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise cannot_listen(host, port, exc, server="replica") from None
         bound = runner.addresses[0][1] if runner.addresses else port
         print(f"replica ready on http://{host}:{bound} (model {model})", flush=True)
         await stop.wait()

@@ -344,6 +344,17 @@ def missing_vllm(install: Install) -> str | None:
     return None
 
 
+def startup_problem(options: VllmOptions) -> str | None:
+    """What would stop vLLM after it loaded the model: its port, its model, its store."""
+    from replica_entry.startup import listen_problem, model_problem, store_problem
+
+    return (
+        listen_problem(options.host, options.port, "replica")
+        or model_problem("--model", options.model)
+        or (store_problem(options.adapter_store) if options.adapter_receiver else None)
+    )
+
+
 def split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Our flags before ``--``, vLLM's after it."""
     items = list(argv)
@@ -368,9 +379,9 @@ def main(argv: Sequence[str]) -> int:
     if args.print_command:
         print(launch.describe())
         return 0
-    absent = missing_vllm(install)
-    if absent is not None:  # one line, before anything starts (not Popen's traceback)
-        print(f"{PROG}: {absent}", file=sys.stderr)
+    problem = startup_problem(options) or missing_vllm(install)
+    if problem is not None:  # one line, before anything starts (not vLLM's traceback later)
+        print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
     print(f"starting vLLM ({install.value}): {launch.describe()}", file=sys.stderr, flush=True)
     ready_host = "127.0.0.1" if options.host in ("0.0.0.0", "::") else options.host

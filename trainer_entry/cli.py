@@ -3,8 +3,12 @@ at the proxy, on every GPU of the machine.
 
 The command is the run's launcher, in this order:
 1. flags -> ``TrainerOptions`` (``trainer_entry.flags``; nothing heavy imported; exit 2 names a bad
-   flag), torch, TRL and PEFT installed (else exit 2 naming the extra, before anything starts),
-   and the ranks of this machine (``--num-processes``, default: its GPUs);
+   flag); the inputs checked (``trainer_entry.inputs``: local paths, then the Hub ids on the
+   Hub; exit 2 in one line, before anything starts); torch, TRL and PEFT installed (else exit 2
+   naming the extra); the ranks of this machine (``--num-processes``, default: its GPUs) and
+   the recipe's sizes for it (``Recipe.for_machine``: the CPU recipe without CUDA, said in one
+   line); a dataset whose prompts ask for an answer shape the rewards cannot read, said in one
+   line;
 2. node 0 only: the checkpoint to resume from (``--resume auto``: the newest complete one in
    ``--output-dir``), where TRL saves adapters (``trainer_entry.lora_dir``: ``--adapters-local``,
    by default a fresh directory on this machine's disk, removed after the run) and what a dead
@@ -28,8 +32,9 @@ The command is the run's launcher, in this order:
 4. the ranks (``trainer_entry.launch``): one process, or FSDP2 ranks under ``accelerate launch``;
    with ``--nnodes K`` each machine runs this same command with its ``--node-rank``.
 
-Exit codes: 0 when training finished, 2 for a bad flag or input (the message names it), 3 when a
-rank ran out of GPU memory (the message names the knob), 1 for anything else.
+Exit codes: 0 when training finished, 2 for a bad flag or input (the message names it) or a local
+proxy that would not start (its own line says why), 3 when a rank ran out of GPU memory (the
+message names the knob), 1 for anything else.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 
 from trainer_entry import checkpoints, fleet_run, lora_dir, sidecar
 from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.inputs import BadInput, check_hub, check_local, first_prompt
 from trainer_entry.launch import (
     MissingExtra,
     check_trainer_packages,
@@ -54,6 +60,7 @@ from trainer_entry.launch import (
     with_processes,
 )
 from trainer_entry.options import TrainerOptions
+from trainer_entry.prompts import asked_shape, shape_mismatch
 from trainer_entry.proxy_figures import replicas_reported
 
 log = logging.getLogger("trainer_entry")
@@ -76,7 +83,8 @@ def proxy_for(options: TrainerOptions) -> Iterator[str]:
             (*mirror, *topology.proxy_args), topology.sidecar_host,
             discover=topology.sidecar_discover,
         )  # fmt: skip
-        env = sidecar.upstream_token_env(os.environ, topology.replica_token_env)
+        local = sidecar.on_this_machine(topology.sidecar_replicas)
+        env = sidecar.upstream_token_env(os.environ, topology.replica_token_env, local)
         where = topology.sidecar_discover or ", ".join(topology.sidecar_replicas)
         log.info("starting the sidecar proxy for %s", where)
         with sidecar.running(argv, env=env) as url:
@@ -113,13 +121,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    try:  # before anything starts: no sidecar, no output directory without the packages
+    for client in ("httpx", "httpx2"):  # huggingface_hub's: a line per request at INFO
+        logging.getLogger(client).setLevel(logging.WARNING)
+    try:  # before anything starts: no sidecar, no output directory, no heavy import
+        check_local(options)
+        shape = asked_shape(first_prompt(options.dataset, options.prompt_column))
+        os.environ.update(check_hub(options, os.environ))  # the ranks inherit it
         check_trainer_packages()
         gpus = machine_gpus()
-    except MissingExtra as exc:
+    except (BadInput, MissingExtra) as exc:
         print(f"rollout-trainer: {exc}", file=sys.stderr)
         return 2
-    options = replace(options, world=with_processes(options.world, gpus))
+    recipe, why = options.recipe.for_machine(gpus)
+    log.info("recipe: %s", why)
+    mismatch = shape_mismatch(options.rewards, shape)
+    if mismatch is not None:
+        log.warning("%s", mismatch)
+    options = replace(options, world=with_processes(options.world, gpus), recipe=recipe)
     options.output_dir.mkdir(parents=True, exist_ok=True)
     if not options.world.main_node:  # the proxy side and the resume choice are node 0's
         options = replace(options, recipe=options.recipe.resolved(options.world.world_size))
@@ -136,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checkpoints.clear_stale(options.output_dir, resume, local)
     try:
         return _run(options, gpus, resume)
-    except fleet_run.FleetRefused as exc:
+    except (fleet_run.FleetRefused, sidecar.ProxyNotReady) as exc:
         print(f"rollout-trainer: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -158,7 +176,7 @@ def _run(options: TrainerOptions, gpus: int, resume: Path | None) -> int:
         recipe = options.recipe.resolved(options.world.world_size)
         options = replace(options, recipe=recipe, resume_from=resume)
         log.info("TRL talks to %s; %s replica(s) behind it", url, replicas or "unknown")
-        log.info("recipe (every value a flag; defaults: the fastest published run):")
+        log.info("recipe (every value a flag):")
         for line in recipe.describe():
             log.info("  %s", line)
         return run_ranks(options, gpus, url, figures)

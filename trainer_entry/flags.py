@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 
 from proxy.config.programs import DefaultsFormatter, OneLineParser, version_flag
 from proxy.config.units import DurationArg
+from trainer_entry.inputs import BadInput, first_prompt
 from trainer_entry.options import Checkpoints, Topology, TrainerOptions, World
-from trainer_entry.prompts import AUTO, instruction_for
-from trainer_entry.recipe import Recipe
+from trainer_entry.prompts import AUTO, asked_shape, default_rewards, instruction_for
+from trainer_entry.recipe import CPU_SIZES, Recipe
 from trainer_entry.rewards import REWARD_NAMES, is_custom
 from trainer_entry.templates import FAMILIES
 
@@ -59,8 +60,9 @@ def build_parser(
     add("--system-prompt", default=None, help="system turn added to text prompts")
     add(
         "--rewards",
-        default="boxed",
-        help=f"comma-separated, from {', '.join(REWARD_NAMES)} or module:function (your own)",
+        default=AUTO,
+        help=f"comma-separated, from {', '.join(REWARD_NAMES)} or module:function (your own); "
+        "auto: what a local dataset's prompts ask for (Answer: N -> math,format), else boxed",
     )
     add(
         "--format-instruction",
@@ -218,13 +220,21 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="samples per rank per micro-batch (default: a group)",
     )
+    cpu = CPU_SIZES
     add(
         "--gradient-accumulation-steps",
         type=int,
-        default=r.gradient_accumulation_steps,
-        help="micro-batches per optimizer step",
+        default=None,
+        help=f"micro-batches per optimizer step (default: {r.gradient_accumulation_steps}; "
+        f"{cpu['gradient_accumulation_steps']} without CUDA)",
     )
-    add("--token-budget", type=int, default=r.token_budget, help="tokens per rank per micro-batch")
+    add(
+        "--token-budget",
+        type=int,
+        default=None,
+        help=f"tokens per rank per micro-batch (default: {r.token_budget}; "
+        f"{cpu['token_budget']} without CUDA)",
+    )
     add(
         "--gradient-checkpointing",
         action=argparse.BooleanOptionalAction,
@@ -234,8 +244,9 @@ def _recipe_flags(parser: argparse.ArgumentParser) -> None:
     add(
         "--max-completion-length",
         type=int,
-        default=r.max_completion_length,
-        help="tokens a rollout may generate",
+        default=None,
+        help=f"tokens a rollout may generate (default: {r.max_completion_length}; "
+        f"{cpu['max_completion_length']} without CUDA)",
     )
     add("--temperature", type=float, default=r.temperature, help="sampling temperature")
     add("--max-staleness", type=int, default=r.max_staleness, help="steps a rollout may lag")
@@ -271,8 +282,8 @@ _POSITIVE = (
 
 def _section(kind: type[T], args: argparse.Namespace, **overrides: Any) -> T:
     """A frozen options section from the flags named as its fields (``overrides`` win)."""
-    values = {spec.name: getattr(args, spec.name) for spec in fields(kind)}  # type: ignore[arg-type]
-    return kind(**{**values, **overrides})
+    named = [spec.name for spec in fields(kind) if spec.name not in overrides]  # type: ignore[arg-type]
+    return kind(**{name: getattr(args, name) for name in named}, **overrides)
 
 
 def _check_fleet_run(
@@ -306,7 +317,17 @@ def options_from_args(
     the flags of a job that runs elsewhere (``deploy`` checking a plan), whose directories are
     not on this machine."""
     environ = os.environ if environ is None else environ
+    # A size left unset is the GPU recipe's here; the launcher decides it on its machine.
+    machine_sized = tuple(name for name in CPU_SIZES if getattr(args, name) is None)
+    for name in machine_sized:
+        setattr(args, name, getattr(Recipe(), name))
     rewards = tuple(name.strip() for name in args.rewards.split(",") if name.strip())
+    if rewards == (AUTO,):  # the rewards the prompts ask for (trainer_entry.prompts)
+        try:
+            prompt = first_prompt(args.dataset, args.prompt_column) if here else None
+        except BadInput as exc:
+            parser.error(f"argument --dataset: {exc}")
+        rewards = default_rewards(asked_shape(prompt))
     unknown = sorted(n for n in rewards if n not in REWARD_NAMES and not is_custom(n))
     if not rewards or unknown:
         parser.error(
@@ -348,6 +369,18 @@ def options_from_args(
     replicas = tuple(u.strip() for u in (args.sidecar_replicas or "").split(",") if u.strip())
     if args.sidecar_replicas is not None and not replicas:
         parser.error("argument --replica-urls: give at least one URL")
+    # The URLs the local proxy (sidecar, relay) would refuse, before it is started (deploy's
+    # plan has placeholders for them: not checked there).
+    upstreams = [("--replica-urls", url) for url in replicas]
+    upstreams += [("--proxy-url", args.proxy_url)] if args.proxy_url is not None else []
+    if here and upstreams:
+        from proxy.config import check_replica_url
+
+        for flag, url in upstreams:
+            try:
+                check_replica_url(url)
+            except ValueError as exc:
+                parser.error(f"argument {flag}: {exc}")
     if args.sidecar_discover is not None:
         # Only here: proxy.config brings pydantic, and this parser imports nothing heavy.
         from proxy.config import parse_discover_spec
@@ -376,7 +409,7 @@ def options_from_args(
         # The flags of these sections are named as their fields (argparse's dest).
         world=_section(World, args, num_processes=args.num_processes or 0),  # 0: count GPUs
         checkpoints=_section(Checkpoints, args),
-        recipe=_section(Recipe, args, lora_target_modules=modules),
+        recipe=_section(Recipe, args, lora_target_modules=modules, machine_sized=machine_sized),
         dataset_config=args.dataset_config,
         dataset_split=args.dataset_split,
         prompt_column=args.prompt_column,

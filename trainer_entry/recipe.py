@@ -25,6 +25,13 @@ Two values are derived, not fixed (``Recipe.resolved``):
 
 "Samples per step" is TRL's nominal figure, ``batch_size x gradient_accumulation_steps x
 world_size`` (with a token budget the real count per micro-batch varies with sample lengths).
+
+On a machine without CUDA the sizes the user left unset are the CPU recipe's (``CPU_SIZES``,
+``Recipe.for_machine``): the GPU recipe's 6 micro-batches of 16,384 tokens a rank a step, with
+completions of up to 3,000 tokens, kept a tiny 2-step run through 2 real vLLM CPU servers
+waiting for samples for 15 minutes without finishing step 1; with one micro-batch of 256 tokens
+and short completions the same run takes about a minute. A completion longer than the token
+budget is dropped by TRL, so the CPU recipe's completions stay below its budget.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 SLACK_SHARE = 1 / 3  # of the staleness slack (steps), in steps' worth of samples in flight
+# The sizes a machine without CUDA gets for every one its user did not set (module docstring).
+CPU_SIZES = {"gradient_accumulation_steps": 1, "token_budget": 256, "max_completion_length": 128}
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,8 @@ class Recipe:
     weight_sync_steps: int = 4
     queue_maxsize: int | None = None  # None: derived (module docstring)
     max_inflight_tasks: int | None = None  # None: derived (module docstring)
+    # The sizes (``CPU_SIZES``' names) the user left unset: the machine decides them.
+    machine_sized: tuple[str, ...] = ()
 
     @property
     def alpha(self) -> int:
@@ -64,6 +75,24 @@ class Recipe:
 
     def samples_per_step(self, world_size: int) -> int:
         return self.per_rank_batch * self.gradient_accumulation_steps * world_size
+
+    def for_machine(self, gpus: int) -> tuple[Recipe, str]:
+        """This recipe for a machine with ``gpus`` CUDA devices, and one line saying which
+        recipe that is and why: without CUDA, the sizes left unset are ``CPU_SIZES``."""
+        cpu = {name: value for name, value in CPU_SIZES.items() if name in self.machine_sized}
+        if gpus:
+            return replace(self, machine_sized=()), (
+                f"the GPU recipe (the fastest published run): {gpus} CUDA device(s) here"
+            )
+        if not cpu:
+            return self, "no CUDA here: the sizes as given (--gradient-accumulation-steps, ...)"
+        # mypy cannot tell that every CPU_SIZES name is an int field: each one is.
+        given = replace(self, **cpu, machine_sized=())  # type: ignore[arg-type]
+        shown = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in cpu.items())
+        return given, (
+            f"the CPU recipe, as there is no CUDA here: {shown} (the GPU recipe's steps would "
+            "keep CPU replicas generating for many minutes each; set these flags to choose)"
+        )
 
     def resolved(self, world_size: int) -> Recipe:
         """This recipe with the derived values filled in."""
@@ -87,6 +116,8 @@ class Recipe:
         """One ``--flag value`` line per setting, for the start-up log."""
         lines = []
         for spec in fields(self):
+            if spec.name == "machine_sized":
+                continue
             value, flag = getattr(self, spec.name), spec.name.replace("_", "-")
             if isinstance(value, bool):
                 lines.append(f"--{flag}" if value else f"--no-{flag}")

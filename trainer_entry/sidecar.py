@@ -37,12 +37,19 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from proxy.lifeline import preexec
 
 log = logging.getLogger("trainer_entry")
 
 READY_PREFIX = "proxy ready on "
+
+
+class ProxyNotReady(RuntimeError):
+    """The local proxy ended, or did not say it was ready in time; its output says why."""
+
+
 STOP_GRACE_S = 30.0
 
 
@@ -93,14 +100,31 @@ def local_url(ready_url: str) -> str:
     return f"{scheme}://127.0.0.1:{port}" if host in WILDCARD_HOSTS else ready_url
 
 
-def upstream_token_env(environ: Mapping[str, str], variable: str) -> dict[str, str]:
+LOOPBACK_HOSTS = ("localhost", "::1")
+
+
+def on_this_machine(replicas: Sequence[str]) -> bool:
+    """Whether every one of ``replicas`` (URLs; none: found by name, so unknown) is on this
+    machine's loopback, where no edge demands a token."""
+    hosts = [urlsplit(url).hostname or "" for url in replicas]
+    return bool(hosts) and all(h in LOOPBACK_HOSTS or h.startswith("127.") for h in hosts)
+
+
+def upstream_token_env(
+    environ: Mapping[str, str], variable: str, local: bool = False
+) -> dict[str, str]:
     """The environment the sidecar needs for its upstream token: ``$variable`` as
     ``PROXY_UPSTREAM_TOKEN``, unless that is set already (an explicit choice wins). Says which
-    token goes upstream (never its value), or why the replicas will refuse the proxy."""
+    token goes upstream (never its value), or why the replicas will refuse the proxy: a warning
+    unless every replica is on this machine (``local``: ``on_this_machine``)."""
     if environ.get(UPSTREAM_TOKEN):
         log.info("the sidecar proxy sends the bearer token from $%s", UPSTREAM_TOKEN)
         return {}
     token = environ.get(variable)
+    if not token and local:
+        log.info("$%s is not set: the sidecar proxy sends no bearer token (its replicas are on "
+                 "this machine's loopback)", variable)  # fmt: skip
+        return {}
     if not token:
         log.warning(
             "$%s is not set: the sidecar proxy sends no bearer token, and replicas behind HF "
@@ -174,7 +198,10 @@ def _await_ready(child: subprocess.Popen[bytes], fd: int, timeout_s: float) -> t
                 break
             chunk = os.read(fd, 65536)
             if not chunk:
-                raise RuntimeError(f"the proxy exited with code {child.wait()} before it was ready")
+                raise ProxyNotReady(
+                    f"the local proxy exited with code {child.wait()} before it was ready (its "
+                    "last line, above, says why)"
+                )
             pending += chunk
             while b"\n" in pending:
                 raw, pending = pending.split(b"\n", 1)
@@ -182,7 +209,7 @@ def _await_ready(child: subprocess.Popen[bytes], fd: int, timeout_s: float) -> t
                 print(f"[proxy] {line}", flush=True)
                 if line.startswith(READY_PREFIX):
                     return line.removeprefix(READY_PREFIX).split()[0], pending
-    raise TimeoutError(f"the proxy was not ready within {timeout_s:g} s")
+    raise ProxyNotReady(f"the local proxy was not ready within {timeout_s:g} s (its lines above)")
 
 
 def _copy(fd: int, pending: bytes) -> None:

@@ -5,13 +5,16 @@ Every rank builds the same trainer; TRL itself makes rank 0 the one that talks t
 runs the rollout worker. Collectives every rank takes part in: the adapter save at each sync
 (TRL's, with the served-policy probe's forward before it: ``trainer_entry.reference``), the
 sharded checkpoint (HF's), the time-based save decision and the resume point (broadcast from
-rank 0 here), and the final adapter.
+rank 0 here), and the final adapter. Rank 0, which alone sees TRL's rollout queue, says how far
+a step that waits for its samples is (``trainer_entry.progress``).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from trainer_entry.cpu_shims import apply_cpu_shims
 from trainer_entry.fsdp import fsdp_on_cpu, untie_if_needed
 from trainer_entry.lora_dir import redirect
 from trainer_entry.options import TrainerOptions
+from trainer_entry.progress import Counted, Progress, need, report
 from trainer_entry.prompts import conversation
 from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.reference import install as install_reference
@@ -142,6 +146,33 @@ class _WithProxyFigures(AsyncGRPOTrainer):  # type: ignore[misc]  # TRL is untyp
         super().log(logs, start_time)
 
 
+class StepsEnd(TrainerCallback):  # type: ignore[misc]
+    """Tells ``Progress`` where each step ends (``trainer_entry.progress``)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
+        self.progress.stepped(state.global_step)
+        return control
+
+
+def _watch_samples(trainer: Any, options: TrainerOptions) -> threading.Event | None:
+    """Rank 0: a line every ``progress.EVERY_S`` while a step waits for its samples; returns
+    the event that stops it (None on the other ranks: they never see the queue)."""
+    if trainer.rollout_queue is None:
+        return None
+    recipe = options.recipe
+    progress = need(recipe.per_rank_batch, recipe.gradient_accumulation_steps,
+                    recipe.token_budget, trainer.accelerator.num_processes)  # fmt: skip
+    trainer.rollout_queue = Counted(trainer.rollout_queue, progress)  # read by train()
+    trainer.add_callback(StepsEnd(progress))
+    stop = threading.Event()
+    say = functools.partial(log.info, "%s")
+    threading.Thread(target=report, args=(progress, stop, say), daemon=True).start()
+    return stop
+
+
 class SaveByClock(TrainerCallback):  # type: ignore[misc]
     """Also checkpoint once ``minutes`` have passed since the last checkpoint (or the start).
     Rank 0's clock decides and every rank follows (a split decision would hang the collective
@@ -207,7 +238,12 @@ def run(
     figures_url, token = figures
     trainer.proxy_figures = ProxyFigures(figures_url or base_url, token)
     resume = _agreed_resume(options, accelerator)
-    output = trainer.train(resume_from_checkpoint=resume)
+    watching = _watch_samples(trainer, options)
+    try:
+        output = trainer.train(resume_from_checkpoint=resume)
+    finally:
+        if watching is not None:
+            watching.set()
     metrics = _finish(trainer, options, output)
     _leave_world(accelerator)
     return metrics

@@ -186,6 +186,8 @@ def main(argv: list[str]) -> int:
             )
         if args.share_runs < 2:
             parser.error(f"argument --share-run-count: at least 2 runs (got {args.share_runs})")
+    if problem := report.output_problem(args.json, args.plot):
+        parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     gpu = GpuModel()

@@ -24,6 +24,7 @@ from benchmarks.learn.legs import DIRECT, FLEET, LegFailed, Outcome, run_leg
 from benchmarks.learn.task import dataset_rows
 from benchmarks.learn.verdict import KL_BOUND, judge
 from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from replica_entry.startup import directory_problem
 
 LEGS = {"fleet": FLEET, "direct": DIRECT}
 # The recipe both legs train with: it lifts the reward from ~0.36 to ~0.77 in 30 steps (at lr
@@ -128,6 +129,10 @@ def main(argv: list[str]) -> int:
         parser.error(f"argument --legs: {', '.join(unknown) or 'none'}: choose fleet, direct")
     if args.steps < 10:
         parser.error("argument --steps: at least 10 (a verdict compares the first and last 5)")
+    if problem := report.output_problem(args.json, args.plot) or (
+        args.work and directory_problem("--workdir", args.work)
+    ):
+        parser.error(problem)
     missing = [m for m in ("vllm", "trl", "torch") if find_spec(m) is None]
     if missing:
         print(f"benchmarks learn: {', '.join(missing)} missing here: run it with the e2e tier's "

@@ -9,9 +9,10 @@ import socket
 
 BACKLOG = 4096  # the listening socket's accept queue
 
-# Why a listening socket could not be made, in words, with what to do (``CannotListen``).
+# Why a listening socket could not be made, in words, with what to do (``CannotListen``);
+# ``{server}``: what else may be running there (the proxy, a replica).
 _BIND_ERRORS = {
-    errno.EADDRINUSE: "address already in use (another proxy running? pick another --port)",
+    errno.EADDRINUSE: "address already in use (another {server} running? pick another --port)",
     errno.EACCES: "permission denied (ports below 1024 need privileges: pick another --port)",
     errno.EADDRNOTAVAIL: "address not available (--host must be an address of this machine)",
 }
@@ -21,12 +22,13 @@ class CannotListen(Exception):
     """The proxy's port could not be opened: a start-up error a restart cannot fix."""
 
 
-def cannot_listen(host: str, port: int, exc: OSError) -> CannotListen:
-    """``exc`` from ``create_server`` as one line naming the address and what to do."""
+def cannot_listen(host: str, port: int, exc: OSError, server: str = "proxy") -> CannotListen:
+    """``exc`` from ``create_server`` as one line naming the address and what to do
+    (``server``: what kind of server the user may have left running on that port)."""
     if isinstance(exc, socket.gaierror):
         why = f"--host {host} does not resolve ({exc.strerror})"
     else:
-        why = _BIND_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
+        why = _BIND_ERRORS.get(exc.errno or 0, exc.strerror or str(exc)).format(server=server)
     return CannotListen(f"cannot listen on {host}:{port}: {why}")
 
 

@@ -180,7 +180,7 @@ def test_build_wheel_checks_the_result(tmp_path: Path) -> None:
     assert build_wheel(Path("/src"), tmp_path, "1.2.3", run=good) == (
         tmp_path / wheel_filename("1.2.3")
     )
-    with pytest.raises(DeployError, match=r"exit 1.*\n.*no backend\n.*--code pypi"):
+    with pytest.raises(DeployError, match=r"exit 1.*\n.*no backend\n.*--code image"):
         build_wheel(Path("/src"), tmp_path / "x", "1.2.3", run=_runner(1, None))
     (tmp_path / "y").mkdir()
     with pytest.raises(DeployError, match=r"produced \['rollout_proxy-9-py3-none-any\.whl'\]"):

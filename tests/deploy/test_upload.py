@@ -60,7 +60,7 @@ def test_a_failed_upload_stops_the_run_and_says_what_to_do(
     assert result.code == 1
     assert f"uploading the wheel to hf://buckets/alice/rl/{WHEEL_PATH} failed" in result.err
     assert hint in result.err
-    assert "--code pypi" in result.err
+    assert "--code image" in result.err
     assert "Traceback" not in result.err and TOKEN not in result.err
     assert stand.hub.jobs == {}
 

@@ -243,3 +243,55 @@ def test_the_reference_is_the_trainers_packed_forward_at_temperature_one(
     assert len(flat) == len(cuts) * K
     assert max(abs(a - b) for a, b, _ in flat) < 1e-5
     assert sum(abs(a - c) for a, _, c in flat) / len(flat) > 1e-3  # the adapter shows
+
+
+@pytest.mark.filterwarnings("ignore:TRL currently supports vLLM versions:UserWarning")
+def test_rank_zero_says_how_far_a_step_waiting_for_samples_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train._watch_samples`` puts ``progress.Counted`` between TRL's rollout queue and the
+    trainer (TRL's ``get_train_dataloader`` reads ``trainer.rollout_queue`` when training
+    starts), ends a step's count at each step's end, and stops its reporter when told."""
+    import queue
+    import threading
+    import types
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trainer_entry import progress, train
+    from trainer_entry.flags import build_parser, options_from_args
+
+    parser = build_parser()
+    flags = ["--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path),
+             "--sidecar-replicas", "http://127.0.0.1:9", "--token-budget", "256",
+             "--gradient-accumulation-steps", "1"]  # fmt: skip
+    options = options_from_args(parser.parse_args(flags), parser)
+    said: list[str] = []
+    spoke = threading.Event()
+
+    def heard(line: str) -> None:
+        said.append(line)
+        spoke.set()
+
+    def report(progress_: progress.Progress, stop: threading.Event, say: Any) -> None:
+        progress.report(progress_, stop, heard, 0.01)
+
+    monkeypatch.setattr(train, "report", report)
+    callbacks: list[Any] = []
+    samples: queue.Queue[Any] = queue.Queue()
+    trainer = types.SimpleNamespace(
+        rollout_queue=samples,
+        accelerator=types.SimpleNamespace(num_processes=1),
+        add_callback=callbacks.append,
+    )
+    stop = train._watch_samples(trainer, options)
+    assert stop is not None and isinstance(trainer.rollout_queue, progress.Counted)
+    samples.put(types.SimpleNamespace(input_ids=[1, 2, 3]))
+    trainer.rollout_queue.get(timeout=1)
+    assert spoke.wait(5)
+    stop.set()
+    assert said[0].startswith("step 1: 1 samples (3 tokens) received in")
+    (ended,) = callbacks
+    ended.on_step_end(None, types.SimpleNamespace(global_step=1), None)
+    assert (trainer.rollout_queue.progress.line(0) or "").startswith("step 2: 0 samples")
+    no_queue = types.SimpleNamespace(rollout_queue=None)
+    assert train._watch_samples(no_queue, options) is None  # the other ranks: no queue

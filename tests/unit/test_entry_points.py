@@ -141,8 +141,12 @@ def test_the_trainer_without_its_packages_says_the_extra_before_anything_starts(
     tmp_path: Path,
 ) -> None:
     output, port = tmp_path / "run", _free_port()
+    model, data = tmp_path / "model", tmp_path / "d.jsonl"  # inputs that pass their checks
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data.write_text('{"prompt": "1+1?", "answer": "2"}\n')
     result = _run(
-        *("-m", "trainer_entry", "--model", "m", "--dataset", "d.jsonl"),
+        *("-m", "trainer_entry", "--model", str(model), "--dataset", str(data)),
         *("--output-dir", str(output), "--sidecar-replicas", "http://127.0.0.1:9"),
         *("--sidecar-port", str(port)),
     )

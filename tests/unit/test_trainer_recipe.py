@@ -121,8 +121,12 @@ def test_without_the_trainer_packages_the_command_says_what_to_install(
 ) -> None:
     from trainer_entry.cli import main
 
-    argv = [*BASE, "--output-dir", str(tmp_path / "out")]
-    assert main(argv) == 2
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "d.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    argv = ["--model", str(tmp_path / "model"), "--dataset", str(tmp_path / "d.jsonl")]
+    argv += ["--sidecar-replicas", "http://127.0.0.1:9", "--output-dir", str(tmp_path / "out")]
+    assert main(argv) == 2  # the inputs are there: what is missing is the packages
     err = capsys.readouterr().err
     assert "rollout-trainer: needs torch, trl and peft: pip install 'rollout-proxy[trainer]'" in err
     assert "Traceback" not in err
@@ -157,3 +161,51 @@ def test_the_sidecar_may_find_its_replicas_by_name(tmp_path: Path) -> None:
     bad = parser.parse_args([*base, "--sidecar-discover", "dns:no-port"])
     with pytest.raises(SystemExit):
         options_from_args(bad, parser)
+
+
+def test_without_cuda_the_sizes_left_unset_are_the_cpu_recipe(tmp_path: Path) -> None:
+    """The GPU recipe's 6 micro-batches of 16,384 tokens a step (completions up to 3,000 tokens)
+    kept a tiny CPU run through 2 vLLM CPU servers waiting 15 minutes for step 1."""
+    recipe, line = parse(tmp_path).recipe.for_machine(gpus=0)
+    assert (recipe.gradient_accumulation_steps, recipe.token_budget) == (1, 256)
+    assert recipe.max_completion_length == 128 < recipe.token_budget  # TRL drops longer ones
+    assert line.startswith("the CPU recipe, as there is no CUDA here:")
+    assert "--gradient-accumulation-steps 1 --token-budget 256 --max-completion-length 128" in line
+    assert recipe.resolved(1).samples_per_step(1) == 8  # one group a step
+    assert "machine_sized" not in " ".join(recipe.describe())
+
+
+def test_with_cuda_the_recipe_is_the_published_one(tmp_path: Path) -> None:
+    recipe, line = parse(tmp_path).recipe.for_machine(gpus=2)
+    assert (recipe.gradient_accumulation_steps, recipe.token_budget) == (6, 16384)
+    assert recipe.max_completion_length == 3000 and recipe.machine_sized == ()
+    assert line == "the GPU recipe (the fastest published run): 2 CUDA device(s) here"
+
+
+def test_sizes_the_user_set_stay_on_a_cpu(tmp_path: Path) -> None:
+    options = parse(tmp_path, "--token-budget", "512", "--gradient-accumulation-steps", "6")
+    assert options.recipe.machine_sized == ("max_completion_length",)
+    recipe, line = options.recipe.for_machine(gpus=0)
+    assert (recipe.gradient_accumulation_steps, recipe.token_budget) == (6, 512)
+    assert recipe.max_completion_length == 128 and "--token-budget" not in line
+    every = ("--token-budget", "0", "--gradient-accumulation-steps", "2",
+             "--max-completion-length", "64")  # fmt: skip
+    recipe, line = parse(tmp_path, *every).recipe.for_machine(gpus=0)
+    assert (recipe.token_budget, recipe.gradient_accumulation_steps) == (0, 2)
+    assert line.startswith("no CUDA here: the sizes as given")
+
+
+def test_the_machine_decides_after_the_options_travel(tmp_path: Path) -> None:
+    """What the user left unset travels with the options (deploy checks them elsewhere)."""
+    options = parse(tmp_path)
+    again = TrainerOptions.from_json(options.to_json())
+    assert again.recipe.machine_sized == (
+        "gradient_accumulation_steps",
+        "token_budget",
+        "max_completion_length",
+    )
+    assert again == options
+    helps = {a.option_strings[0]: a.help or "" for a in build_parser()._actions if a.help}
+    assert helps["--gradient-accumulation-steps"].endswith("(default: 6; 1 without CUDA)")
+    assert helps["--token-budget"].endswith("(default: 16384; 256 without CUDA)")
+    assert helps["--max-completion-length"].endswith("(default: 3000; 128 without CUDA)")
