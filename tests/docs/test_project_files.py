@@ -70,3 +70,14 @@ def test_the_dockerfile_copies_every_package_the_project_ships() -> None:
     copied = set(re.findall(r"^COPY (\w+) \./\1$", dockerfile, re.M))
     assert copied == packages
     assert re.search(r"^COPY pyproject\.toml README\.md LICENSE \./$", dockerfile, re.M)
+
+
+README_MAX_LINES = 250  # a quickstart; the manual is the site under docs/
+
+
+def test_the_readme_is_a_quickstart_that_links_the_site() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, "move the detail into docs/"
+    for heading in ("make demo", "make test", "rehearse", "HF Jobs", "tiny_model"):
+        assert heading in text, f"the quickstart lost {heading!r}"
+    assert "docs/" in text

@@ -99,20 +99,20 @@ def assert_one_line(result: subprocess.CompletedProcess[str], *says: str) -> str
 
 
 TRAINER = ("-m", "trainer_entry", "--output-dir", "{tmp}/run")
-SIDECAR = ("--sidecar-replicas", "http://127.0.0.1:9")
+SIDECAR = ("--replica-urls", "http://127.0.0.1:9")
 LOCAL = ("--model", "{model}", "--dataset", "{data}")
 
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # name: (argv, what the line says)
     "proxy port in use": (
-        ("-m", "proxy", "--replicas", "http://127.0.0.1:9", "--port", "{taken}"),
+        ("-m", "proxy", "--replica-urls", "http://127.0.0.1:9", "--port", "{taken}"),
         ("cannot listen on 127.0.0.1:", "address already in use", "pick another --port"),
     ),
     "proxy adapter store a file": (
         (
             "-m",
             "proxy",
-            "--replicas",
+            "--replica-urls",
             "http://127.0.0.1:9",
             "--port",
             "0",
@@ -125,7 +125,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (
             "-m",
             "proxy",
-            "--replicas",
+            "--replica-urls",
             "http://127.0.0.1:9",
             "--port",
             "0",
@@ -190,8 +190,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("rollout-trainer: --adapters-local", "is a file, not a directory"),
     ),
     "trainer replica URL the sidecar refuses": (
-        (*TRAINER, *LOCAL, "--sidecar-replicas", "ftp://replica:8000"),
-        ("argument --sidecar-replicas: replica URL 'ftp://replica:8000' must look like",),
+        (*TRAINER, *LOCAL, "--replica-urls", "ftp://replica:8000"),
+        ("argument --replica-urls: replica URL 'ftp://replica:8000' must look like",),
     ),
     "trainer proxy URL the relay refuses": (
         (*TRAINER, *LOCAL, "--proxy-url", "proxy:8000"),
@@ -214,16 +214,16 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("python -m benchmarks: error: argument suite: invalid choice",),
     ),
     "benchmarks replicas that do not answer": (
-        ("-m", "benchmarks", "overhead", "--replicas", "http://127.0.0.1:{free}"),
-        ("argument --replicas: http://127.0.0.1:", "does not answer", "start the replicas first"),
+        ("-m", "benchmarks", "overhead", "--replica-urls", "http://127.0.0.1:{free}"),
+        ("argument --replica-urls: http://127.0.0.1:", "does not answer", "start the replicas first"),
     ),
     "benchmarks json under a file": (
         ("-m", "benchmarks", "routing", "--quick", "--json", "{file}/out.json"),
         ("--json", "is a file, not a directory"),
     ),
     "benchmarks learn work dir a file": (
-        ("-m", "benchmarks", "learn", "--work", "{file}"),
-        ("--work", "is a file, not a directory"),
+        ("-m", "benchmarks", "learn", "--workdir", "{file}"),
+        ("--workdir", "is a file, not a directory"),
     ),
 }
 
@@ -310,7 +310,7 @@ def test_deploy_without_network_says_so_in_seconds(place: Place) -> None:
 def test_a_local_proxy_that_will_not_start_is_one_error(place: Place) -> None:
     """What the trainer's launcher catches and says in one line (its exit 2), after the
     proxy's own line: the proxy's exit code, no ``RuntimeError`` traceback."""
-    argv = [sys.executable, "-m", "proxy", "--replicas", "ftp://replica:8000", "--port", "0"]
+    argv = [sys.executable, "-m", "proxy", "--replica-urls", "ftp://replica:8000", "--port", "0"]
     refused = pytest.raises(sidecar.ProxyNotReady, match="exited with code 2 before it was ready")
     with refused, sidecar.running(argv):
         pass
