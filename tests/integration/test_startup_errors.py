@@ -215,7 +215,11 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "benchmarks replicas that do not answer": (
         ("-m", "benchmarks", "overhead", "--replica-urls", "http://127.0.0.1:{free}"),
-        ("argument --replica-urls: http://127.0.0.1:", "does not answer", "start the replicas first"),
+        (
+            "argument --replica-urls: http://127.0.0.1:",
+            "does not answer",
+            "start the replicas first",
+        ),
     ),
     "benchmarks json under a file": (
         ("-m", "benchmarks", "routing", "--quick", "--json", "{file}/out.json"),
