@@ -88,7 +88,8 @@ class Counted:
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         sample = self.queue.get(block, timeout)
-        self.progress.took(len(getattr(sample, "input_ids", None) or ()))
+        ids = getattr(sample, "input_ids", None)  # TRL's: a numpy array (no truth value)
+        self.progress.took(0 if ids is None else len(ids))
         return sample
 
     def qsize(self) -> int:

@@ -8,6 +8,7 @@ import queue
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from trainer_entry.progress import Counted, need, report
@@ -23,7 +24,7 @@ class FakeClock:
 
 @dataclass
 class Sample:
-    input_ids: list[int]
+    input_ids: np.ndarray  # as TRL 1.16's rollout samples carry them (no truth value)
 
 
 def test_a_step_waiting_longer_than_the_interval_is_said_with_its_tokens() -> None:
@@ -32,7 +33,7 @@ def test_a_step_waiting_longer_than_the_interval_is_said_with_its_tokens() -> No
     samples: queue.Queue[Sample] = queue.Queue()
     counted = Counted(samples, progress)
     for size in (100, 60, 40):
-        samples.put(Sample(list(range(size))))
+        samples.put(Sample(np.arange(size, dtype=np.int64)))
         counted.get(timeout=1)
     clock.now += 29.0
     assert progress.line(after_s=30) is None  # a step under way for less: nothing to say
@@ -78,7 +79,7 @@ def test_the_reporter_says_the_line_until_stopped() -> None:
     assert len(said) == 1 and said[0].startswith("step 1: 0 samples (0 tokens) received in 60 s")
 
 
-@pytest.mark.parametrize("sample", [object(), Sample([])])
+@pytest.mark.parametrize("sample", [object(), Sample(np.array([], dtype=np.int64))])
 def test_a_sample_without_tokens_counts_as_a_sample(sample: object) -> None:
     progress = need(batch=1, accumulation=1, token_budget=0, world_size=1, clock=FakeClock())
     items: queue.Queue[object] = queue.Queue()
