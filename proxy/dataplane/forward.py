@@ -107,7 +107,7 @@ class Forwarder:
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
-        Ejections(pool, connections)
+        self._ejections = Ejections(pool, connections)  # fails over what an ejection strands
         self._tracing = tracing
         self.streams = Migrations(metrics, max_stream_migrations)
 

@@ -102,6 +102,7 @@ TRAINER = ("-m", "trainer_entry", "--output-dir", "{tmp}/run")
 SIDECAR = ("--replica-urls", "http://127.0.0.1:9")
 LOCAL = ("--model", "{model}", "--dataset", "{data}")
 
+PROXY = ("-m", "proxy", "--replica-urls", "http://127.0.0.1:9", "--port", "0")
 CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # name: (argv, what the line says)
     "proxy port in use": (
@@ -109,29 +110,11 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("cannot listen on 127.0.0.1:", "address already in use", "pick another --port"),
     ),
     "proxy adapter store a file": (
-        (
-            "-m",
-            "proxy",
-            "--replica-urls",
-            "http://127.0.0.1:9",
-            "--port",
-            "0",
-            "--adapter-store",
-            "{file}",
-        ),
+        (*PROXY, "--adapter-store", "{file}"),
         ("rollout-proxy: adapter store refused: ", "is not a directory", "(--adapter-store)"),
     ),
     "proxy adapter store under a file": (
-        (
-            "-m",
-            "proxy",
-            "--replica-urls",
-            "http://127.0.0.1:9",
-            "--port",
-            "0",
-            "--adapter-store",
-            "{file}/store",
-        ),
+        (*PROXY, "--adapter-store", "{file}/store"),
         ("adapter store refused: ", "lies under a file", "(--adapter-store)"),
     ),
     "sim replica port in use": (
