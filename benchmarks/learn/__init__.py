@@ -4,5 +4,5 @@ Real TRL, real vLLM CPU servers, the proxy; a task a tiny local model learns on 
 minutes (``task``, ``warm``). The same seed runs twice (``legs``): through the proxy beside the
 trainer with two replicas, and straight to one vLLM server. ``verdict`` says whether a run
 learned (the last steps' mean reward over the first steps' by a margin of their spread) and
-stayed on policy (TRL's ``kl`` under a bound at every step).
+stayed on policy (TRL's ``kl`` under a bound at every step but a tenth of them).
 """

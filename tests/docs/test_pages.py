@@ -40,7 +40,7 @@ def test_the_learning_table_is_the_published_run() -> None:
                 f"{verdict['first_mean']:.3f}",
                 f"{verdict['last_mean']:.3f}",
                 f"{verdict['margin']:.3f} (> {verdict['wanted']:.3f})",
-                f"{verdict['kl_max']:.3f}",
+                f"{verdict['kl_max']:.3f}, {verdict['kl_typical']:.3f}",
                 f"{wall:.0f} s",
             ], (page, leg)
 
