@@ -57,7 +57,7 @@ def _fmt(value: Any) -> str:
 def output_problem(json_path: Path | None, plot_dir: Path | None) -> str | None:
     """Why ``--json`` or ``--plot`` could not be written, told before a suite runs (for
     minutes), or None."""
-    from replica_entry.startup import directory_problem
+    from proxy.config.paths import directory_problem
 
     if json_path is not None and (problem := directory_problem("--json", json_path.parent)):
         return problem

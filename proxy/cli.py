@@ -1,8 +1,9 @@
 """Command line: argv + environment + config file -> Settings -> uvloop -> serve until SIGTERM.
 
 Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names where it was given,
-the value and what is allowed), a ``PROXY_*`` variable that is no setting, a port that cannot
-be opened, or an adapter store that is refused (each said in one line).
+the value and what is allowed), a ``PROXY_*`` variable that is no setting, a directory that
+cannot work (``config.paths``), a port that cannot be opened, or an adapter store that is
+refused (each said in one line).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from adapter_receiver.store import StoreError
 from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
+from proxy.config.paths import path_problem
 from proxy.fleet.startup import warn_at_start
 from proxy.http.listen import CannotListen, listening_socket
 from proxy.http.server import raise_fd_limit
@@ -97,6 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return top(args[1:])
     settings = load_settings(args)
+    if problem := path_problem(settings):
+        print(f"rollout-proxy: {problem}", file=sys.stderr)
+        return 2
     configure_logging(settings)
     if settings.otel_spans:
         try:

@@ -7,16 +7,15 @@ started, nothing created.
   a name that does not resolve). A port free now may be taken before the server binds it: the
   server's own error still stands behind this check.
 - ``store_problem``: the adapter receiver's store would be refused (``adapter_receiver.store``).
-- ``directory_problem``: a directory to write into that is neither there nor can be made (the
-  nearest part of its path that exists is a file, or not writable by this user);
 - ``model_problem``: a model named by a path that is not there, and not a Hub id either
   (``ORG/NAME`` or ``NAME``: letters, digits, ``-``, ``_``, ``.``), so that neither a local
   load nor a download could find it.
+
+(A directory to write into is checked by ``proxy.config.paths.directory_problem``.)
 """
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from pathlib import Path
@@ -70,16 +69,3 @@ def model_problem(flag: str, model: str) -> str | None:
     if is_hub_id(model):
         return None
     return f"{flag} {model}: no such directory here, and not a Hub id (ORG/NAME) either"
-
-
-def directory_problem(flag: str, path: Path) -> str | None:
-    """Why ``path`` can be neither used nor made as a directory here, or None."""
-    for part in (path, *path.parents):
-        if not part.exists():
-            continue
-        if not part.is_dir():
-            return f"{flag} {path}: {part} is a file, not a directory"
-        if not os.access(part, os.W_OK | os.X_OK):
-            return f"{flag} {path}: {part} is not writable by this user"
-        return None
-    return None

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from replica_entry.startup import directory_problem, is_hub_id, listen_problem, model_problem
+from proxy.config.paths import directory_problem
+from replica_entry.startup import is_hub_id, listen_problem, model_problem
 from trainer_entry.options import TrainerOptions
 from trainer_entry.templates import FAMILIES
 

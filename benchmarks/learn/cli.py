@@ -23,8 +23,8 @@ from benchmarks import report
 from benchmarks.learn.legs import DIRECT, FLEET, LegFailed, Outcome, run_leg
 from benchmarks.learn.task import dataset_rows
 from benchmarks.learn.verdict import KL_BOUND, judge
+from proxy.config.paths import directory_problem
 from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
-from replica_entry.startup import directory_problem
 
 LEGS = {"fleet": FLEET, "direct": DIRECT}
 # The recipe both legs train with: it lifts the reward from ~0.36 to ~0.77 in 30 steps (at lr

@@ -11,7 +11,8 @@ Modules: ``sections`` (what each component receives), ``settings`` (``Settings``
 names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the
 environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser),
 ``programs`` (what every program's command line shares: help with defaults and variables,
-``--version``). It may import only ``proxy.routing`` of the proxy (and its ``__version__``).
+``--version``), ``paths`` (the directories named, checked before start). It may import only
+``proxy.routing`` of the proxy (and its ``__version__``).
 """
 
 from proxy.config.errors import as_flag, describe_error, origins

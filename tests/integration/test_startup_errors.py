@@ -117,6 +117,18 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (*PROXY, "--adapter-store", "{file}/store"),
         ("adapter store refused: ", "lies under a file", "(--adapter-store)"),
     ),
+    "proxy state dir a file": (
+        (*PROXY, "--state-dir", "{file}"),
+        ("rollout-proxy: --state-dir ", "is a file, not a directory"),
+    ),
+    "proxy adapters dir under a file": (
+        (*PROXY, "--adapters-dir", "{file}/versions"),
+        ("rollout-proxy: --adapters-dir ", "is a file, not a directory"),
+    ),
+    "proxy adapters mirror a file": (
+        (*PROXY, "--adapters-local", "{tmp}/local", "--adapters-mirror", "{file}"),
+        ("rollout-proxy: --adapters-mirror ", "is a file, not a directory"),
+    ),
     "sim replica port in use": (
         ("-m", "replica_entry", "--backend", "sim", "--port", "{taken}"),
         ("rollout-replica: cannot listen", "another replica running? pick another --port"),

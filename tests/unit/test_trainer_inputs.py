@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from replica_entry.startup import directory_problem, is_hub_id, model_problem
+from proxy.config.paths import directory_problem
+from replica_entry.startup import is_hub_id, model_problem
 from trainer_entry import sidecar
 from trainer_entry.inputs import (
     BadInput,
