@@ -16,6 +16,7 @@ real ones.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import urllib.error
@@ -28,6 +29,7 @@ from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter
 from proxy.config.units import DurationArg
 
 PROG = "python -m benchmarks"
+MAX_MODELS_BYTES = 1 << 20  # a model listing is a few hundred bytes
 
 
 def _urls(text: str) -> list[str]:
@@ -38,20 +40,43 @@ def _urls(text: str) -> list[str]:
     return urls
 
 
-def _unreachable(urls: list[str], timeout_s: float = 5.0) -> str | None:
-    """Why one of the ``--replica-urls`` gives no answer at all (any HTTP status is an answer)."""
+def _replica_problem(urls: list[str], timeout_s: float = 5.0) -> str | None:
+    """Why one of the ``--replica-urls`` cannot stand in for a replica: it gives no answer at all
+    (any HTTP status is an answer), or its ``/v1/models`` lists no model (the suites read the
+    model's name and context there), said in one line."""
     for url in urls:
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=timeout_s):
                 pass
         except urllib.error.HTTPError:
-            continue
+            pass
         except (urllib.error.URLError, OSError) as exc:
             why = getattr(exc, "reason", exc)
             return (
                 f"argument --replica-urls: {url} does not answer ({why}): start the replicas "
                 "first, or leave --replica-urls out to run against simulated ones"
             )
+        if (problem := _models_problem(url, timeout_s)) is not None:
+            return (
+                f"argument --replica-urls: {url}/v1/models {problem}: name a vLLM server or a "
+                "rollout-replica"
+            )
+    return None
+
+
+def _models_problem(url: str, timeout_s: float) -> str | None:
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=timeout_s) as answer:
+            listed = json.loads(answer.read(MAX_MODELS_BYTES))
+    except urllib.error.HTTPError as exc:
+        return f"answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"gave no answer ({getattr(exc, 'reason', exc)})"
+    except ValueError:
+        return "answered something that is not JSON"
+    data = listed.get("data") if isinstance(listed, dict) else None
+    if not (isinstance(data, list) and data and isinstance(data[0], dict) and "id" in data[0]):
+        return "lists no model"
     return None
 
 
@@ -106,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return learn_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    if problem := report.output_problem(args.json, args.plot) or _unreachable(args.replicas):
+    if problem := report.output_problem(args.json, args.plot) or _replica_problem(args.replicas):
         parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself

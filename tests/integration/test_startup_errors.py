@@ -332,3 +332,35 @@ def test_a_hub_that_does_not_answer_runs_from_the_cache(
     (tmp_path / "hub" / "models--org--model" / "snapshots").mkdir(parents=True)
     assert check_hub(options, {}) == {"HF_HUB_OFFLINE": "1"}
     assert "training from this machine's Hub cache (HF_HUB_OFFLINE=1 for the ranks)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("status", "listing", "says"),
+    [
+        (404, b"", "/v1/models answered HTTP 404"),
+        (200, b"<html>", "/v1/models answered something that is not JSON"),
+        (200, b'{"data": []}', "/v1/models lists no model"),
+    ],
+)
+def test_benchmarks_refuse_a_replica_url_that_lists_no_model(
+    place: Place, status: int, listing: bytes, says: str
+) -> None:
+    """It answers /health, so it is up, but it is not a replica: said before a suite runs (the
+    overhead suite read its model there, a traceback)."""
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def models(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=listing)
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    servers = BackgroundServers()
+    try:
+        url = servers.start(app)
+        result = run(place, ("-m", "benchmarks", "overhead", "--replica-urls", url))
+    finally:
+        servers.close()
+    assert_one_line(result, "argument --replica-urls: ", says, "name a vLLM server")
