@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.support.fleet import run_stack
-from trainer_entry.proxy_figures import ProxyFigures, figures
+from trainer_entry.proxy_figures import ProxyFigures, figures, run_of
 
 
 def test_figures_from_a_status_page() -> None:
@@ -75,3 +75,28 @@ async def test_behind_a_relay_the_figures_are_the_remote_proxys(
         # What sizes the trainer's in-flight default: the replicas behind the remote proxy.
         assert await asyncio.to_thread(replicas_reported, stack.proxy_url, token) == 2
         assert await asyncio.to_thread(replicas_reported, stack.proxy_url, None) is None
+
+
+async def test_a_run_of_a_shared_fleet_reads_its_own_figures() -> None:
+    """A trainer at ``/runs/<run>`` reads its run's rollouts, slots and verdict on the page the
+    proxy serves there (the whole fleet's), not the bare path's (it read those: all zeros in a
+    shared fleet, where every trainer is a run)."""
+    async with run_stack(2, runs="a,b") as stack:
+        async with stack.session.get(stack.proxy_url + "/runs/a/proxy/status") as response:
+            page = await response.json()
+        bare = await asyncio.to_thread(ProxyFigures(stack.proxy_url).read)
+        scoped = await asyncio.to_thread(ProxyFigures(stack.proxy_url + "/runs/a/").read)
+    assert set(page["rollouts"]) == {"", "a", "b"} and set(page["runs"]) == {"a", "b"}
+    assert scoped["proxy/replicas_routable"] == bare["proxy/replicas_routable"] == 2.0
+    # The page's own shape, with the run's figures set apart from the bare path's.
+    assert {"stale", "stale_share"} <= set(page["rollouts"]["a"])
+    assert {"inflight", "queued", "advice"} <= set(page["runs"]["a"])
+    page["rollouts"]["a"].update(stale=7, stale_share=0.25)
+    page["runs"]["a"].update(inflight=5, queued=2, advice={"verdict": "generation-bound"})
+    mine = figures(page, "a")
+    assert (mine["proxy/stale_rollouts"], mine["proxy/stale_share"]) == (7.0, 0.25)
+    assert (mine["proxy/inflight"], mine["proxy/queued"]) == (5.0, 2.0)
+    assert mine["proxy/advice"] == "generation-bound"
+    assert figures(page)["proxy/stale_rollouts"] == page["rollouts"][""]["stale"]
+    assert run_of("http://proxy:8000/runs/lr-3e5") == "lr-3e5"
+    assert run_of("http://proxy:8000") == run_of("http://proxy:8000/v1") == ""
