@@ -21,7 +21,7 @@ from deploy.errors import DeployError
 from deploy.plan import RunPlan, alias_address
 from deploy.plan_jobs import replica_argv, trainer_argv
 from replica_entry import vllm_backend
-from trainer_entry import flags
+from trainer_entry import flags, freeze
 from trainer_entry.options import TrainerOptions, World
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def trainer_options(plan: RunPlan) -> TrainerOptions:
     environ = _with_secrets({}, plan.trainer_secrets)
     try:
         args = parser.parse_args(trainer_argv(plan)[ENTRY_ARGS:])
-        return flags.options_from_args(args, parser, environ, here=False)
+        return freeze.options_from_args(args, parser, environ, here=False)
     except BadFlags as exc:
         raise BadFlags(
             f"the trainer job would refuse its flags: {exc} (the flags after --; "

@@ -50,7 +50,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from trainer_entry import checkpoints, fleet_run, lora_dir, sidecar
-from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.flags import build_parser
+from trainer_entry.freeze import options_from_args
 from trainer_entry.inputs import BadInput, check_hub, check_local, first_prompt
 from trainer_entry.launch import (
     MissingExtra,

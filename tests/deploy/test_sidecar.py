@@ -19,7 +19,8 @@ from tests.support.background import BackgroundServers
 from tests.support.bearer import require_bearer
 from trainer_entry import sidecar
 from trainer_entry.cli import proxy_for
-from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.flags import build_parser
+from trainer_entry.freeze import options_from_args
 
 FAST = ("--proxy-arg=--health-interval=0.05", "--proxy-arg=--health-timeout=1")
 

@@ -7,7 +7,7 @@ import shlex
 
 from tests.deploy.conftest import TOKEN, WHEEL, Stand
 from tests.support.hub_jobs import Step
-from trainer_entry import flags
+from trainer_entry import flags, freeze
 
 UP = ("up", "--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--run-name", "r1")
 
@@ -358,7 +358,7 @@ def test_a_trainer_job_run_again_resumes_from_the_runs_checkpoints(stand: Stand)
     command = shlex.split(trainer.spec["command"][2].rsplit("&& exec ", 1)[1])
     parser = flags.build_parser()
     environ = dict.fromkeys(trainer.spec["secrets"], "<secret>")
-    options = flags.options_from_args(parser.parse_args(command[3:]), parser, environ, here=False)
+    options = freeze.options_from_args(parser.parse_args(command[3:]), parser, environ, here=False)
     assert options.checkpoints.resume == "auto"
     assert str(options.output_dir) == "/lora/r1"  # the bucket, which outlives the job
     status = stand.cli("status", "--run-name", "r1", "--namespace", "alice")

@@ -177,7 +177,7 @@ def check_dataset(args: argparse.Namespace, checked: Checked) -> list[str]:
 
 
 def check_trainer(words: list[str], checked: Checked, here: bool) -> list[str]:
-    from trainer_entry.flags import options_from_args
+    from trainer_entry.freeze import options_from_args
 
     parser = parsers.trainer_parser()
     args, problem = _parse(parser, words)

@@ -94,7 +94,8 @@ def test_out_of_gpu_memory_is_one_line_naming_the_knobs(
     import torch
 
     from trainer_entry import rank, train
-    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.flags import build_parser
+    from trainer_entry.freeze import options_from_args
     from trainer_entry.options import OPTIONS_ENV
 
     parser = build_parser()
@@ -140,7 +141,8 @@ def test_a_redirected_trl_trainer_saves_locally_and_the_bucket_copy_lands(
     from tests.support.background import BackgroundServers
     from trainer_entry import sidecar, train
     from trainer_entry.cpu_shims import apply_cpu_shims
-    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.flags import build_parser
+    from trainer_entry.freeze import options_from_args
     from trainer_entry.lora_dir import redirect
     from trainer_entry.rewards import reward_functions
 
@@ -258,7 +260,8 @@ def test_rank_zero_says_how_far_a_step_waiting_for_samples_is(
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     from trainer_entry import progress, train
-    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.flags import build_parser
+    from trainer_entry.freeze import options_from_args
 
     parser = build_parser()
     flags = ["--model", "m", "--dataset", "d.jsonl", "--output-dir", str(tmp_path),

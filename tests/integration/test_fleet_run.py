@@ -11,8 +11,9 @@ import pytest
 from proxy.app import PROXY
 from tests.support.fleet import run_stack
 from trainer_entry import fleet_run
-from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.flags import build_parser
 from trainer_entry.fleet_run import FleetRefused, FleetRun
+from trainer_entry.freeze import options_from_args
 from trainer_entry.sidecar import free_port
 
 KEY = "fleet-key-0123456789"

@@ -58,7 +58,8 @@ async def test_behind_a_relay_the_figures_are_the_remote_proxys(
     """--proxy-url always runs a local relay (it pushes adapters); the figures describe the
     fleet, so they come from the remote proxy, with the token the relay sends it."""
     from trainer_entry.cli import figures_source
-    from trainer_entry.flags import build_parser, options_from_args
+    from trainer_entry.flags import build_parser
+    from trainer_entry.freeze import options_from_args
     from trainer_entry.proxy_figures import replicas_reported
 
     monkeypatch.setenv("REMOTE_TOKEN", "remote-key")

@@ -11,7 +11,8 @@ import pytest
 
 from trainer_entry import math_data
 from trainer_entry.boxed import BoxedReward
-from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.flags import build_parser
+from trainer_entry.freeze import options_from_args
 from trainer_entry.options import TrainerOptions
 from trainer_entry.prompts import (
     ANSWER,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer_entry.flags import build_parser, options_from_args
+from trainer_entry.flags import build_parser
+from trainer_entry.freeze import options_from_args
 from trainer_entry.options import TrainerOptions
 from trainer_entry.recipe import Recipe
 from trainer_entry.sidecar import sidecar_command
