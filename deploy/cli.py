@@ -28,7 +28,7 @@ from huggingface_hub import HfApi, get_token
 from deploy import fleet, health, hints, preflight
 from deploy.clock import Clock, SystemClock
 from deploy.errors import DeployError
-from deploy.install import project_version, source_root
+from deploy.install import source_root
 from deploy.jobs import HUB_ERRORS, NETWORK_ERRORS, HubJobs
 from deploy.launch import Launch, summary
 from deploy.logs import print_logs
@@ -41,31 +41,9 @@ from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
 from deploy.up_flags import add_up_flags, check_up_args, fleet_of, plan_from_args
-from deploy.wheel import Builder, build_wheel, installed_root, publish_wheel, repack_installed
+from deploy.wheel import Builder, build_wheel, publish_code
 from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
 from proxy.config.units import LIFETIME, DurationArg
-
-
-def publish_code(
-    jobs: HubJobs, plan: RunPlan, say: Callable[[str], None], build: Builder = build_wheel
-) -> None:
-    """Build the wheel (from the checkout, else from the installed package) and upload it into
-    the run's folder of the bucket (``--code wheel``)."""
-    if plan.install.source != "wheel":
-        say(f"code: {plan.install.requirement or 'already in the images'}")
-        return
-    root = source_root()
-    if root is None:
-        root, build = installed_root(), repack_installed
-        say(f"packing the installed rollout-proxy ({root}) as a wheel and uploading it to "
-            f"{plan.bucket}/{plan.code_dir}")  # fmt: skip
-    else:
-        say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
-    destination = publish_wheel(
-        jobs, plan.bucket, root, project_version("wheel"), plan.code_dir, build=build
-    )
-    say(f"uploaded hf://buckets/{plan.bucket}/{destination}")
-
 
 Publisher = Callable[[HubJobs, RunPlan, Callable[[str], None], Builder], None]
 

@@ -12,6 +12,8 @@ The upload is huggingface_hub's ``batch_bucket_files``: a Xet write token from t
 to the Xet storage through hf_xet, then one NDJSON ``/batch`` commit. Whatever fails on that way
 (hf_xet missing, a refused token, the network, a refused commit) becomes a ``DeployError`` that
 names the destination and what to do; no job is launched after a failed upload.
+``publish_code`` is what ``deploy up`` calls: the plan's ``--code`` says whether there is a wheel
+to publish at all.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from pathlib import Path
 from typing import Protocol
 
 from deploy.errors import DeployError
-from deploy.install import DISTRIBUTION, canonical, wheel_filename
-from deploy.jobs import HUB_ERRORS
+from deploy.install import DISTRIBUTION, canonical, project_version, source_root, wheel_filename
+from deploy.jobs import HUB_ERRORS, HubJobs
+from deploy.plan import RunPlan
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -184,3 +187,24 @@ def upload_error(exc: Exception, bucket: str, destination: str) -> DeployError:
         f"{where}: {reason}\ncheck your network and --hub-endpoint, then run `deploy up` again "
         f"(nothing was launched yet), {fallback}"
     )
+
+
+def publish_code(
+    jobs: HubJobs, plan: RunPlan, say: Callable[[str], None], build: Builder = build_wheel
+) -> None:
+    """Build the wheel (from the checkout, else from the installed package) and upload it into
+    the run's folder of the bucket (``--code wheel``)."""
+    if plan.install.source != "wheel":
+        say(f"code: {plan.install.requirement or 'already in the images'}")
+        return
+    root = source_root()
+    if root is None:
+        root, build = installed_root(), repack_installed
+        say(f"packing the installed rollout-proxy ({root}) as a wheel and uploading it to "
+            f"{plan.bucket}/{plan.code_dir}")  # fmt: skip
+    else:
+        say(f"building the wheel of {root} and uploading it to {plan.bucket}/{plan.code_dir}")
+    destination = publish_wheel(
+        jobs, plan.bucket, root, project_version("wheel"), plan.code_dir, build=build
+    )
+    say(f"uploaded hf://buckets/{plan.bucket}/{destination}")

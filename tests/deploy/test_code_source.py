@@ -20,12 +20,12 @@ from typing import Any, cast
 
 import pytest
 
-from deploy import cli, install
-from deploy.cli import Runtime, main, publish_code
+from deploy import cli, install, wheel
+from deploy.cli import Runtime, main
 from deploy.errors import DeployError
 from deploy.install import DISTRIBUTION, default_source, install_for, wheel_filename
 from deploy.plan import RunPlan
-from deploy.wheel import repack_installed
+from deploy.wheel import publish_code, repack_installed
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS
 from tests.support.clock import SteppingClock as FakeClock
 
@@ -142,8 +142,8 @@ def test_without_a_checkout_up_uploads_the_packed_wheel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site = _installed(tmp_path / "site")
-    monkeypatch.setattr(cli, "source_root", lambda: None)
-    monkeypatch.setattr(cli, "installed_root", lambda: site)
+    monkeypatch.setattr(wheel, "source_root", lambda: None)
+    monkeypatch.setattr(wheel, "installed_root", lambda: site)
     monkeypatch.setattr(install, "source_root", lambda: None)
     uploads: list[tuple[str, str, bytes]] = []
 
