@@ -23,7 +23,7 @@ WINDOW = 5
 SPREADS = 3.0
 MIN_SPREAD = 0.01
 # Measured at the benchmark's recipe (lr 5e-3, staleness 1, 30 steps), the kl left once the 3
-# highest steps are set aside: 0.03-0.08 in honest runs through the fleet (their highest steps
+# highest steps are set aside: 0.02-0.13 in honest runs through the fleet (their highest steps
 # 0.03-1.39), 0.07 with a replica answering the base model under every adapter's name left in
 # routing (the probe off). TRL's kl does not reveal that replica (the probe does, and the reward
 # shows it: 0.36 -> 0.43 there); the bound catches a sampler and trainer that disagree throughout.
