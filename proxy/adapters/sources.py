@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +29,8 @@ from proxy.adapters.registry import Fingerprint
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+
+log = logging.getLogger("proxy.watcher")
 
 Found = dict[str, tuple[str, Fingerprint]]
 
@@ -50,11 +53,17 @@ class Source(Protocol):
     async def scan(self) -> Found: ...
 
 
-def fingerprint(path: Path) -> Fingerprint | None:
-    """(name, size, mtime_ns) of the adapter's files, or None if it is not complete."""
+def fingerprint(path: Path, *, strict: bool = False) -> Fingerprint | None:
+    """(name, size, mtime_ns) of the adapter's files, or None if it is not complete (or not
+    there). ``strict``: a directory that is there but cannot be read raises that ``OSError``
+    instead (else it is None too)."""
     try:
         entries = {entry.name: entry.stat() for entry in os.scandir(path) if entry.is_file()}
+    except (FileNotFoundError, NotADirectoryError):
+        return None
     except OSError:
+        if strict:
+            raise
         return None
     if CONFIG_FILE not in entries or not any(name in entries for name in WEIGHT_FILES):
         return None
@@ -62,11 +71,19 @@ def fingerprint(path: Path) -> Fingerprint | None:
 
 
 class DirectorySource:
-    """Subdirectories of ``root`` (TRL's ``<output_dir>/.vllm_lora`` on the bucket mount)."""
+    """Subdirectories of ``root`` (TRL's ``<output_dir>/.vllm_lora`` on the bucket mount).
+
+    A directory that cannot be read is not an empty one: a bucket mount can fail a listing for a
+    moment (EIO, a lost FUSE connection, a permission), and an empty answer would drop every
+    version of the window from the fleet. So a listing that fails raises (the watcher says it and
+    keeps what it knew), and a version directory that cannot be read keeps its last answer (one
+    not answered before waits until it can be read); each distinct failure is logged once."""
 
     def __init__(self, root: Path, interval_s: float) -> None:
         self.root = root
         self.interval_s = interval_s
+        self._last: Found = {}  # the last answer: what an unreadable version keeps
+        self._said = ""  # the unreadable versions last logged
 
     def describe(self) -> str:
         return f"directory {self.root}"
@@ -75,17 +92,28 @@ class DirectorySource:
         return await asyncio.to_thread(self._scan)
 
     def _scan(self) -> Found:
-        found: Found = {}
         try:
             entries = [e for e in os.scandir(self.root) if e.is_dir() and not staged(e.name)]
         except (FileNotFoundError, NotADirectoryError):
             raise SourceMissing(f"adapter directory {self.root} does not exist (yet)") from None
-        except OSError:
-            return found
+        found: Found = {}
+        unreadable = []
         for entry in entries:
-            files = fingerprint(Path(entry.path))
+            try:
+                files = fingerprint(Path(entry.path), strict=True)
+            except OSError as exc:
+                unreadable.append(f"{entry.name} ({exc.strerror or exc})")
+                if entry.name in self._last:
+                    found[entry.name] = self._last[entry.name]
+                continue
             if files is not None:
                 found[entry.name] = (str(Path(entry.path).absolute()), files)
+        said = ", ".join(sorted(unreadable))
+        if said and said != self._said:
+            log.warning("adapter directory %s: cannot read %s: each kept as last seen (a new one "
+                        "waits), read again in %g s", self.root, said, self.interval_s)  # fmt: skip
+        self._said = said
+        self._last = found
         return found
 
 

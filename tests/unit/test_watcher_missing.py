@@ -5,8 +5,11 @@ starts. What was found before is kept while the directory is gone, not reported 
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +92,71 @@ async def test_a_directory_that_goes_away_keeps_what_was_found(
     moved.rename(root)
     await watcher.poll()
     assert not watcher.missing and changes == [(["trl-policy-v1"], [])]
+
+
+def failing_scandir(monkeypatch: pytest.MonkeyPatch, fails: dict[Path, OSError]) -> None:
+    """``os.scandir`` raising ``fails[path]`` for those paths (a bucket mount's hiccup)."""
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        error = fails.get(Path(path))
+        if error is not None:
+            raise error
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+async def test_a_directory_that_cannot_be_read_for_a_while_drops_no_version(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing that fails (EIO, a FUSE mount's lost connection) is not an empty directory: it
+    dropped every version of the window from the fleet. Said once; nothing removed; the watch
+    goes on where it was when the directory reads again."""
+    caplog.set_level(logging.INFO, logger="proxy.watcher")
+    clock = FakeClock()
+    watcher, changes = watching(tmp_path, clock)
+    for name in ("trl-policy-v1", "trl-policy-v2"):
+        write_adapter(tmp_path, name)
+    await watcher.poll()
+    assert changes == [(["trl-policy-v1", "trl-policy-v2"], [])]
+    fails = {tmp_path: OSError(errno.ENOTCONN, "Transport endpoint is not connected")}
+    failing_scandir(monkeypatch, fails)
+    for _ in range(3):
+        clock.advance(1.0)
+        await watcher.poll()
+    assert changes == [(["trl-policy-v1", "trl-policy-v2"], [])]  # nothing dropped
+    warned = said(caplog, logging.WARNING)
+    assert len(warned) == 1 and "Transport endpoint is not connected" in warned[0], warned
+    fails.clear()
+    write_adapter(tmp_path, "trl-policy-v3")
+    await watcher.poll()
+    assert changes[1:] == [(["trl-policy-v3"], [])]
+
+
+async def test_a_version_that_cannot_be_read_keeps_its_last_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One version's directory unreadable for a moment is not that version gone; a new one not
+    read yet waits until it can be read."""
+    caplog.set_level(logging.INFO, logger="proxy.watcher")
+    clock = FakeClock()
+    watcher, changes = watching(tmp_path, clock)
+    v1 = Path(write_adapter(tmp_path, "trl-policy-v1"))
+    await watcher.poll()
+    v2 = Path(write_adapter(tmp_path, "trl-policy-v2"))
+    fails = {p: PermissionError(errno.EACCES, "Permission denied") for p in (v1, v2)}
+    failing_scandir(monkeypatch, fails)
+    for _ in range(2):
+        clock.advance(1.0)
+        await watcher.poll()
+    assert changes == [(["trl-policy-v1"], [])]  # v1 kept, v2 not reported yet
+    warned = said(caplog, logging.WARNING)
+    assert (
+        len(warned) == 1
+        and "cannot read trl-policy-v1 (Permission denied), trl-policy-v2 (" in warned[0]
+    )
+    fails.clear()
+    clock.advance(1.0)
+    await watcher.poll()
+    assert changes[1:] == [(["trl-policy-v2"], [])]
