@@ -145,7 +145,8 @@ async def test_a_version_that_cannot_be_read_keeps_its_last_answer(
     v1 = Path(write_adapter(tmp_path, "trl-policy-v1"))
     await watcher.poll()
     v2 = Path(write_adapter(tmp_path, "trl-policy-v2"))
-    fails = {p: PermissionError(errno.EACCES, "Permission denied") for p in (v1, v2)}
+    denied = PermissionError(errno.EACCES, "Permission denied")
+    fails: dict[Path, OSError] = {v1: denied, v2: denied}
     failing_scandir(monkeypatch, fails)
     for _ in range(2):
         clock.advance(1.0)
