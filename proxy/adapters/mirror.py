@@ -61,8 +61,15 @@ MAX_ATTEMPTS = 5  # copies of one version to the mirror before it is given up
 RETRY = Backoff(first_s=0.5, max_s=8.0)  # between copies of one version
 DRAIN_S = 20.0  # at exit, how long the worker may go on landing what is left
 
-FailureCause = Literal["snapshot", "copy", "gave_up", "backlog", "prune"]
-FAILURE_CAUSES: tuple[FailureCause, ...] = ("snapshot", "copy", "gave_up", "backlog", "prune")
+FailureCause = Literal["snapshot", "copy", "gave_up", "backlog", "prune", "listing"]
+FAILURE_CAUSES: tuple[FailureCause, ...] = (
+    "snapshot",
+    "copy",
+    "gave_up",
+    "backlog",
+    "prune",
+    "listing",
+)
 CopyFile = Callable[[str, str], object]  # shutil.copy2's shape: (source, destination)
 
 
@@ -116,6 +123,7 @@ class Mirror:
         self._empty.set()
         self._latest: dict[str, _Copy] = {}  # the newest snapshot of each name seen in L
         self._present: set[str] = set()  # names in L at the last look
+        self._unlisted = ""  # why L could not be listed at the last look ("": it could)
         self.made: set[str] = set()  # names in M whose copy is this mirror's (pruned with L's)
         self._seq = itertools.count(1)
         self._lock = asyncio.Lock()  # one sighting at a time (TRL's load and the scan race)
@@ -202,6 +210,8 @@ class Mirror:
         TRL's rename and this listing) is not in it, yet on disk."""
         known = set(self._present)
         found = await asyncio.to_thread(self._versions)
+        if found is None:
+            return  # the listing failed: nothing is gone, it is looked at again next time
         for name in sorted(found, key=_number):
             await self.saw(name)
         for name in sorted((known & self._present) - found, key=_number):
@@ -209,11 +219,22 @@ class Mirror:
             self._latest.pop(name, None)
             self._queue(_Prune(name))
 
-    def _versions(self) -> set[str]:
+    def _versions(self) -> set[str] | None:
+        """The version names in the local directory; None when it cannot be listed now (an
+        unreadable directory is not an empty one: every mirrored copy would be pruned), said once
+        per distinct failure. A directory that is not there holds none."""
         try:
             entries = list(os.scandir(self.local))
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return set()
+        except OSError as exc:
+            if str(exc) != self._unlisted:
+                self._events.failure("listing")
+                log.warning("adapter mirror: %s cannot be listed (%s): nothing is pruned until "
+                            "it can", self.local, exc)  # fmt: skip
+            self._unlisted = str(exc)
+            return None
+        self._unlisted = ""
         return {e.name for e in entries if e.is_dir(follow_symlinks=False) and safe_name(e.name)}
 
     # -- the worker ----------------------------------------------------------------------

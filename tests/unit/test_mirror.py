@@ -5,6 +5,7 @@ and the mount fallback that waits for the copy."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -346,3 +347,40 @@ async def test_the_fallback_gives_up_at_the_load_deadline_if_the_copy_has_not_la
     clock.advance(60)
     outcome = await delivering
     assert outcome.status == "lagging" and loads.calls == []
+
+
+async def test_a_local_directory_that_cannot_be_listed_prunes_nothing(
+    dirs: tuple[Path, Path],
+    working: Callable[[Mirror], None],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An unreadable listing is not an empty one: every mirrored copy in the bucket was pruned.
+    Said once and counted once while it lasts; the prunes resume when it reads again."""
+    local, bucket = dirs
+    mirror = make(dirs, FakeClock(), record := Recorder())
+    for name in ("trl-policy-v1", "trl-policy-v2"):
+        write_version(local, name)
+    await mirror.scan()
+    working(mirror)
+    assert await landed(mirror, "trl-policy-v2")
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if Path(path) == mirror.local:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    for _ in range(3):
+        await mirror.scan()
+    assert not mirror._jobs
+    assert sorted(p.name for p in bucket.iterdir()) == ["trl-policy-v1", "trl-policy-v2"]
+    assert record.failures == ["listing"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "cannot be listed" in warned[0] and "nothing is pruned" in warned[0]
+    monkeypatch.setattr(os, "scandir", real)
+    shutil.rmtree(local / "trl-policy-v1")
+    await mirror.scan()
+    await wait_for(lambda: not mirror._jobs, what="the prune")
+    assert sorted(p.name for p in bucket.iterdir()) == ["trl-policy-v2"]

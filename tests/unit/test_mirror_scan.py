@@ -31,7 +31,7 @@ async def test_a_version_first_seen_during_a_scans_listing_is_kept_in_the_mirror
     listed, go = threading.Event(), threading.Event()
     listing = mirror._versions
 
-    def slow_listing() -> set[str]:
+    def slow_listing() -> set[str] | None:
         found = listing()  # taken before TRL's rename: the version is not in it
         listed.set()
         assert go.wait(30), "the test never let the listing return"
