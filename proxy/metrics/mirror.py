@@ -13,7 +13,7 @@ from proxy.metrics.labels import PREFIX
 
 # What went wrong (proxy.adapters.mirror.FAILURE_CAUSES): a snapshot not taken, one copy
 # attempt failed (retried), a version given up after its attempts, the backlog past its bound
-# (nothing dropped), a bucket copy not pruned.
+# (nothing dropped), a bucket copy not pruned, the local directory not listed (nothing pruned).
 MIRROR_FAILURE_CAUSES = ("snapshot", "copy", "gave_up", "backlog", "prune", "listing")
 MIRROR_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
