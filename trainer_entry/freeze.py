@@ -149,19 +149,10 @@ def options_from_args(
         model=args.model,
         dataset=args.dataset,
         output_dir=args.output_dir.resolve() if here else args.output_dir,
-        topology=Topology(
-            sidecar_replicas=replicas,
-            sidecar_discover=args.sidecar_discover,
-            sidecar_host=args.sidecar_host,
-            sidecar_port=args.sidecar_port,
-            replica_token_env=args.replica_token_env,
-            proxy_url=args.proxy_url,
-            proxy_token_env=args.proxy_token_env,
-            proxy_args=tuple(args.proxy_arg),
-            fleet_key_env=args.fleet_key_env,
-            run_weight=args.run_weight,
-        ),
         # The flags of these sections are named as their fields (argparse's dest).
+        topology=_section(
+            Topology, args, sidecar_replicas=replicas, proxy_args=tuple(args.proxy_arg)
+        ),
         world=_section(World, args, num_processes=args.num_processes or 0),  # 0: count GPUs
         checkpoints=_section(Checkpoints, args),
         recipe=_section(Recipe, args, lora_target_modules=modules, machine_sized=machine_sized),
