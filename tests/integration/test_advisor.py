@@ -10,8 +10,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any
 
-from proxy.insight.advisor import Sample, advise
+from proxy.app import PROXY
+from proxy.insight.advisor import MIN_SAMPLES, Sample, advise
+from proxy.insight.sampler import SAMPLES
 from tests.support.calls import completion, metric_value, metrics_text, post
+from tests.support.clock import FakeClock
 from tests.support.fleet import Stack, run_stack
 from tests.support.waiting import eventually
 
@@ -183,13 +186,23 @@ def test_rollouts_answered_after_their_version_left_the_window_are_stale_waste()
 
 async def test_one_prompt_sent_again_and_again_is_concentrated_not_balanced() -> None:
     """The issue's case end to end: 41 requests of one prompt, one at a time, land on one of
-    three replicas by prefix affinity; the advisor says so, and why, instead of ``balanced``."""
-    async with run_stack(3, advice_window=4.0) as stack:
+    three replicas by prefix affinity; the advisor says so, and why, instead of ``balanced``.
 
-        async def seen() -> bool:  # the window holds samples of the routable fleet
-            return bool((await verdict(stack))["verdict"] != "warming-up")
+    The proxy runs on a hand-driven clock and the test takes the advisor's samples itself:
+    the window holds all 41 requests however long the machine takes to answer them (on the
+    real clock a busy machine stretched them past the window, which then held 34-36)."""
+    clock = FakeClock()
+    async with run_stack(3, advice_window=4.0, clock=clock) as stack:
+        sampler = stack.proxy_app[PROXY].sampler
+        step = sampler.window_s / SAMPLES
 
-        await eventually(seen, timeout=VERDICT_S, what="the advisor's first samples")
+        async def sample() -> None:
+            clock.advance(step)
+            await sampler.sample()
+
+        for _ in range(MIN_SAMPLES):
+            await sample()
+        assert (await verdict(stack))["verdict"] == "idle"
         owners = set()
         for _ in range(41):
             status, body, headers = await post(stack, "/v1/completions", completion())
@@ -197,12 +210,9 @@ async def test_one_prompt_sent_again_and_again_is_concentrated_not_balanced() ->
             owners.add(headers["X-Rollout-Replica"])
         assert len(owners) == 1
         (owner,) = owners
-
-        async def concentrated() -> bool:
-            return bool((await verdict(stack))["verdict"] == "concentrated")
-
-        await eventually(concentrated, timeout=VERDICT_S, what="concentrated", interval=0.1)
+        await sample()
         advice = await verdict(stack)
+        assert advice["verdict"] == "concentrated", advice
         assert advice["action"].startswith(f"{owner} took 41 of the window's 41 requests (100%")
         assert "prefix affinity" in advice["action"]
         assert advice["figures"]["requests_busiest_share"] == 1.0

@@ -11,6 +11,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.app import PROXY, build_app, serve
+from proxy.clock import Clock
 from proxy.config import Settings
 from proxy.fleet.pool import NO_REPLICA_GRACE_S, ReplicaPool
 from replica_entry.sim import SIM_STATE, Faults, SimSettings, build_sim_app
@@ -112,6 +113,7 @@ async def run_stack(
     extra: tuple[str, ...] = (),
     tracer: Any = None,
     grace_s: float = NO_REPLICA_GRACE_S,
+    clock: Clock | None = None,
     **proxy_settings: Any,
 ) -> AsyncIterator[Stack]:
     """``n`` simulated replicas and a proxy in front of them; waits until all are routable.
@@ -120,6 +122,8 @@ async def run_stack(
     ``extra``: more replica URLs (other servers: e.g. ``tests.support.scripted``), after the sims.
     ``grace_s``: how long the fleet (or a model's replicas) may be out before requests for it
     are refused (``proxy.fleet.outage``).
+    ``clock``: the proxy's clock (a ``tests.support.clock.FakeClock`` moves only when the test
+    says; the health loop's first round still runs at once, so the fleet becomes routable).
     """
     async with AsyncExitStack() as exits:
         specs = sims if sims is not None else [dict(sim or {}) for _ in range(n)]
@@ -128,7 +132,7 @@ async def run_stack(
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         urls += extra
         settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
-        app = build_app(settings, tracer=tracer, no_replica_grace_s=grace_s)
+        app = build_app(settings, clock=clock, tracer=tracer, no_replica_grace_s=grace_s)
         url = await exits.enter_async_context(serve(app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
         stack = Stack(replicas, url, app, session, exits, links)
