@@ -2,17 +2,22 @@
 the one place where the resolver's, the socket's and TLS's errors enter the proxy.
 
 ``dial`` maps every way a connect fails into ``proxy.upstream.errors``' tree once, after
-httpcore's ``map_exceptions``, each with the words a user can act on as its ``summary``:
+httpcore's ``map_exceptions``, each with the words a user can act on as its ``summary``
+(checked in this order: a certificate error is a TLS error is an OSError)::
 
-    the connect limit passed                  ConnectTimeout      (``reasons``: timed out after)
-    socket.gaierror (the name lookup)         ConnectError        DNS name not found (host)
-    ssl.SSLCertVerificationError              ConnectError        TLS certificate not accepted (why)
-    ssl.SSLError (the handshake)              ConnectError        TLS handshake failed (detail)
-    OSError, errno EMFILE/ENFILE/ENOBUFS/...  LocalResourceError  the proxy cannot open a connection
-    OSError, errno ECONNREFUSED/...           ConnectError        connection refused, ...
+    the connect limit passed             ConnectTimeout      (``reasons``: timed out after N s)
+    socket.gaierror (the name lookup)    ConnectError        DNS name not found (host)
+    ssl.SSLCertVerificationError         ConnectError        TLS certificate not accepted (why)
+    ssl.SSLError (the handshake)         ConnectError        TLS handshake failed (detail)
+    OSError EMFILE, ENFILE, ENOBUFS,     LocalResourceError  the proxy cannot open a
+      ENOMEM (the proxy's own limits)                        connection: strerror
+    OSError ECONNREFUSED, ECONNRESET,    ConnectError        connection refused, connection
+      EHOSTUNREACH, ENETUNREACH                              reset, host/network unreachable
+    any other OSError                    ConnectError        its strerror (or its message)
 
 The original is not kept as a cause: the tree says all there is to know (``reasons`` reads it,
-nothing walks ``__cause__``). Cost: one dict lookup per URL for its ``Origin``, made once.
+nothing walks ``__cause__``). Cost: nothing on success but the connect itself; an ``Origin`` is
+made once per URL (its pool keeps it).
 """
 
 from __future__ import annotations
