@@ -3,12 +3,12 @@ whatever the number of replicas, within a memory bound.
 
 - A reader reads the version's files in ``PIECE_BYTES`` pieces (in a worker thread, hashing as it
   reads) into a ``Tee``, each file followed by its sha256, as the upload format has it.
-- Each replica's upload (``UpstreamClient.upload``, streamed) takes the pieces in order. The tee
-  holds at most ``buffer_bytes`` of pieces some live upload has not taken yet: the reader waits
-  for the slowest upload. An upload that takes nothing for ``stall_s`` while the reader waits on
-  it is cut off (cancelled; that replica falls back to the mount), so one stuck replica holds
-  the others back for ``stall_s`` at most. Memory: ``buffer_bytes`` plus about one piece per
-  upload in its socket's send path.
+- Each replica's upload (``UpstreamClient.call`` with a ``Streamed`` body) takes the pieces in
+  order. The tee holds at most ``buffer_bytes`` of pieces some live upload has not taken yet:
+  the reader waits for the slowest upload. An upload that takes nothing for ``stall_s`` while
+  the reader waits on it is cut off (cancelled; that replica falls back to the mount), so one
+  stuck replica holds the others back for ``stall_s`` at most. Memory: ``buffer_bytes`` plus
+  about one piece per upload in its socket's send path.
 - ``Link`` paces all uploads together at ``rate`` bytes/s: the proxy's uplink, shared.
 
 Each replica's push ends in a ``Pushed``: the replica-local path to load from, or the cause of
@@ -43,6 +43,7 @@ from adapter_receiver.wire import content_digest as digest_of
 from proxy.clock import Clock, Failed
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
+from proxy.upstream.connpool import Streamed
 from proxy.upstream.errors import ReplyError, UpstreamError
 
 log = logging.getLogger("proxy.adapters")
@@ -242,10 +243,10 @@ class _Push:
             return Pushed(cause="unreadable", detail=str(exc))
         length = manifest.body_length(line)
         try:
-            reply = await self.pusher.client.upload(
-                replica, f"{PREFIX}/{self.name}", self._body(i, line), length,
-                content_type=CONTENT_TYPE, answer_timeout_s=self.pusher.stall_s,
-            )  # fmt: skip
+            body = Streamed(self._body(i, line), length, CONTENT_TYPE)
+            reply = await self.pusher.client.call(
+                replica, "PUT", f"{PREFIX}/{self.name}", body=body, timeout_s=self.pusher.stall_s
+            )
         except asyncio.CancelledError:
             if i not in self.stalled:
                 raise

@@ -1,9 +1,12 @@
 """Upstream: how the proxy talks to replicas.
 
-Holds the HTTP/1.1 answer parser (``parser``: pure, bytes in, events out), the keep-alive
-connection that carries generation traffic (``connection``) and its pool (``connpool``), the
-control-plane client on an aiohttp session (``client``) and the error types (``errors``).
+One client for all replica traffic (``client``): a connection pool (``connpool``) of lean
+HTTP/1.1 keep-alive connections (``connection``), with a lane for the data path and one for
+control calls, over the answer parser (``parser``: pure, bytes in, events out); connections are
+opened in one place (``dial``), where the transport's errors enter the one error tree
+(``errors``), whose words ``reasons`` shows.
 
-Rules: knows URLs and bytes, not replicas' state. May import the standard library, aiohttp,
-orjson, ``proxy.config`` and its own modules; nothing else of the proxy.
+Rules: knows URLs and bytes, not replicas' state. May import the standard library, httptools,
+orjson, ``proxy.config``, ``proxy.errors`` and its own modules; nothing else of the proxy, and
+not aiohttp (the proxy's one HTTP client is its own: pyproject's import contracts).
 """

@@ -1,72 +1,29 @@
-"""The upstream HTTP client: one pooled keep-alive session for all traffic to replicas.
+"""The upstream client: one connection pool for all traffic to replicas.
 
-Control-plane calls (health, info, fan-out) go through ``call`` on an aiohttp session. Generation
-traffic, the hot path, goes through ``pool``: lean HTTP/1.1 keep-alive connections
-(``proxy.upstream.connpool``) that send the client's bytes as they are and pass the answer on. Every
-request carries the upstream bearer token when one is configured; nothing from the client's own
-headers is copied here. Both raise only ``proxy.upstream.errors``' tree: aiohttp's own errors are
-mapped into it where they enter (``mapped``).
+Generation traffic, the hot path, goes through ``pool`` (``proxy.upstream.connpool``): lean
+HTTP/1.1 keep-alive connections that send the client's bytes as they are and pass the answer
+on. Control calls (health, info, adapter loads and pushes, fan-out, scrapes) go through
+``call``, on the same pool's control lane: their own connections, never failed by an ejection's
+``drop`` and never waiting behind the data path. Every request carries the upstream bearer token
+when one is configured; nothing from the client's own headers is copied here. Both raise only
+``proxy.upstream.errors``' tree, mapped where the bytes enter (``dial``, ``connection``).
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
 import orjson
 
 from proxy.config import UpstreamSettings
-from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import (
-    AnswerTimeout,
-    BadAnswer,
-    ConnectError,
-    ConnectTimeout,
-    Disconnected,
-    LocalResourceError,
-    ReplyError,
-    UpstreamError,
-    local_errno,
-)
+from proxy.upstream.connpool import CONTROL_ANSWER_LIMIT, ConnectionPool, Streamed
+from proxy.upstream.errors import AnswerTooLong, ReplyError
 
-# A control-plane answer (health, models, server info, fan-out, metrics) is read whole: its cap.
-CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
 # Idle connections are dropped before uvicorn's (vLLM's server's) 5 s keep-alive ends, so a
 # request never goes out on a connection the replica is closing at that moment.
 KEEPALIVE_S = 4.0
-
-
-class AnswerTooLong(BadAnswer):
-    """A control-plane answer longer than ``CONTROL_ANSWER_LIMIT``."""
-
-
-@contextmanager
-def mapped() -> Iterator[None]:
-    """aiohttp's errors as ``UpstreamError``s (the original kept as the cause)."""
-    try:
-        yield
-    except UpstreamError:
-        raise
-    except aiohttp.ClientConnectorError as exc:
-        if local_errno(exc.os_error):
-            raise LocalResourceError(f"the proxy cannot open a connection: {exc}") from exc
-        raise ConnectError(str(exc)) from exc
-    except aiohttp.ConnectionTimeoutError as exc:
-        raise ConnectTimeout(str(exc) or "connect timed out") from exc
-    except TimeoutError as exc:  # aiohttp's total and read timeouts (ServerTimeoutError too)
-        raise AnswerTimeout(str(exc) or "no answer in time") from exc
-    except aiohttp.ClientOSError as exc:
-        if local_errno(exc):
-            raise LocalResourceError(f"the proxy ran out of its own resources: {exc}") from exc
-        raise Disconnected(str(exc)) from exc
-    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-        raise Disconnected(str(exc) or type(exc).__name__) from exc
-    except (aiohttp.ClientResponseError, aiohttp.InvalidURL) as exc:
-        raise BadAnswer(str(exc) or type(exc).__name__) from exc
 
 
 class Target(Protocol):
@@ -105,37 +62,24 @@ def ssl_context(settings: UpstreamSettings) -> ssl.SSLContext:
 
 
 class UpstreamClient:
-    """Owns the session; created and closed by the app's lifecycle."""
+    """Owns the pool; created and closed by the app's lifecycle."""
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self.settings = settings
         headers = {}
         if settings.token is not None:
             headers["Authorization"] = f"Bearer {settings.token.get_secret_value()}"
-        self.auth_headers: dict[str, str] = headers
-        self.timeout = aiohttp.ClientTimeout(
-            total=settings.request_timeout_s, connect=settings.connect_timeout_s
-        )
-        tls = ssl_context(settings)
-        connector = aiohttp.TCPConnector(
-            limit=0, ssl=tls, keepalive_timeout=KEEPALIVE_S, enable_cleanup_closed=True
-        )
-        # auto_decompress=False: bodies pass through as the replica sent them.
-        self.session = aiohttp.ClientSession(
-            connector=connector, timeout=self.timeout, auto_decompress=False, headers=headers
-        )
         self.pool = ConnectionPool(
             connect_timeout_s=settings.connect_timeout_s,
             request_timeout_s=settings.request_timeout_s,
             idle_s=KEEPALIVE_S,
             max_answer_bytes=settings.max_answer_bytes,
-            tls=tls,
+            tls=ssl_context(settings),
             headers=headers,
         )
 
     async def close(self) -> None:
         self.pool.close()
-        await self.session.close()
 
     async def call(
         self,
@@ -143,53 +87,33 @@ class UpstreamClient:
         method: str,
         path_qs: str,
         *,
-        body: bytes | None = None,
+        body: bytes | Streamed | None = None,
         timeout_s: float | None = None,
     ) -> Reply:
-        """Send one request and read the whole answer (at most ``CONTROL_ANSWER_LIMIT`` bytes).
-        Raises ``UpstreamError`` (never ``ReplyError``: any answer is returned)."""
-        timeout = self.timeout if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
-        headers = {"Content-Type": "application/json"} if body is not None else None
-        with mapped():
-            async with self.session.request(
-                method, target.url + path_qs, data=body, headers=headers, timeout=timeout
-            ) as resp:
-                return await _whole(resp)
+        """Send one request and read the whole answer (at most ``CONTROL_ANSWER_LIMIT`` bytes,
+        else ``AnswerTooLong``). Raises ``UpstreamError`` (never ``ReplyError``: any answer is
+        returned).
 
-    async def upload(
-        self,
-        target: Target,
-        path: str,
-        chunks: AsyncIterable[bytes],
-        length: int,
-        *,
-        content_type: str,
-        answer_timeout_s: float,
-    ) -> Reply:
-        """PUT ``length`` bytes taken from ``chunks`` as they come (``Content-Length``, never
-        chunked): memory is what ``chunks`` holds. No time limit while the body goes out (the
-        caller paces and watches it); then the answer within ``answer_timeout_s``, read whole.
-        Raises ``UpstreamError``; an exception ``chunks`` raises passes through as it is."""
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self.settings.connect_timeout_s, sock_read=answer_timeout_s
-        )
-        headers = {"Content-Type": content_type, "Content-Length": str(length)}
-        with mapped():
-            async with self.session.put(
-                target.url + path, data=chunks, headers=headers, timeout=timeout
-            ) as resp:
-                return await _whole(resp)
-
-
-async def _whole(resp: aiohttp.ClientResponse) -> Reply:
-    """The whole answer, at most ``CONTROL_ANSWER_LIMIT`` bytes (else ``AnswerTooLong``)."""
-    length = resp.content_length
-    if length is not None and length > CONTROL_ANSWER_LIMIT:
-        raise AnswerTooLong(f"answer of {length} bytes (limit {CONTROL_ANSWER_LIMIT})")
-    parts, size = [], 0
-    async for part in resp.content.iter_any():
-        size += len(part)
-        if size > CONTROL_ANSWER_LIMIT:
-            raise AnswerTooLong(f"answer longer than {CONTROL_ANSWER_LIMIT} bytes")
-        parts.append(part)
-    return Reply(resp.status, b"".join(parts), resp.headers.get("Content-Type", ""))
+        ``timeout_s``: the call's deadline, which bounds the connect too; by default
+        ``request_timeout_s``, the connect within ``connect_timeout_s``. A bytes body is JSON.
+        A ``Streamed`` body (an adapter push) goes out as its iterable yields it, with no time
+        limit (the caller paces and watches it; an exception the iterable raises passes through
+        as it is), on a new connection opened within ``connect_timeout_s``; then ``timeout_s``
+        counts from its last byte."""
+        settings = self.settings
+        if timeout_s is None:
+            timeout_s, connect_s = settings.request_timeout_s, settings.connect_timeout_s
+        elif isinstance(body, Streamed):
+            connect_s = settings.connect_timeout_s
+        else:
+            connect_s = timeout_s
+        async with self.pool.control(
+            target.url, method, path_qs, body, timeout_s=timeout_s, connect_s=connect_s
+        ) as answer:
+            parts, size = [], 0
+            async for part in answer.chunks():  # a Content-Length above the cap is refused first
+                size += len(part)
+                if size > CONTROL_ANSWER_LIMIT:
+                    raise AnswerTooLong(f"answer longer than {CONTROL_ANSWER_LIMIT} bytes")
+                parts.append(part)
+            return Reply(answer.status, b"".join(parts), answer.headers.get("content-type", ""))

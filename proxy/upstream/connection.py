@@ -1,40 +1,57 @@
 """One HTTP/1.1 keep-alive connection to a replica, and the answer being read on it.
 
-The generation path's upstream leg, kept lean on purpose: the request goes out as one write of
-bytes the caller prepared (request line, headers, the client's original body), and the answer
-is read by ``parser.AnswerParser`` (pure: bytes in, events out) just enough to pass it on. A
-whole answer that arrives in one read is complete without another wake-up of the reader.
+The upstream leg of every call to a replica, kept lean on purpose: a request goes out as one
+write of bytes the caller prepared (request line, headers, the client's original body), and the
+answer is read by ``parser.AnswerParser`` (pure: bytes in, events out) just enough to pass it on.
+A whole answer that arrives in one read is complete without another wake-up of the reader.
 Everything else about HTTP (redirects, cookies, compression, proxies) is deliberately absent: a
 replica is a vLLM server or a stand-in for one.
 
-Failures are ``WireError`` subclasses (``proxy.upstream.errors``): ``Disconnected`` (the
-connection closed or reset before the answer was complete), ``BadAnswer`` (not HTTP/1.x the
-parser accepts) and ``Dropped`` (the pool gave up on the replica, ``drop``, before the answer
-was complete and before the caller ``settle``d it). A request's total time limit is enforced
-here (``AnswerTimeout``), so the caller needs no timer of its own. Reading from the replica
-pauses while more than ``PAUSE_AT`` bytes of a streamed answer wait for the caller.
+A large body (an adapter push) goes out as its iterable yields it (``upload``), with the
+transport's write flow control: after each piece the sender waits while the transport's buffer
+is above its high-water mark (``pause_writing``/``resume_writing``), so memory is what the
+iterable holds plus one transport buffer, whatever the body's size. The answer may come before
+the body is all sent (a refusal): sending stops there. A connection that carried an upload is
+not reused.
+
+Failures are the tree's (``proxy.upstream.errors``), raised where the bytes enter:
+``Disconnected`` (the connection closed or reset before the answer was complete: ``disconnected
+before answering`` or ``answer cut short``), ``BadAnswer`` (not HTTP/1.x the parser accepts) and
+``Dropped`` (the pool gave up on the replica, ``drop``, before the answer was complete and before
+the caller ``settle``d it). The call's deadline is enforced here (``AnswerTimeout``), so the
+caller needs no timer of its own. One waiter at a time (the request's task), woken by every event
+(bytes, a close, the deadline, the buffer draining); it re-checks what it waits for. Reading
+from the replica pauses while more than ``PAUSE_AT`` bytes of a streamed answer wait for the
+caller.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Final, cast
 
 from proxy.upstream.errors import AnswerTimeout, BadAnswer, Disconnected, Dropped
 from proxy.upstream.parser import DEFAULT_MAX_BODY, AnswerParser, Head
 
 CLOSED: Final = "connection closed before any answer"
+UNANSWERED: Final = "disconnected before answering"  # the summaries users see (``reasons``)
+CUT: Final = "answer cut short"
 PAUSE_AT: Final = 1 << 20  # unread streamed bytes that pause reading from the replica
 RESUME_AT: Final = 1 << 18
 
 
 class Connection(asyncio.Protocol):
-    """An asyncio protocol carrying one request at a time; reusable when an answer completes."""
+    """An asyncio protocol carrying one request at a time; reusable when an answer completes.
 
-    def __init__(self, origin_key: str, max_body: int = DEFAULT_MAX_BODY) -> None:
+    ``control``: it carries control calls (its pool keeps it apart from the data path's)."""
+
+    def __init__(
+        self, origin_key: str, max_body: int = DEFAULT_MAX_BODY, *, control: bool = False
+    ) -> None:
         self.origin_key = origin_key
+        self.control = control
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.idle_since = 0.0
@@ -42,7 +59,8 @@ class Connection(asyncio.Protocol):
         self._parser = AnswerParser(self, max_body)
         self._parts: deque[bytes] = deque()
         self._unread = 0  # bytes in _parts
-        self._paused = False
+        self._paused = False  # reading from the replica
+        self._draining = False  # writing to it: the transport's buffer is above its mark
         self._streaming = False  # the body is consumed as it arrives: reading may pause
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
@@ -84,11 +102,11 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if not self._parser.feed_eof() and self._error is None:
-            self._error = Disconnected(
-                f"connection closed by the replica ({type(exc).__name__ if exc else 'EOF'})"
-                if self.received
-                else CLOSED
-            )
+            if self.received:
+                how = type(exc).__name__ if exc else "EOF"
+                self._error = Disconnected(f"connection closed by the replica ({how})", CUT)
+            else:
+                self._error = Disconnected(CLOSED, UNANSWERED)
         self._wake()
 
     def data_received(self, data: bytes) -> None:
@@ -106,15 +124,64 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost settles the answer
 
+    def pause_writing(self) -> None:
+        self._draining = True
+
+    def resume_writing(self) -> None:
+        self._draining = False
+        self._wake()
+
     # -- the request ------------------------------------------------------------------------
 
     async def exchange(self, request: bytes, deadline: float, *, head: bool = False) -> None:
         """Send ``request``; return once the answer's head has arrived (``status``, ...).
 
         ``head``: the request is a HEAD, so its answer has no body."""
-        assert self.transport is not None
+        transport = self._start(head)
+        self._timer = self._loop.call_at(deadline, self._expire)
+        transport.write(request)
+        while not self._headed:
+            await self._wait()
+
+    async def upload(
+        self, request: bytes, body: AsyncIterable[bytes], length: int, answer_s: float
+    ) -> None:
+        """Send ``request`` (a head announcing ``length`` bytes of body, never chunked), then
+        ``body`` piece by piece as it yields, each write waiting while the transport's buffer is
+        full; return once the answer's head has arrived, within ``answer_s`` of the body's end.
+
+        No time limit while the body goes out (its caller paces and watches it). An answer that
+        arrives first (a refusal) ends the sending. The connection is not reused after an upload
+        (whether the replica read all of the body is not known; a push is rare and large, a new
+        connection costs it nothing). An exception ``body`` raises passes through as it is; a
+        body of another length than ``length`` is the caller's error (``ValueError``)."""
+        transport = self._start(head=False)
+        transport.write(request)
+        sent = 0
+        async for piece in body:
+            if self._headed:
+                break
+            self._raise_error()
+            sent += len(piece)
+            if sent > length:
+                raise ValueError(f"the body is longer than its Content-Length {length}")
+            transport.write(piece)
+            while self._draining and not self._headed:
+                await self._wait()
+        else:
+            if sent < length:
+                raise ValueError(f"the body ended {length - sent} bytes short of {length}")
+        self._timer = self._loop.call_later(answer_s, self._expire)
+        while not self._headed:
+            await self._wait()
+        self.keep_alive = False
+
+    def _start(self, head: bool) -> asyncio.Transport:
+        """Expect a new answer (to a HEAD request when ``head``); the transport to write to."""
+        transport = self.transport
+        assert transport is not None
         if self.closed:
-            raise Disconnected(CLOSED)
+            raise Disconnected(CLOSED, UNANSWERED)
         self._parser.start(head=head)
         self._headed = False
         self.received = False
@@ -125,11 +192,8 @@ class Connection(asyncio.Protocol):
         self._streaming = False
         if self._paused:
             self._paused = False
-            self.transport.resume_reading()
-        self._timer = self._loop.call_at(deadline, self._expire)
-        self.transport.write(request)
-        while not self._headed:
-            await self._wait()
+            transport.resume_reading()
+        return transport
 
     @property
     def complete(self) -> bool:

@@ -1,60 +1,73 @@
-"""Keep-alive connections to replicas for generation traffic, and the request that uses one.
+"""Keep-alive connections to replicas, in two lanes: generation traffic and control calls.
 
     async with pool.request(replica.url, "POST", "/v1/completions", body, "application/json") as a:
         a.status, a.headers, a.content_length; await a.read() or async for part in a.chunks()
 
-Leaving the block returns a connection whose answer was read to the end to the pool; any other
-(an error, a cancelled handler, a body left unread) is aborted, which is how a client's
-disconnect reaches the replica and cancels the generation there.
+    async with pool.control(replica.url, "GET", "/health", None, timeout_s=2, connect_s=2) as a:
+        the same; ``UpstreamClient.call`` reads the answer whole
 
-- Idle connections are reused last-in first-out and closed after ``idle_s`` (the client's
-  ``KEEPALIVE_S``, below uvicorn's 5 s keep-alive, so the replica does not close one as a request
-  goes out on it). A reused connection that the replica closed anyway before answering a byte is
-  retried once on a fresh connection; that is a stale keep-alive, not a failed replica.
-- ``connect_timeout_s`` bounds opening a connection (``ConnectTimeout``); ``request_timeout_s``
-  bounds the whole request, body included (``AnswerTimeout``); an answer read whole (it has a
-  Content-Length) may be at most ``max_answer_bytes`` long.
-- ``drop(url)`` gives up on a replica (its ejection): every answer still due from it fails at
-  once with ``Dropped`` (its connection closed, which cancels the generation there), except the
-  ones their callers ``settle``d (a stream whose client has bytes). Nothing per request but a
-  flag: the connections are known by origin from when they open.
-- https:// replicas are reached over TLS with the given context; the URL's path, if any, is
-  prefixed to every request target.
+Leaving the block returns a connection whose answer was read to the end to its lane's idle list;
+any other (an error, a cancelled handler, a body left unread) is aborted, which is how a
+client's disconnect reaches the replica and cancels the generation there.
+
+Two lanes, one table of origins. The data path (``request``) and the control calls (``control``:
+probes, info, adapter loads and pushes, fan-out, scrapes) never share a connection: each lane
+keeps its own idle connections per origin, and:
+
+- a control call never waits behind the data path: it takes one of its own lane's idle
+  connections or opens one (``_connect_control``), whatever the data lane holds. The data lane
+  opens its connections in ``_connect`` only, so a bound on a replica's connects in progress
+  (issue 48) goes there and leaves control calls outside it, as it must: a health probe queued
+  behind a burst would eject a replica for being busy;
+- ``drop(url)`` gives up on a replica's data lane (its ejection): every data answer still due
+  from it fails at once with ``Dropped`` (its connection closed, which cancels the generation
+  there), except the ones their callers ``settle``d (a stream whose client has bytes). Control
+  connections are unknown to ``drop``: a control call ends by its own deadline and its caller
+  judges the outcome (an ejection must not fail the probe that would readmit the replica).
+  Nothing per request but a flag: data connections are known by origin from when they open.
+
+Reuse: idle connections are taken last-in first-out and closed after ``idle_s`` (the client's
+``KEEPALIVE_S``, below uvicorn's 5 s keep-alive, so the replica does not close one as a request
+goes out on it). A reused connection that the replica closed anyway before answering a byte is
+retried once on a fresh connection; that is a stale keep-alive, not a failed replica. A streamed
+body (``Streamed``) cannot be sent twice: it always goes on a fresh connection, never reused.
+
+Time and size: ``connect_timeout_s`` bounds opening a data connection (``ConnectTimeout``),
+``request_timeout_s`` the whole data request, body included (``AnswerTimeout``), and a data
+answer read whole (it has a Content-Length) may be at most ``max_answer_bytes`` long. A control
+call brings its own ``timeout_s`` and ``connect_s`` (for a streamed body the deadline counts from
+the body's end: its caller paces and watches the sending), and its connections refuse a
+Content-Length above ``CONTROL_ANSWER_LIMIT``. https:// replicas are reached over TLS with the
+given context; the URL's path, if any, is prefixed to every request target (``dial.origin_of``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
-from urllib.parse import urlsplit
 from weakref import WeakSet
 
 from proxy.upstream.connection import Connection
-from proxy.upstream.errors import (
-    LOCAL_ERRNOS,
-    ConnectError,
-    ConnectTimeout,
-    Disconnected,
-    Dropped,
-    LocalResourceError,
-)
+from proxy.upstream.dial import Origin, dial, origin_of
+from proxy.upstream.errors import Disconnected, Dropped
 from proxy.upstream.parser import DEFAULT_MAX_BODY
 
-USER_AGENT = "rollout-proxy"
+# A control call's answer is read whole (health, models, server info, fan-out, metrics): its cap.
+CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a replica URL's requests go, and the header lines every request to it carries."""
+class Streamed:
+    """A request body sent as ``chunks`` yields it: ``length`` bytes of ``content_type`` in all,
+    announced by ``Content-Length`` (never chunked)."""
 
-    key: str
-    host: str
-    port: int
-    tls: ssl.SSLContext | None
-    prefix: bytes  # the URL's path, prefixed to request targets
-    head: bytes  # Host, User-Agent and extra header lines, each ending in CRLF
+    chunks: AsyncIterable[bytes]
+    length: int
+    content_type: str
 
 
 class ConnectionPool:
@@ -75,8 +88,8 @@ class ConnectionPool:
         self._tls = tls
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         self._origins: dict[str, Origin] = {}
-        self._idle: dict[str, list[Connection]] = {}
-        self._open: dict[str, WeakSet[Connection]] = {}  # by origin key
+        self._idle: dict[tuple[str, bool], list[Connection]] = {}  # by (origin key, control)
+        self._open: dict[str, WeakSet[Connection]] = {}  # the data lane's, by origin key
         self._drops: dict[str, Dropped] = {}  # by origin key, the latest (seen by connects)
         self._loop = asyncio.get_running_loop()
         self._sweeper: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._sweep)
@@ -91,10 +104,10 @@ class ConnectionPool:
         content_type: str,
         extra: bytes = b"",
     ) -> Request:
-        """A request for ``url``; ``extra``: more header lines, each ending in CRLF."""
+        """A data request for ``url``; ``extra``: more header lines, each ending in CRLF."""
         origin = self._origins.get(url)
         if origin is None:
-            origin = self._origins[url] = self._origin(url)
+            origin = self._origins[url] = origin_of(url, self._tls, self._extra)
         head = b"%s %s%s HTTP/1.1\r\n%s%sContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
             method.encode("ascii"),
             origin.prefix,
@@ -106,6 +119,45 @@ class ConnectionPool:
         )
         return Request(self, origin, head + body if body else head, method == "HEAD")
 
+    @asynccontextmanager
+    async def control(
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        body: bytes | Streamed | None,
+        *,
+        timeout_s: float,
+        connect_s: float,
+    ) -> AsyncIterator[Connection]:
+        """A control call to ``url`` on the control lane: its connection once the answer's
+        head has arrived. A bytes body goes as ``application/json`` (the control plane's one
+        type); a ``Streamed`` one says its own."""
+        origin = self._origins.get(url)
+        if origin is None:
+            origin = self._origins[url] = origin_of(url, self._tls, self._extra)
+        if isinstance(body, Streamed):
+            wire = _head(origin, method, path_qs, body.content_type, body.length)
+            connection = await self._connect_control(origin, connect_s)
+            try:
+                await connection.upload(wire, body.chunks, body.length, timeout_s)
+            except BaseException:
+                connection.finish()
+                raise
+        else:
+            if body is None:
+                wire = _head(origin, method, path_qs, None, None)
+            else:
+                wire = _head(origin, method, path_qs, "application/json", len(body)) + body
+            deadline = self._loop.time() + timeout_s
+            connection = await self._exchange(
+                origin, wire, deadline, connect_s, control=True, head=method == "HEAD"
+            )
+        try:
+            yield connection
+        finally:
+            self.release(connection)
+
     def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -116,8 +168,8 @@ class ConnectionPool:
         self._idle.clear()
 
     def drop(self, url: str, reason: str) -> int:
-        """Give up on ``url``'s replica: its answers still due fail with ``Dropped(reason)``.
-        Returns how many connections were open to it."""
+        """Give up on ``url``'s replica: its data answers still due fail with
+        ``Dropped(reason)``. Returns how many data connections were open to it."""
         origin = self._origins.get(url)
         if origin is None:
             return 0
@@ -131,25 +183,54 @@ class ConnectionPool:
     def idle(self) -> int:
         return sum(len(idle) for idle in self._idle.values())
 
-    # -- internals --------------------------------------------------------------------------
-
-    def _origin(self, url: str) -> Origin:
-        parts = urlsplit(url)  # validated once where it entered (config.check_replica_url)
-        https = parts.scheme == "https"
-        port = parts.port or (443 if https else 80)
-        host_header = parts.netloc.rpartition("@")[2]
-        head = f"Host: {host_header}\r\nUser-Agent: {USER_AGENT}\r\n{self._extra}"
-        return Origin(
-            key=f"{parts.scheme}://{host_header}",
-            host=parts.hostname or "",
-            port=port,
-            tls=(self._tls or ssl.create_default_context()) if https else None,
-            prefix=parts.path.rstrip("/").encode("latin-1"),
-            head=head.encode("latin-1"),
+    async def open(self, origin: Origin, wire: bytes, *, head: bool = False) -> Connection:
+        """Send the data request ``wire`` on an idle data connection to ``origin`` or a new one;
+        returns the connection once the answer's head has arrived."""
+        deadline = self._loop.time() + self.request_timeout_s
+        return await self._exchange(
+            origin, wire, deadline, self.connect_timeout_s, control=False, head=head
         )
 
-    def _take_idle(self, origin: Origin) -> Connection | None:
-        idle = self._idle.get(origin.key)
+    def release(self, connection: Connection) -> None:
+        """End a request: keep the connection for the next one of its lane if its answer was
+        read whole (and the pool is not closed)."""
+        if connection.finish():
+            if self._sweeper is None:
+                connection.abort()
+            else:
+                self._put(connection)
+
+    # -- internals --------------------------------------------------------------------------
+
+    async def _exchange(
+        self,
+        origin: Origin,
+        wire: bytes,
+        deadline: float,
+        connect_s: float,
+        *,
+        control: bool,
+        head: bool,
+    ) -> Connection:
+        """``wire`` on an idle connection of the lane or a new one. A reused connection that
+        the replica closed before answering a byte (a stale keep-alive) is retried once on a
+        fresh connection."""
+        connection = self._take_idle((origin.key, control))
+        if connection is not None:
+            try:
+                return await _send(connection, wire, deadline, head)
+            except Disconnected:
+                if connection.received:
+                    raise
+        timeout = min(connect_s, max(deadline - self._loop.time(), 0.0))
+        if control:
+            fresh = await self._connect_control(origin, timeout)
+        else:
+            fresh = await self._connect(origin, timeout)
+        return await _send(fresh, wire, deadline, head)
+
+    def _take_idle(self, lane: tuple[str, bool]) -> Connection | None:
+        idle = self._idle.get(lane)
         if not idle:
             return None
         oldest_usable = self._loop.time() - self.idle_s
@@ -162,55 +243,29 @@ class ConnectionPool:
 
     def _put(self, connection: Connection) -> None:
         connection.idle_since = self._loop.time()
-        idle = self._idle.get(connection.origin_key)
+        lane = (connection.origin_key, connection.control)
+        idle = self._idle.get(lane)
         if idle is None:
-            idle = self._idle[connection.origin_key] = []
+            idle = self._idle[lane] = []
         idle.append(connection)
 
-    async def open(self, origin: Origin, wire: bytes, *, head: bool = False) -> Connection:
-        """Send ``wire`` on an idle connection to ``origin`` or a new one; returns the connection
-        once the answer's head has arrived. A reused connection that the replica closed before
-        answering a byte (a stale keep-alive) is retried once on a fresh connection."""
-        deadline = self._loop.time() + self.request_timeout_s
-        connection = self._take_idle(origin)
-        if connection is not None:
-            try:
-                return await _send(connection, wire, deadline, head)
-            except Disconnected:
-                if connection.received:
-                    raise
-        return await _send(await self._connect(origin, deadline), wire, deadline, head)
-
-    def release(self, connection: Connection) -> None:
-        """End a request: keep the connection for the next one if its answer was read whole."""
-        if connection.finish():
-            self._put(connection)
-
-    async def _connect(self, origin: Origin, deadline: float) -> Connection:
-        timeout = min(self.connect_timeout_s, max(deadline - self._loop.time(), 0.0))
+    async def _connect(self, origin: Origin, limit_s: float) -> Connection:
+        """A new data connection (the data lane's only way to open one)."""
         drop = self._drops.get(origin.key)  # one while the connect is under way: dropped too
-        try:
-            async with asyncio.timeout(timeout):
-                transport, connection = await self._loop.create_connection(
-                    lambda: self._born(origin),
-                    origin.host,
-                    origin.port,
-                    ssl=origin.tls,
-                    server_hostname=origin.host if origin.tls is not None else None,
-                )
-        except TimeoutError:
-            raise ConnectTimeout(f"no connection to {origin.key} within {timeout:g} s") from None
-        except OSError as exc:
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            if exc.errno in LOCAL_ERRNOS:
-                raise LocalResourceError(f"the proxy cannot open a connection: {reason}") from None
-            raise ConnectError(f"cannot connect to {origin.key}: {reason}") from None
-        connection.connection_made(transport)  # uvloop may call it only after this returns
+        connection = await dial(origin, lambda: self._born(origin), limit_s)
         self.opened += 1
         latest = self._drops.get(origin.key)
         if latest is not drop and latest is not None:  # given up on while connecting
             connection.abort()
             raise latest
+        return connection
+
+    async def _connect_control(self, origin: Origin, limit_s: float) -> Connection:
+        """A new control connection: outside the data lane, unknown to ``drop``."""
+        connection = await dial(
+            origin, lambda: Connection(origin.key, CONTROL_ANSWER_LIMIT, control=True), limit_s
+        )
+        self.opened += 1
         return connection
 
     def _born(self, origin: Origin) -> Connection:
@@ -235,6 +290,21 @@ class ConnectionPool:
         self._sweeper = self._loop.call_later(self.idle_s / 2, self._sweep)
 
 
+def _head(
+    origin: Origin, method: str, path_qs: str, content_type: str | None, length: int | None
+) -> bytes:
+    """A control request's head (``length``: its body's, None without one): a Content-Length
+    for any body, and 0 for a bodiless method other than GET and HEAD (RFC 9110, 8.6)."""
+    target = origin.prefix + path_qs.encode("ascii")
+    lines = [b"%s %s HTTP/1.1\r\n" % (method.encode("ascii"), target), origin.head]
+    if content_type is not None:
+        lines.append(b"Content-Type: %s\r\n" % content_type.encode("latin-1"))
+    if length is not None or method not in ("GET", "HEAD"):
+        lines.append(b"Content-Length: %d\r\n" % (length or 0))
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
 async def _send(connection: Connection, wire: bytes, deadline: float, head: bool) -> Connection:
     try:
         await connection.exchange(wire, deadline, head=head)
@@ -245,7 +315,7 @@ async def _send(connection: Connection, wire: bytes, deadline: float, head: bool
 
 
 class Request:
-    """One request on a pooled connection: ``async with`` it for the answer's connection."""
+    """One data request on a pooled connection: ``async with`` it for the answer's connection."""
 
     __slots__ = ("_connection", "_head", "_origin", "_pool", "_wire")
 

@@ -1,39 +1,46 @@
 """What can go wrong talking to a replica: one small tree, and one place that says whose fault.
 
-Both clients raise only this tree: the hot path's own connections (``connection``, ``connpool``)
-raise it where they fail, and the control-plane client (``client``) maps aiohttp's errors into
-it where they enter (``mapped``, after httpcore's ``map_exceptions``), keeping the original as
-the cause (``reasons.failure_reason`` reads its detail: the errno, the certificate, the name)::
+Every path to a replica raises only this tree, mapped once where the bytes enter (after httpcore's
+``map_exceptions``): ``dial`` turns the socket's, the resolver's and TLS's errors into
+``ConnectError``/``ConnectTimeout``/``LocalResourceError``, ``connection`` turns a close, a reset,
+a garbled answer or the call's deadline into ``Disconnected``/``BadAnswer``/``AnswerTimeout``.
+Each error carries its ``summary``: the failure in the words a user can act on (``connection
+refused``, ``DNS name not found (host)``, ``answer cut short``), which ``reasons.failure_reason``
+shows as it is; the message may say more (the origin, the detail)::
 
     UpstreamError                  this exchange with a replica failed
     ├── WireError                  the replica could not be reached, or dropped or garbled it
     │   ├── ConnectError           no connection could be opened
-    │   │   └── ConnectTimeout     opening one took longer than the connect timeout
+    │   │   └── ConnectTimeout     opening one took longer than the connect limit
     │   ├── Disconnected           closed or reset before the answer was complete
+    │   ├── Dropped                the proxy gave up on the replica while an answer was due
     │   └── BadAnswer              bytes that are not an HTTP/1.x answer this client accepts
-    ├── AnswerTimeout              the answer did not arrive within the call's time limit
+    │       └── AnswerTooLong      an answer longer than its reader's limit
+    ├── AnswerTimeout              the call's deadline passed (the one timeout of the tree)
     ├── ReplyError                 an answer arrived, but not one the caller can use
     └── LocalResourceError         the proxy's own resources ran out (EMFILE, ENOBUFS, ...)
 
 ``blame`` decides what an error means for the replica, for every caller alike: the proxy's own
 limit is never the replica's fault (never eject), a slow answer is counted but says nothing of
 its health, an unusable answer came from a live replica, and a wire failure means it is gone.
-``RuntimeError`` and other programming errors are deliberately not in the tree.
+``RuntimeError``, ``ValueError`` and other programming errors are deliberately not in the tree.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
 
 from proxy.errors import DomainError
 
-# The proxy's own resources ran out (file descriptors, buffers, memory): not a replica's fault.
-LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
-
 
 class UpstreamError(Exception):
-    """An exchange with a replica failed (the subclass says how)."""
+    """An exchange with a replica failed (the subclass says how).
+
+    ``summary``: the failure in a few words a user can act on (the message when not given)."""
+
+    def __init__(self, message: str, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.summary = message if summary is None else summary
 
 
 class WireError(UpstreamError):
@@ -45,7 +52,7 @@ class ConnectError(WireError):
 
 
 class ConnectTimeout(ConnectError):
-    """Opening the connection took longer than the connect timeout."""
+    """Opening the connection took longer than the connect limit."""
 
 
 class Disconnected(WireError):
@@ -60,8 +67,12 @@ class BadAnswer(WireError):
     """The replica's bytes are not an HTTP/1.x answer this client accepts."""
 
 
+class AnswerTooLong(BadAnswer):
+    """An answer longer than its reader's limit (a control call's, or ``--max-answer-bytes``)."""
+
+
 class AnswerTimeout(UpstreamError, TimeoutError):
-    """The answer did not arrive within the call's time limit (a ``TimeoutError`` too)."""
+    """The call's deadline passed before its answer was complete (a ``TimeoutError`` too)."""
 
 
 class ReplyError(UpstreamError):
@@ -90,8 +101,3 @@ def blame(exc: UpstreamError) -> Blame:
     if isinstance(exc, ReplyError):
         return Blame.ANSWERED
     return Blame.GONE
-
-
-def local_errno(exc: BaseException | None) -> bool:
-    """True when ``exc`` is an OS error of the proxy's own resources."""
-    return isinstance(exc, OSError) and exc.errno in LOCAL_ERRNOS

@@ -11,7 +11,7 @@ behind a thin layer that adds what llhttp leaves to its caller:
   100-599 are refused;
 - transfer codings other than ``chunked`` are refused (the proxy passes bodies as they are);
 - the head (status line and headers) and trailers may take at most ``MAX_HEAD`` bytes; a
-  Content-Length above ``max_body`` is refused before any of it is read;
+  Content-Length above ``max_body`` is refused before any of it is read (``AnswerTooLong``);
 - keep-alive is decided inside the callbacks (llhttp's ``Connection`` token rules);
 - no byte may follow a complete answer.
 
@@ -28,7 +28,7 @@ from typing import Protocol
 
 import httptools
 
-from proxy.upstream.errors import BadAnswer
+from proxy.upstream.errors import AnswerTooLong, BadAnswer
 
 MAX_HEAD = 64 * 1024  # an answer's status line and headers together (and its trailers)
 DEFAULT_MAX_BODY = 256 * 1024 * 1024  # a Content-Length answer is read whole: this is its cap
@@ -159,7 +159,7 @@ class AnswerParser:
         no_body = self._is_head or status in (204, 304)
         length = int(length_text) if length_text is not None and transfer is None else None
         if length is not None and length > self._max_body and not no_body:
-            raise BadAnswer(f"Content-Length {length} is above the limit of {self._max_body}")
+            raise AnswerTooLong(f"Content-Length {length} is above the limit of {self._max_body}")
         keep_alive = llhttp.should_keep_alive() and not self._is_head
         self._until_close = transfer is None and length is None and not no_body
         if self._until_close:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.upstream.errors import BadAnswer
+from proxy.upstream.errors import AnswerTooLong, BadAnswer
 from proxy.upstream.parser import AnswerParser, Head
 
 
@@ -93,3 +93,15 @@ def test_malformed_answers_raise_bad_answer(answer: bytes) -> None:
 def test_bytes_after_a_complete_answer_are_refused() -> None:
     with pytest.raises(BadAnswer, match="after a complete answer"):
         parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nextra")
+
+
+def test_a_content_length_above_the_limit_is_too_long_before_its_body_is_read() -> None:
+    sink = Recorder()
+    parser = AnswerParser(sink, max_body=10)
+    parser.start()
+    with pytest.raises(AnswerTooLong, match="Content-Length 11 is above the limit of 10"):
+        parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n")
+    assert not sink.heads
+    parser.start(head=True)  # an answer to HEAD has no body, whatever its length says
+    parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n")
+    assert parser.done and sink.heads[0].content_length == 11
