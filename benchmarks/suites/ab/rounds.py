@@ -3,14 +3,15 @@ alternated between them round after round.
 
 Three fast replicas (``benchmarks.harness.fast_replica``) and both sides are started once; each
 prompt size then gets a warm-up per side (connections, caches; an error there stops the run) and
-``rounds`` rounds. A round sends ``requests`` requests to one side, then the same requests (the
-round's seed) to the other, from two closed-loop load-generator processes at ``concurrency`` in
-flight; the side going first alternates with ``abba`` (``summary.first_side``). A side's figure
-is its server process's CPU time over its run (``/proc/PID/stat``: never the load generator's)
-over the requests it answered; the idle side's background work (health probes, load scrapes) is
-not in it. Every run is bounded (``run_timeout_s``: its load generators are killed); a side that
-exits ends the A/B. Every process started is stopped by its PID when the A/B ends, however it
-ends (``procs.children``).
+``rounds`` rounds. A round sends ``requests`` requests to one side, then as many to the other, the
+same prompts (the round's seed), from two closed-loop load-generator processes at ``concurrency`` in
+flight; the side going first alternates with ``abba`` (``summary.first_side``). A side's figure is
+its server process's CPU time over its run (``/proc/PID/stat``: never the load generator's) over the
+requests it answered; the idle side's background work (health probes, load scrapes) is not in it.
+Every run is bounded (``run_timeout_s``: its load generators are killed); a side that exits ends the
+A/B. Every process started is stopped by its PID when the A/B ends, however it ends
+(``procs.children``). Cost per prompt size: 2 x (``rounds`` x ``requests`` + the warm-up) requests;
+time at most 2 x (``rounds`` + 1) x ``run_timeout_s``, plus 30 s per process started.
 """
 
 from __future__ import annotations
