@@ -1,16 +1,23 @@
-"""``python -m benchmarks SUITE [--json OUT] [--plot DIR] [--quick]`` (also ``make bench``).
+"""python -m benchmarks SUITE [--json OUT] [--plot DIR] [--quick]   (also: make bench)
 
-Suites: ``overhead`` (CPU and latency over the transport floor), ``routing`` (cache hit rate and
-balance per policy), ``fleet`` (step time of async GRPO on a simulated fleet, per policy; its
-own flags: ``python -m benchmarks fleet --help``), ``sync`` (adapter fleet-sync latency under
-mount lag), ``policy`` (the routing policy alone), ``soak`` (RSS, open files and tasks under
-load over time), ``scale`` (throughput and memory against fleet size and tracked prompts),
-``profile`` (where the proxy's CPU goes, by module, under cProfile), ``learn`` (real TRL and
-vLLM CPU servers: a run that learns, through the proxy and direct; ``python -m benchmarks learn
---help``); ``sync --save`` times
-saving the published adapter. Everything runs on loopback
-against simulated replicas; ``--replica-urls URL[,URL...]`` points ``overhead`` and ``soak`` at
-real ones.
+Suites:
+  overhead  CPU and latency over the transport floor
+  ab        two servers' CPU per request, paired: the proxy and the bare pass-through (or two
+            builds of the proxy) alternated in rounds in front of the same replicas
+  routing   cache hit rate and balance per policy
+  fleet     step time of async GRPO on a simulated fleet, per policy (its own flags:
+            python -m benchmarks fleet --help)
+  sync      adapter fleet-sync latency under mount lag (--save: the published adapter's save)
+  policy    the routing policy alone
+  soak      RSS, open files and tasks under load over time
+  scale     throughput and memory against fleet size and tracked prompts
+  profile   where the proxy's CPU goes, by module, under cProfile
+  learn     real TRL and vLLM CPU servers: a run that learns, through the proxy and direct
+            (python -m benchmarks learn --help)
+
+Everything runs on loopback against simulated replicas; --replica-urls URL[,URL...] points
+overhead and soak at real ones. A run exits 1 when a suite reports a failed row (ab: a round
+with errors), after its table and JSON.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pathlib import Path
 
 from benchmarks import report
 from benchmarks.suites import SUITES, run
+from benchmarks.suites.ab.flags import add_flags as add_ab_flags
 from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
 from proxy.config.units import DurationArg
 
@@ -81,7 +89,8 @@ def _models_problem(url: str, timeout_s: float) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The suites' parser (``fleet`` and ``learn`` have their own: ``--help`` after them)."""
+    """The suites' parser, ``ab``'s group included (``fleet`` and ``learn`` have their own:
+    ``--help`` after them)."""
     parser = OneLineParser(
         prog=PROG, description=__doc__, formatter_class=RawDescriptionDefaultsFormatter
     )
@@ -105,7 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URLS",
         help="overhead, soak: real replicas (URL[,URL...]) instead of local simulated ones",
     )
-    add("--requests", type=int, help="overhead: requests per target and repeat (default: 6,000)")
+    add(
+        "--requests",
+        type=int,
+        help="overhead: requests per target and repeat (default: 6,000); ab: per side and round "
+        "(default: 10,000, 2,000 with --stream; a fifth of that with --quick)",
+    )
     add(
         "--push",
         action="store_true",
@@ -116,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="sync: the published adapter's save time on local disk (needs torch, safetensors)",
     )
+    add_ab_flags(parser)
     return parser
 
 
@@ -131,12 +146,18 @@ def main(argv: list[str] | None = None) -> int:
         return learn_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.suite == "ab" and args.replicas:
+        parser.error("argument --replica-urls: ab runs against its own fast replicas")
     if problem := report.output_problem(args.json, args.plot) or _replica_problem(args.replicas):
         parser.error(problem)
     started = time.monotonic()
     report.take_written()  # a run names only what it wrote itself
     print(f"benchmarks: suite {args.suite}{' (quick)' if args.quick else ''}")
-    results, text = run(args.suite, args)
+    try:
+        results, text = run(args.suite, args)
+    except RuntimeError as exc:  # a server that did not start or answer, a revision that is none
+        print(f"{PROG} {args.suite}: {exc}", file=sys.stderr)
+        return 1
     print(text)
     print(f"({time.monotonic() - started:.0f} s)")
     if args.json:
@@ -144,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         report.write_json(args.json, args.suite, env, results)
     if closing := report.closing_line(report.take_written()):
         print(closing)
-    return 0
+    return 1 if any(row.get("failed") for row in results) else 0
 
 
 if __name__ == "__main__":

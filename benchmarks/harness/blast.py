@@ -1,10 +1,12 @@
 """Closed-loop HTTP load for the overhead suite, run as its own process(es).
 
 ``concurrency`` workers each send TRL-shaped completion requests back to back until ``requests``
-have been sent; prints one JSON line: count, errors, wall time, latency samples summary and the
-process's own CPU time, so the suite can check the generator is not the bottleneck. It sends
-through the proxy's own keep-alive client (``proxy.upstream.connpool``), which costs a fraction
-of an aiohttp client session per request.
+have been sent; prints one JSON line: count, errors, wall time, latency samples, the answers'
+body bytes and the process's own CPU time, so the suite can check the generator is not the
+bottleneck. It sends through the proxy's own keep-alive client (``proxy.upstream.connpool``),
+which costs a fraction of an aiohttp client session per request. With ``--stream`` each request
+asks for a streamed answer (and its token ids, as TRL does); an answer counts as an error unless
+it is a 200 that ends in ``data: [DONE]``.
 
     python -m benchmarks.harness.blast --url http://127.0.0.1:8000 --concurrency 64 --requests 4000
 """
@@ -28,10 +30,17 @@ JSON = "application/json"
 PATH = "/v1/completions"
 MODEL = "bench-model"  # what benchmarks.harness.fast_replica serves
 VOCAB = 150_000
+DONE = b"data: [DONE]\n\n"  # a whole stream's last event
 
 
 def bodies(
-    tokens: int, count: int = 64, seed: int = 0, model: str = MODEL, vocab: int = VOCAB
+    tokens: int,
+    count: int = 64,
+    seed: int = 0,
+    model: str = MODEL,
+    vocab: int = VOCAB,
+    max_tokens: int = 16,
+    stream: bool = False,
 ) -> list[bytes]:
     """``count`` GRPO-like prompts: a shared template, then a distinct problem each."""
     rng = random.Random(seed)
@@ -44,11 +53,12 @@ def bodies(
                 {
                     "model": model,
                     "prompt": prompt,
-                    "max_tokens": 16,
+                    "max_tokens": max_tokens,
                     "temperature": 1.0,
                     "n": 1,
                     "return_token_ids": True,
                     "logprobs": 0,
+                    **({"stream": True} if stream else {}),
                 }
             )
         )
@@ -63,16 +73,19 @@ async def run(
     seed: int,
     model: str = MODEL,
     vocab: int = VOCAB,
+    max_tokens: int = 16,
+    stream: bool = False,
 ) -> dict[str, object]:
-    payloads = bodies(tokens, seed=seed, model=model, vocab=vocab)
+    payloads = bodies(tokens, 64, seed, model, vocab, max_tokens, stream)
     latencies: list[float] = []
     errors = 0
     sent = 0
+    received = 0
     # The proxy's own lean keep-alive client: the generator must cost less than what it loads.
     pool = ConnectionPool(connect_timeout_s=5.0, request_timeout_s=30.0, idle_s=60.0)
 
     async def worker(index: int) -> None:
-        nonlocal sent, errors
+        nonlocal sent, errors, received
         first = True
         while sent < requests:
             body = payloads[(sent + index) % len(payloads)]
@@ -80,8 +93,9 @@ async def run(
             started = time.perf_counter()
             try:
                 async with pool.request(url, "POST", PATH, body, JSON) as resp:
-                    await resp.read()
-                    ok = resp.status == 200
+                    data = await resp.read()
+                    ok = resp.status == 200 and (not stream or data.endswith(DONE))
+                    received += len(data)
             except (WireError, TimeoutError):
                 ok = False
             # A worker's first request opens its connection and starts with every other worker
@@ -103,6 +117,7 @@ async def run(
         "errors": errors,
         "wall_s": wall,
         "latencies": latencies,
+        "bytes": received,
         "cpu_s": usage.ru_utime + usage.ru_stime,
     }
 
@@ -116,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default=MODEL, help="the model name the replicas serve")
     parser.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids stay below")
+    parser.add_argument("--max-tokens", type=int, default=16, help="tokens asked per request")
+    parser.add_argument("--stream", action="store_true", help="ask for streamed answers")
     args = parser.parse_args(argv)
     import uvloop
 
@@ -128,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             args.model,
             args.vocab,
+            args.max_tokens,
+            args.stream,
         )
     )
     # The loop may have left the inherited stdout pipe non-blocking: a line longer than the pipe

@@ -1,7 +1,11 @@
 """The transport floor: a bare aiohttp + uvloop pass-through to the replicas, taken in turn.
 
 Reads the body, POSTs it upstream on one pooled keep-alive session, returns the body: what any
-aiohttp proxy pays before it does anything useful. The overhead suite compares the proxy to it,
+aiohttp proxy pays before it does anything useful. An answer with a Content-Length is read whole
+and sent in one write; any other (a chunked stream of server-sent events) is copied to the
+client chunk by chunk as each arrives (one write per upstream HTTP chunk, as the proxy writes a
+stream), so the same bytes cost the floor what they would cost any aiohttp streaming proxy.
+The overhead suite compares the proxy to it,
 in front of the same replicas: at light load, answers from several replicas arrive apart and
 each costs its own loop wake-up, so a floor with one upstream would be cheaper for a reason that
 has nothing to do with the proxy's code.
@@ -23,7 +27,7 @@ UPSTREAMS: web.AppKey[itertools.cycle[str]] = web.AppKey("upstreams")
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 
 
-async def forward(request: web.Request) -> web.Response:
+async def forward(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     session = request.app[SESSION]
     upstreams = request.app[UPSTREAMS]
@@ -33,8 +37,16 @@ async def forward(request: web.Request) -> web.Response:
         data=body,
         headers={"Content-Type": "application/json"},
     ) as up:
-        data = await up.read()
-        return web.Response(body=data, status=up.status, content_type="application/json")
+        if up.content_length is not None:
+            data = await up.read()
+            return web.Response(body=data, status=up.status, content_type="application/json")
+        kind = up.headers.get("Content-Type", "application/json")
+        response = web.StreamResponse(status=up.status, headers={"Content-Type": kind})
+        await response.prepare(request)
+        async for chunk, _ in up.content.iter_chunks():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
 
 async def serve(port: int, upstreams: list[str]) -> None:

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from replica_entry.sim.loopback import free_port
 
@@ -19,30 +20,49 @@ class Child:
     process: asyncio.subprocess.Process
 
 
-async def start_child(name: str, module: str, args: Sequence[str], port: int) -> Child:
-    """Run ``python -m module args``; return once it prints its ready line (at most 30 s)."""
+async def start_child(
+    name: str,
+    module: str,
+    args: Sequence[str],
+    port: int,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Child:
+    """Run ``python -m module args`` (in ``cwd``, with ``env``: another build's tree); return
+    once it prints its ready line (at most 30 s)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
     )  # fmt: skip
     assert process.stdout is not None
+    why = "failed to start"
     try:
         line = await asyncio.wait_for(process.stdout.readline(), timeout=30)
     except TimeoutError:
-        process.kill()
-        raise RuntimeError(f"{name} did not start within 30 s") from None
+        line, why = b"", "did not start within 30 s"
     if b"ready on" not in line:
-        await process.wait()
-        raise RuntimeError(f"{name} failed to start (exit code {process.returncode})")
+        if process.returncode is None:  # running but not ready (or silent): not kept
+            process.kill()
+        code = await process.wait()
+        raise RuntimeError(f"{name} {why} (exit code {code})")
     return Child(name, f"http://127.0.0.1:{port}", process)
 
 
-async def start_proxy(replica_urls: Sequence[str], *flags: str) -> Child:
+async def start_proxy(
+    replica_urls: Sequence[str],
+    *flags: str,
+    name: str = "proxy",
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Child:
     """``python -m proxy`` on a free loopback port in front of ``replica_urls``, quiet logs."""
     port = free_port()
     args = ["--port", str(port), "--replica-urls", ",".join(replica_urls), "--log-level", "warning"]
-    return await start_child("proxy", "proxy", [*args, *flags], port)
+    return await start_child(name, "proxy", [*args, *flags], port, cwd=cwd, env=env)
 
 
 async def stop_child(child: Child, grace_s: float = 10.0) -> int:

@@ -1,6 +1,7 @@
 """What ``python -m benchmarks SUITE`` runs: one module per suite, each with its grid, its
-measurement, its table and a ``suite(args) -> (results, text)``. ``fleet``, with flags of its
-own, is ``benchmarks.fleet``."""
+measurement, its table and a ``suite(args) -> (results, text)``; a result row with ``"failed":
+true`` (``ab``: a round with errors) makes the run exit 1 once its table and JSON are out.
+``fleet``, with flags of its own, is ``benchmarks.fleet``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ SUITES = {
     "soak": "benchmarks.suites.soak",
     "scale": "benchmarks.suites.scale",
     "profile": "benchmarks.suites.cpu_profile",
+    "ab": "benchmarks.suites.ab.suite",
 }
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -29,19 +28,12 @@ import orjson
 
 from benchmarks import report
 from benchmarks.harness.blast import MODEL, VOCAB
+from benchmarks.harness.cpu import cpu_seconds
 from benchmarks.harness.procs import children, start_child, start_proxy
 from benchmarks.micro.splice import splice_us
 from replica_entry.sim.loopback import free_port
 
 TARGETS = ("direct", "passthrough", "proxy")
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        fields = handle.read().rsplit(b")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 @dataclass(frozen=True)
@@ -51,10 +43,15 @@ class Case:
     tokens: int
     model: str = MODEL
     vocab: int = VOCAB
+    stream: bool = False  # streamed completions (server-sent events), ``max_tokens`` chunks
+    max_tokens: int = 16
 
 
-async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> dict[str, Any]:
-    """Run ``procs`` load-generator processes against ``url``; merge their results."""
+async def blast(
+    url: str, case: Case, requests: int, procs: int, seed: int, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """Run ``procs`` load-generator processes against ``url``; merge their results. Past
+    ``timeout_s`` the generators are killed and TimeoutError raised."""
     per = max(case.concurrency // procs, 1)
     commands = [
         [
@@ -75,10 +72,13 @@ async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> d
             case.model,
             "--vocab",
             str(case.vocab),
+            "--max-tokens",
+            str(case.max_tokens),
+            *(["--stream"] if case.stream else []),
         ]
         for i in range(procs)
     ]
-    runs = await asyncio.gather(*(_run(command) for command in commands))
+    runs = await asyncio.wait_for(asyncio.gather(*map(_run, commands)), timeout_s)
     latencies = sorted(x for r in runs for x in r["latencies"])
     if not latencies:
         raise RuntimeError(
@@ -93,12 +93,19 @@ async def blast(url: str, case: Case, requests: int, procs: int, seed: int) -> d
         "p50_ms": 1000 * latencies[len(latencies) // 2],
         "p99_ms": 1000 * latencies[min(int(len(latencies) * 0.99), len(latencies) - 1)],
         "loadgen_cpu_us": 1e6 * sum(r["cpu_s"] for r in runs) / max(count, 1),
+        "bytes": sum(r["bytes"] for r in runs),
     }
 
 
 async def _run(command: list[str]) -> dict[str, Any]:
+    """One load generator to its end; killed (by its PID) when the caller gives up on it."""
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
-    out, _ = await process.communicate()
+    try:
+        out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
     if process.returncode != 0:
         raise RuntimeError(f"load generator failed: {' '.join(command)}")
     result: dict[str, Any] = orjson.loads(out.splitlines()[-1])

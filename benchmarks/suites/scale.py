@@ -13,9 +13,10 @@ import asyncio
 from typing import Any
 
 from benchmarks import report
+from benchmarks.harness.cpu import cpu_seconds
 from benchmarks.harness.procs import children, start_child, start_proxy
 from benchmarks.micro.policy import state_memory
-from benchmarks.suites.overhead import Case, blast, cpu_seconds
+from benchmarks.suites.overhead import Case, blast
 from benchmarks.suites.soak import _rss_mb
 from replica_entry.sim.loopback import free_port
 
