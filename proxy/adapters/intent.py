@@ -78,6 +78,10 @@ class Intent:
         live = any(o.status != "unreachable" for o in self.outcomes.values())
         return self.expired or superseded or live
 
+    def expire(self) -> None:
+        """The deadline passed (``settle`` counts every target not answered unreachable)."""
+        self.expired = True
+
     def late(self) -> list[Replica]:
         """The targets that had not answered when the deadline passed (``unreachable``)."""
         late = []

@@ -12,9 +12,9 @@ It knows
   it), at most ``DROPPED_REMEMBERED``: TRL's unload of one is answered 200, and a replica still
   holding one is told to unload it even when the proxy never knew its files;
 and turns "what one replica holds" (``status.ReplicaStatus``) into commands for it (``plan``):
-unloads first (names no longer wanted), then loads in version order; a name held with other files, or loaded
-before this proxy knew it, is replaced in place (vLLM's ``load_inplace``), so it never
-disappears from a replica that is serving it.
+unloads first (names no longer wanted), then loads in version order; a name held with other
+files, or loaded before this proxy knew it, is replaced in place (vLLM's ``load_inplace``), so
+it never disappears from a replica that is serving it.
 Invariants: a dropped version is never planned again until it is added again; a replica is
 never planned more than the window of adapters this proxy manages (unloads run before loads).
 """

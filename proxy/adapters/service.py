@@ -3,8 +3,8 @@ carried out on each replica by that replica's agent (``agent``), which writes it
 (``status``). No aiohttp: the edge parses the requests and answers; the service takes typed
 requests (``calls``).
 
-- ``load``: the version is wanted and an intent (``intent``) waits for every replica routable
-  now, all or nothing; a failure rolls the spec back and the answer comes once the agents have
+- ``load``: the version is wanted and an intent waits for every replica routable now, all or
+  nothing (``loads``); a failure rolls the spec back and the answer comes once the agents have
   undone it. A load of a name still loading joins it (same files) or waits for its end.
 - ``unload``: no longer wanted; answered at once (TRL ignores the answer, but its round trip
   counts in ``perf/weight_sync_s``). An unload of a name still loading is a change of the plan
@@ -28,7 +28,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Container, Coroutine
-from dataclasses import replace
 from typing import Any
 
 from adapter_receiver.wire import shown
@@ -36,14 +35,14 @@ from proxy.adapters.agent import Tools
 from proxy.adapters.agents import Agents
 from proxy.adapters.attest.check import ServedPolicyCheck
 from proxy.adapters.calls import LoadRequest, LoadResult, UnloadResult
-from proxy.adapters.carry import Carrier, Outcome
-from proxy.adapters.intent import Intent
+from proxy.adapters.carry import Carrier
+from proxy.adapters.loads import Loads
 from proxy.adapters.origin import Origins
 from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
 from proxy.adapters.spec import Spec
 from proxy.adapters.state import Saved, StateFile, StateWriter, snapshot
 from proxy.adapters.status import ReplicaStatus, Statuses
-from proxy.clock import Failed, Timer
+from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -54,9 +53,6 @@ log = logging.getLogger("proxy.adapters")
 # On shutdown the unloads already answered get this long to reach the replicas (each call is
 # bounded by carry.UNLOAD_TIMEOUT_S); what is left is cancelled.
 UNLOAD_DRAIN_S = 10.0
-# A load's targets that have not answered this long after its deadline count as unreachable (the
-# margin lets an agent's own answer at the deadline, a lagging mount's 504, come first).
-OVERDUE_AFTER_S = 1.0
 
 
 class AdapterService:
@@ -79,8 +75,6 @@ class AdapterService:
         self.spec = Spec(registry, has_source)
         self.statuses = Statuses()
         self.state = None if state is None else StateWriter(state, self._snapshot, failed)
-        self._intents: dict[str, Intent] = {}
-        self._timers: dict[Intent, Timer] = {}  # each intent's deadline
         self._background: set[asyncio.Task[Any]] = set()
         self._listings: dict[str, tuple[ReplicaStatus, int]] = {}  # vouched so far, by replica
         self._membership: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
@@ -90,10 +84,11 @@ class AdapterService:
             metrics.record_policy_wait, failed,
         )  # fmt: skip
         self.agents = Agents(tools, lambda rid: copies.pop(rid, {}))
+        self.loads = Loads(self.spec, self.statuses, self.agents, pool, carrier, metrics)
         pool.follow(self._pool_changed)
 
     def knows(self, name: str) -> bool:
-        return name in self.registry.versions or name in self._intents
+        return name in self.registry.versions or name in self.loads
 
     @property
     def versions(self) -> dict[str, Version]:
@@ -113,43 +108,13 @@ class AdapterService:
         name = request.name
         await self._pool.wait_routable()  # TRL does not retry a load: a blip is waited out
         started = time.perf_counter()
-        intent = await self._intend(await self.origins.of_load(name, request.path))
+        intent = await self.loads.intend(await self.origins.of_load(name, request.path))
         outcomes = await asyncio.shield(intent.done)
         seconds = time.perf_counter() - started
         took = sum(1 for o in outcomes if o.status == "ok")
         if took and intent.ok:
             log.info("adapter %s loaded on %d replica(s) in %.2f s", shown(name), took, seconds)
         return LoadResult(intent.version, outcomes, seconds, self._carrier.retry.deadline_s)
-
-    async def _intend(self, version: Version) -> Intent:
-        """The intent under way for these files, else a new one once the name's has ended."""
-        while (pending := self._intents.get(version.name)) is not None:
-            if pending.version.same_files(version):
-                return pending
-            await asyncio.shield(pending.done)
-        wanted = self.registry.wanted(version.name)
-        if wanted is not None and wanted.same_files(version):
-            version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
-        self.spec.adopted.unvouched.discard(version.name)
-        self.registry.add(version, pinned={*self._intents, version.name})
-        targets = self._pool.routable()
-        held = {r.id for r in targets if self.agents.status_of(r).same(version)}
-        counts = Intent.counts(self.statuses, targets, version.name)
-        loop, carrier = asyncio.get_running_loop(), self._carrier
-        intent = Intent(
-            version, wanted, targets, counts, carrier.deadline(), time.perf_counter(),
-            loop.create_future(),
-        )  # fmt: skip
-        for replica in targets:
-            if replica.id in held:
-                intent.outcomes[replica.id] = Outcome(replica, "ok", None, 0)
-        self._intents[version.name] = intent
-        need = [r for r in targets if r.id not in held]
-        self.spec.loading(version, intent.deadline, carrier.push(version, need))
-        late_s = carrier.retry.deadline_s + OVERDUE_AFTER_S
-        self._timers[intent] = carrier.clock.call_later(late_s, lambda: self._expire(intent))
-        self._changed()
-        return intent
 
     async def unload(self, name: str) -> UnloadResult:
         """``name`` is no longer wanted (a load of it under way is superseded)."""
@@ -187,9 +152,7 @@ class AdapterService:
     def _reconcile(self) -> None:
         self.registry.max_loras = self._info.smallest_max_loras()
         self._vouch()
-        routable = {r.id for r in self._pool.routable()}
-        for intent in list(self._intents.values()):
-            self._evaluate(intent, routable)
+        self.loads.settle({r.id for r in self._pool.routable()})
         self.agents.republish()
         self._saved()
 
@@ -208,74 +171,6 @@ class AdapterService:
                 log.warning("adapter %s (from the state file): no replica holds it and its "
                             "files cannot be read here: dropped", shown(name))  # fmt: skip
                 self.registry.remove(name)
-
-    def _evaluate(self, intent: Intent, routable: Container[str]) -> None:
-        name = intent.version.name
-        if intent.undo is not None:
-            owes = lambda status: self.spec.owes(status, name)  # noqa: E731
-            if intent.undone(self.statuses, routable, owes):
-                self._finish(intent)
-            return
-        wanted = self.registry.wanted(name)
-        superseded = wanted is None or not wanted.same_files(intent.version)
-        if not intent.settle(self.statuses, routable, superseded):
-            return
-        if intent.expired:
-            for replica in intent.late():
-                log.warning("replica %s did not answer the load of %s within the deadline: "
-                            "answered without it (routed for it once it holds it)", replica.id,
-                            shown(name))  # fmt: skip
-        self._end(intent)
-
-    def _expire(self, intent: Intent) -> None:
-        intent.expired = True
-        self.statuses.poke()
-
-    def _end(self, intent: Intent) -> None:
-        """Every target answered: keep the version, or roll it back and wait for the undo."""
-        version = intent.version
-        self.spec.loaded(version)
-        timer = self._timers.pop(intent, None)
-        if timer is not None:
-            timer.cancel()
-        if intent.ok:
-            self._finish(intent)
-            return
-        previous = intent.previous
-        if previous is not None and not previous.same_files(version):
-            self.registry.add(previous, pinned=self._intents)
-        else:
-            self.registry.remove(version.name)
-        owing = [
-            r for r in intent.targets
-            if r.routable and self.spec.owes(self.agents.status_of(r), version.name)
-        ]  # fmt: skip
-        intent.rolled_back(self.statuses, owing)
-        if intent.undo:
-            self._changed()
-        else:
-            self._finish(intent)
-
-    def _finish(self, intent: Intent) -> None:
-        name = intent.version.name
-        if self._intents.get(name) is intent:
-            del self._intents[name]
-        self.registry.trim(name, pinned=self._intents)
-        self._count(intent)
-        if not intent.done.done():
-            intent.done.set_result(intent.ordered())
-        self._changed()
-
-    def _count(self, intent: Intent) -> None:
-        outcomes, seconds = intent.ordered(), time.perf_counter() - intent.started
-        metrics = self.metrics
-        metrics.record_fleet_load(seconds, "ok" if intent.ok else "failed")
-        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
-        if intent.ok and paths:
-            metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
-        for o in outcomes:
-            if o.attempts:
-                metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
 
     def _pool_changed(self, pool: ReplicaPool) -> None:
         membership = (pool.ids, tuple(r.id for r in pool.routable()))
@@ -302,11 +197,11 @@ class AdapterService:
                 continue
             log.info("adapter %s found in the source: pre-loading it on every replica", shown(name))
             self._spawn(self._preload(name, path, files))
-        self.spec.source_seen = True  # leftovers on the replicas can be told apart now
+        self.spec.saw_source()
         self._changed()
 
     async def _preload(self, name: str, path: str, files: Fingerprint) -> None:
-        intent = await self._intend(await self.origins.of_source(name, path, files))
+        intent = await self.loads.intend(await self.origins.of_source(name, path, files))
         await asyncio.shield(intent.done)
 
     async def admit(self, replica: Replica) -> bool:
@@ -365,7 +260,7 @@ class AdapterService:
         mirror = self.origins.mirror
         return {
             "wanted": len(self.registry.versions),
-            "loading": len(self._intents),
+            "loading": len(self.loads),
             "newest": self.registry.newest() or 0,
             "mirroring": mirror.backlog if mirror is not None else 0,
         }
@@ -376,7 +271,7 @@ class AdapterService:
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
-            "loading": sorted(self._intents),
+            "loading": self.loads.names(),
             "unloading": sum(not agent.idle.is_set() for agent in agents),
             "unloads_owed": sum(agent.parked_unloads() for agent in agents),
             "newest": self.registry.newest(),
@@ -400,12 +295,8 @@ class AdapterService:
 
     async def close(self) -> None:
         """No load starts any more; the unloads answered already get ``UNLOAD_DRAIN_S``."""
-        self.spec.closing = True
-        for intent in self._intents.values():
-            self.spec.loaded(intent.version)
-            intent.done.cancel()
-        for timer in self._timers.values():
-            timer.cancel()
+        self.spec.close()
+        self.loads.close()
         await self.agents.close(UNLOAD_DRAIN_S)
         for task in self._background:
             task.cancel()

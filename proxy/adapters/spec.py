@@ -49,6 +49,14 @@ class Spec:
         self._deadlines: dict[PushKey, float] = {}
         self._pushes: dict[PushKey, dict[str, asyncio.Task[Pushed]]] = {}
 
+    def saw_source(self) -> None:
+        """The source's first scan was applied: leftovers on the replicas can be told apart."""
+        self.source_seen = True
+
+    def close(self) -> None:
+        """The proxy is closing: plans unload, and load nothing more."""
+        self.closing = True
+
     def plan(self, status: ReplicaStatus) -> list[Command]:
         """The commands that bring the replica ``status`` describes to the wanted versions."""
         manage = self.has_source and self.source_seen

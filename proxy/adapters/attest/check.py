@@ -26,21 +26,36 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from adapter_receiver.wire import shown
 from proxy.adapters.attest.judge import Judge
 from proxy.adapters.attest.probe import Captured, ask, default_tolerance, gap
 from proxy.adapters.attest.verdict import PROBING, STALE, Verdict
 from proxy.adapters.registry import Registry, Version
-from proxy.adapters.status import ReplicaStatus
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import UpstreamClient
 from proxy.upstream.errors import ReplyError, UpstreamError
 
 log = logging.getLogger("proxy.adapters")
+
+
+class Held(Protocol):
+    """What the check reads of one replica's status (``status.Held``)."""
+
+    @property
+    def replica_id(self) -> str: ...
+
+    @property
+    def verdicts(self) -> Mapping[str, Verdict]: ...
+
+    def holds(self, name: str) -> bool: ...
+
+    def version(self, name: str) -> Version | None: ...
+
+    def same(self, version: Version) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +83,7 @@ class ServedPolicyCheck:
         self.mismatches: dict[str, int] = {}  # replica id -> versions it was withheld from
         self.last_gap: dict[str, float] = {}  # replica id -> its last answer's gap (reference)
 
-    def alarm(self, held: Iterable[ReplicaStatus]) -> bool:
+    def alarm(self, held: Iterable[Held]) -> bool:
         """The fleet's alarm (``held``: every replica's record): a suspicion without a
         reference, or a wanted version no replica serves as the trainer computed it."""
         held = list(held)
@@ -146,7 +161,7 @@ class ServedPolicyCheck:
         """``replica`` restarted (its listing lost what it held): its answers are gone."""
         self.judge.forget(replica.id)
 
-    def checks(self, held: ReplicaStatus) -> list[Version]:
+    def checks(self, held: Held) -> list[Version]:
         """The wanted versions ``held`` holds whose served policy is to be probed: not yet, or
         judged before a probe could be made, or passed before its replica's suspicions reached
         ``repeat`` (then each version it was suspect for is probed again, and withheld)."""
@@ -156,14 +171,14 @@ class ServedPolicyCheck:
             if held.same(version) and self._due(held, version, held.verdicts.get(name))
         ]
 
-    def _due(self, held: ReplicaStatus, version: Version, verdict: Verdict | None) -> bool:
+    def _due(self, held: Held, version: Version, verdict: Verdict | None) -> bool:
         if verdict is None:
             return True
         if verdict is Verdict.UNCHECKED:
             return self.can_probe(version)
         return verdict is Verdict.OK and self.judge.withheld(held.replica_id, version.name)
 
-    def status(self, held: dict[str, ReplicaStatus]) -> dict[str, Any]:
+    def status(self, held: Mapping[str, Held]) -> dict[str, Any]:
         """What ``/proxy/status`` shows (``held``: each replica's record, by id): each
         replica's wanted versions, their digests (short) and states (``ok``, ``unchecked``,
         ``unverifiable``, ``withheld``, ``probing``, ``stale``: other content held)."""
@@ -189,7 +204,7 @@ class ServedPolicyCheck:
         name: str,
         version: Version | None,
         verdict: Verdict | None,
-        held: Iterable[ReplicaStatus],
+        held: Iterable[Held],
     ) -> bool:
         """Whether a replica holding ``name`` (loaded from ``version``, judged ``verdict``) may
         be routed for it; ``held``: every replica's record."""
@@ -203,7 +218,7 @@ class ServedPolicyCheck:
         return verdict is not Verdict.WITHHELD or nobody_agrees(name, held)
 
 
-def nobody_agrees(name: str, held: Iterable[ReplicaStatus]) -> bool:
+def nobody_agrees(name: str, held: Iterable[Held]) -> bool:
     """Every replica holding the version ``name`` names is withheld from it."""
     verdicts = [h.verdicts.get(name) for h in held if h.holds(name)]
     return bool(verdicts) and all(v is Verdict.WITHHELD for v in verdicts)
