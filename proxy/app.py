@@ -86,6 +86,7 @@ class Proxy:
                 log.info("discovering replicas: %s", fleet.discovery.lookup)
             loops: tuple[tuple[Loop | None, str], ...] = (
                 (adapters.service.state, "adapter-state"),
+                (adapters.service, "adapter-service"),
                 (adapters.watcher, "adapter-watcher"),
                 (fleet.health, "health-monitor"),
                 (fleet.load, "load-scraper"),

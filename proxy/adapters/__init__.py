@@ -1,10 +1,16 @@
 """Adapters: keeping every replica on the policy versions TRL asks for.
 
-Holds the registry (``registry``: pure state, commands as data), the sources of versions
-(``sources``: a mounted directory or the Hub bucket API) and the loop that polls them
-(``watcher``), carrying commands out on replicas with retries, rollback and replay
-(``broadcast``), pushing a version's bytes into replicas' receivers (``push``), the service
-behind TRL's load and unload calls (``service``) and the room assembled from ``proxy.config``'s
+Spec and status, as Kubernetes controllers keep them: the registry (``registry``: the versions
+wanted, pure, commands as data) inside the fleet's spec (``spec``: with the plan's one ordering
+rule, each load's deadline and pushes); one agent per replica (``agent``, ``agents``) that
+observes its replica, acts on the difference and writes only that replica's status (``status``);
+the fleet loads under way (``loads``: one intent per name, ``intent``, settled from the
+statuses); the service behind TRL's load and unload calls and the source's findings
+(``service``, taking the typed requests of ``calls``). Carrying one command out (``carry``),
+failed commands' retries (``retries``), pushing a version's bytes into replicas' receivers
+(``push``), where a version's bytes come from (``origin``, ``mirror``), the sources of versions
+and the loop that polls them (``sources``, ``watcher``), the window across restarts (``state``),
+the served-policy check (``attest``), and the room assembled from ``proxy.config``'s
 ``AdapterSettings`` (``room``). The receiver these push into (upload format, store, consumer)
 lives below the proxy, in ``adapter_receiver``.
 

@@ -1,25 +1,26 @@
-"""One reconciler per replica, as a Kubernetes controller works: the registry is the desired
-state, the agent observes its replica and acts on the difference, one command at a time, in
-one task, the one writer of the replica's held record (``held.Held``, which routing reads).
+"""One reconciler per replica, as a Kubernetes controller works: the spec (``spec``) is the
+desired state, the agent observes its replica and acts on the difference, one command at a time,
+in one task, and writes one thing: its replica's status (``status``), which routing and the
+service read. It calls nothing back: whoever waits on it reads the status.
 
-- Each command is the first of a plan made afresh (``Registry.plan``): unloads before loads,
-  loads in version order. Whatever changed meanwhile (a load, an unload, a window that moved, a
-  rollback) is acted on next; a missed wake-up, a duplicate or a restart is repaired by the next
-  pass (level-triggered, idempotent). Nothing is ordered by hand.
+- Each command is the first runnable one of a plan made afresh (``Spec.plan``: unloads before
+  loads, loads in version order; ``spec.runnable``: a load that needs a slot on a full replica
+  waits for the unload that frees it). Whatever changed meanwhile (a load, an unload, a window
+  that moved, a rollback) is acted on next; a missed wake-up, a duplicate or a restart is repaired
+  by the next pass (level-triggered, idempotent).
 - Observing: its answers to its own commands, and a listing (``/v1/models``) on a resync: at
   admission, every ``--info-refresh``, after the replica answered "does not exist" for a version
   it was believed to hold (``lost``).
-- A failed command is parked and retried after ``RETRY``; a parked unload is tried once more
-  before a load that would overtake it (vLLM counts both against ``max_loras`` and evicts a live
-  adapter when full). A load this replica already answered for an intent waits for the intent
-  to end (kept, or rolled back: the service wakes every agent).
-- After the plan, a version loaded and not yet probed is checked (``Check``: ``policy``); a
-  mismatch loads it once more (unload, then load), a second one withholds the replica from it.
-  What routing may use is published after every step and every round (``Held.publish``): a
-  verdict on another replica can change it (when no replica agrees with the reference).
+- A failed command waits in a rate-limited queue (``retries``: per command, exponential backoff
+  from ``RETRY``, capped) before it is tried again; a new listing clears it (the replica may hold
+  something else now).
+- After the plan, a version loaded and not yet probed is checked (``Check``: ``attest.check``);
+  a mismatch loads it once more (unload, then load), a second one withholds the replica from it.
+  What routing may use is published after every step and every round (``status.publish``).
 - It acts while its replica is healthy, or being admitted: ``admit`` runs passes until one ends
   with nothing left and nothing changed meanwhile (True), or a command fails (False). A replica
-  out of routing is skipped (its intents count it unreachable) until its next admission.
+  out of routing is skipped until its next admission (the service's intents count it
+  unreachable from the pool's state).
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from adapter_receiver.wire import shown
+from proxy.adapters.attest.check import ServedPolicyCheck
+from proxy.adapters.attest.verdict import Verdict
 from proxy.adapters.carry import Carrier, Outcome, describe
-from proxy.adapters.held import Held, Verdict
-from proxy.adapters.intent import Intent
-from proxy.adapters.policy import Found
-from proxy.adapters.registry import Command, Load, Unload, Version
+from proxy.adapters.registry import Command, Unload, Version
+from proxy.adapters.retries import RetryQueue
+from proxy.adapters.spec import Spec, runnable
+from proxy.adapters.status import ReplicaStatus, Statuses
 from proxy.clock import Backoff, Failed, Timer
+from proxy.fleet.info import max_loras
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
 from proxy.upstream.errors import UpstreamError
@@ -47,11 +50,12 @@ RETRY = Backoff(first_s=0.5, max_s=30.0)  # a failed command on a routable repli
 MAX_ADMISSION_PASSES = 8  # the window moving under an admission this often: try again later
 
 Key = tuple[str, str, str]
+Listing = Callable[[Replica], Awaitable[dict[str, str]]]
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """A version loaded on the replica whose served policy is to be probed (``policy``)."""
+    """A version loaded on the replica whose served policy is to be probed."""
 
     version: Version
 
@@ -59,54 +63,32 @@ class Check:
 Step = Command | Check
 
 
-class Desired(Protocol):
-    """What an agent asks of the fleet-wide side (the adapter service)."""
+@dataclass(frozen=True, slots=True)
+class Tools:
+    """What every agent works with (the same for all of them)."""
 
-    def plan(self, held: Held) -> list[Command]: ...
-
-    def checks(self, held: Held) -> list[Version]: ...
-
-    async def verify(self, replica: Replica, version: Version) -> Found: ...
-
-    def withheld(self, replica: Replica, version: Version) -> None: ...
-
-    def ready(self, seconds: float) -> None: ...
-
-    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool: ...
-
-    def intent(self, name: str) -> Intent | None: ...
-
-    def report(self, outcome: Outcome, version: Version) -> None: ...
-
-    def carried(self, replica: Replica, name: str) -> None: ...
-
-    def inactive(self, replica: Replica) -> None: ...
-
-    def observed(self, replica: Replica) -> None: ...
+    spec: Spec
+    statuses: Statuses  # every replica's, read for what this one may serve
+    carrier: Carrier
+    check: ServedPolicyCheck
+    pool: ReplicaPool
+    listing: Listing  # reads the replica's models and info, returns its adapters
+    waited: Callable[[float], None]  # a version's first wait here, from load to verdict
+    failed: Failed
 
 
 class Agent:
-    def __init__(
-        self,
-        replica: Replica,
-        desired: Desired,
-        carrier: Carrier,
-        pool: ReplicaPool,
-        listing: Callable[[Replica], Awaitable[dict[str, str]]],
-        failed: Failed,
-    ) -> None:
+    def __init__(self, replica: Replica, status: ReplicaStatus, tools: Tools) -> None:
         self.replica = replica
-        self.held = Held(replica)
-        self._desired, self._carrier, self._pool = desired, carrier, pool
-        self._listing = listing  # reads the replica's models and info, returns its adapters
-        self._failed = failed
+        self.status = status
+        self._tools = tools
+        self._clock = tools.carrier.clock
         self._wake = asyncio.Event()
         self.idle = asyncio.Event()  # a round ended with nothing to do (``service.settled``)
         self.idle.set()
         self._resync = True
         self._admissions: list[asyncio.Future[bool]] = []
-        self._parked: dict[Key, tuple[int, float]] = {}  # command -> (failures, not before)
-        self._retried: set[Key] = set()  # parked unloads tried again before a load
+        self._retries: RetryQueue[Key] = RetryQueue(RETRY)
         self._reloaded: set[Key] = set()  # versions loaded once more after a probe mismatch
         self._loaded_at: dict[str, float] = {}  # a name loaded and not judged yet -> since when
         self._timer: Timer | None = None
@@ -132,17 +114,24 @@ class Agent:
 
     def lost(self, name: str) -> None:
         """The replica answered "does not exist" for ``name``: it restarted unseen."""
-        self.held.lost(name)
+        self.status.lost(name)
         self.publish()
         self.wake(resync=True)
 
-    def publish(self) -> None:
-        """What routing may use of what the replica holds, now (requests waiting may go)."""
-        self.held.publish(self._desired.servable)
-        self._pool.refresh()
+    def publish(self) -> bool:
+        """What routing may use of what the replica holds, now (requests waiting may go);
+        True when it changed (the pool's followers were told)."""
+        check, statuses = self._tools.check, self._tools.statuses
+        changed = self.status.publish(lambda n, v, d: check.servable(n, v, d, statuses))
+        if changed:
+            self._tools.pool.refresh()
+        return changed
 
     def parked_unloads(self) -> int:
-        return sum(1 for key in self._parked if key[0] == "unload")
+        return sum(1 for key in self._retries.items() if key[0] == "unload")
+
+    def checks_due(self) -> bool:
+        return bool(self._tools.check.checks(self.status))
 
     async def run(self) -> None:
         """Rounds for as long as the proxy runs; survives its own exceptions."""
@@ -153,14 +142,14 @@ class Agent:
                 await self._round()
                 self.publish()  # another replica's verdict may have changed what this one serves
             except Exception as exc:
-                self._failed("adapters", exc)
+                self._tools.failed("adapters", exc)
                 self._answer(False)
             if not self._wake.is_set():
                 self.idle.set()
 
     def _active(self) -> bool:
         replica = self.replica
-        if self._pool.get(replica.id) is not replica:
+        if self._tools.pool.get(replica.id) is not replica:
             return False
         return replica.health is Health.HEALTHY or bool(self._admissions)
 
@@ -177,7 +166,9 @@ class Agent:
                 self._answer(True)
                 return
             self._wake.clear()
-        self._pool.note_error(self.replica, "the adapter window kept changing during admission")
+        self._tools.pool.note_error(
+            self.replica, "the adapter window kept changing during admission"
+        )
         self._answer(False)
 
     def _answer(self, ok: bool) -> None:
@@ -191,20 +182,20 @@ class Agent:
         if self._active() and self._resync:
             self._resync = False
             try:
-                self.held.observe(await self._listing(self.replica))
+                listed = await self._tools.listing(self.replica)
             except UpstreamError as exc:
                 self._resync = True
-                self._pool.note_error(self.replica, f"listing its adapters failed: {exc}")
+                self._tools.pool.note_error(self.replica, f"listing its adapters failed: {exc}")
                 return False
-            self._parked.clear()  # it may hold something else now: every command tried afresh
+            self.status.observe(listed)
+            self._retries.clear()  # it may hold something else now: every command tried afresh
             self._reloaded.clear()
-            self._desired.observed(self.replica)
             self.publish()
         while self._active():
-            command = self._next(admitting)
-            if command is None:
-                return admitting or not self._parked
-            self._carrying = carrying = asyncio.ensure_future(self._carry(command))
+            step = self._next(admitting)
+            if step is None:
+                return admitting or not len(self._retries)
+            self._carrying = carrying = asyncio.ensure_future(self._carry(step))
             try:
                 ok = await carrying
             except asyncio.CancelledError:
@@ -214,120 +205,109 @@ class Agent:
                 break
             if not ok and admitting:
                 return False
-        self._desired.inactive(self.replica)
         return False
 
     def _next(self, admitting: bool) -> Step | None:
-        now, overtaken = self._carrier.clock.monotonic(), None
-        for command in self._desired.plan(self.held):
-            key = _key(command)
-            if isinstance(command, Load):
-                if overtaken is not None:  # a load must not overtake a parked unload untried
-                    self._retried.add(_key(overtaken))
-                    return overtaken
-                intent = self._desired.intent(command.version.name)
-                if intent is not None and intent.answered(self.replica, command.version):
-                    continue  # what happens next is that intent's end
-            parked = self._parked.get(key)
-            if parked is None or parked[1] <= now or admitting:
-                return command
-            if isinstance(command, Unload) and overtaken is None and key not in self._retried:
-                overtaken = command
-        for version in self._desired.checks(self.held):
-            parked = self._parked.get(_key(Check(version)))
-            if parked is None or parked[1] <= now or admitting:
+        now, retries = self._clock.monotonic(), self._retries
+
+        def ready(step: Step) -> bool:
+            return admitting or retries.ready(_key(step), now)
+
+        status, limit = self.status, max_loras(self.replica)
+        free = None if limit is None else limit - len(status.paths)
+        command = runnable(self._tools.spec.plan(status), free, ready)
+        if command is not None:
+            return command
+        for version in self._tools.check.checks(status):
+            if ready(Check(version)):
                 return Check(version)
         return None
 
-    async def _carry(self, command: Step) -> bool:
-        key = _key(command)
-        if isinstance(command, Check):
-            return await self._check(command.version, key)
-        if isinstance(command, Unload):
-            ok = await self._carrier.unload(self.replica, command.name)
+    async def _carry(self, step: Step) -> bool:
+        key, status = _key(step), self.status
+        if isinstance(step, Check):
+            return await self._check(step.version, key)
+        if isinstance(step, Unload):
+            ok = await self._tools.carrier.unload(self.replica, step.name)
             if ok:
-                self.held.drop(command.name)
-                self._retried.discard(key)
-                self._loaded_at.pop(command.name, None)
-            name = command.name
+                status.drop(step.name)
+                self._loaded_at.pop(step.name, None)
+            self._settle(key, ok, step.name)
+            status.ended(step.name)
+            return ok
+        version = step.version
+        outcome = await self._load(version, step.replace)
+        ok = outcome.status == "ok"
+        if ok:
+            status.confirm(version, outcome.at, pushed=outcome.via == "push")
+            self._loaded_at.setdefault(version.name, self._clock.monotonic())
         else:
-            outcome = await self._load(command.version, command.replace)
-            ok, name = outcome.status == "ok", command.version.name
-            if ok:
-                self.held.confirm(command.version, outcome.at, pushed=outcome.via == "push")
-                self._loaded_at.setdefault(name, self._carrier.clock.monotonic())
-                self._retried.clear()  # the next load tries a parked unload first again
-            else:
-                self._pool.note_error(self.replica, describe(outcome, name))
-        self._settle(key, ok, name)
-        self._desired.carried(self.replica, name)  # before the report: an undo starts after it
-        if isinstance(command, Load):
-            self._desired.report(outcome, command.version)
+            self._tools.pool.note_error(self.replica, describe(outcome, version.name))
+        self._settle(key, ok, version.name)  # published first: a load answered is routable
+        status.ended(version.name, (version, outcome))
         return ok
 
     def _settle(self, key: Key, ok: bool, name: str) -> None:
-        """A step's end: what routing may use published, or the step parked."""
+        """A step's end: what routing may use published, or the step waits for its retry."""
         if ok:
-            self._parked.pop(key, None)
+            self._retries.forget(key)
             self.publish()  # requests waiting for a version may go now
             return
-        fails = self._parked.get(key, (0, 0.0))[0] + 1
-        self._parked[key] = (fails, self._carrier.clock.monotonic() + RETRY.delay(fails - 1))
+        self._retries.failed(key, self._clock.monotonic())
         log.info("replica %s: %s of %s failed, retried later", self.replica.id, key[0],
                  shown(name))  # fmt: skip
 
     async def _check(self, version: Version, key: Key) -> bool:
         """Probe ``version``'s served policy; a first mismatch loads it once more."""
-        found = await self._desired.verify(self.replica, version)
+        check, name = self._tools.check, version.name
+        found = await check.verify(self.replica, version)
         if found is None:
-            self._settle(key, False, version.name)
+            self._settle(key, False, name)
             return False
-        if found == "mismatch" and key not in self._reloaded:
+        if found is Verdict.MISMATCH and key not in self._reloaded:
             self._reloaded.add(key)  # unloaded here, the plan loads it again, then its check
-            ok = await self._carrier.unload(self.replica, version.name)
+            ok = await self._tools.carrier.unload(self.replica, name)
             if ok:
-                self.held.drop(version.name)
-            self._settle(key, ok, version.name)
+                self.status.drop(name)
+            self._settle(key, ok, name)
             return ok
-        if found == "mismatch":
-            found = "withheld"
-            self._desired.withheld(self.replica, version)
-        self.held.judged(version.name, found)
-        loaded = self._loaded_at.pop(version.name, None)
+        if found is Verdict.MISMATCH:
+            found = Verdict.WITHHELD
+            check.withheld(self.replica, version)
+        self.status.judged(name, found)
+        loaded = self._loaded_at.pop(name, None)
         if loaded is not None:  # what this version's first requests here waited for
-            self._desired.ready(self._carrier.clock.monotonic() - loaded)
-        self._settle(key, True, version.name)
+            self._tools.waited(self._clock.monotonic() - loaded)
+        self._settle(key, True, name)
         return True
 
     async def _load(self, version: Version, replace: bool) -> Outcome:
-        carrier, intent = self._carrier, self._desired.intent(version.name)
-        if intent is not None and not intent.version.same_files(version):
-            intent = None
-        push = intent.take_push(self.replica) if intent is not None else None
+        carrier, spec = self._tools.carrier, self._tools.spec
+        push = spec.take(version, self.replica)
         if push is None:
             push = carrier.push(version, [self.replica]).get(self.replica.id)
-        deadline = intent.deadline if intent is not None else carrier.deadline()
+        deadline = spec.deadline(version, carrier)
         outcome = await carrier.deliver(self.replica, version, deadline, replace=replace, push=push)
         if outcome.pushed:
-            self.held.pushed(version.name)  # its receiver keeps the bytes until an unload
+            self.status.pushed(version.name)  # its receiver keeps the bytes until an unload
         return outcome
 
     def _retry_later(self) -> None:
-        """A wake-up when the first parked command may be tried again."""
+        """A wake-up when the first waiting command may be tried again."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._parked:
-            clock = self._carrier.clock
-            due = min(not_before for _, not_before in self._parked.values())
-            self._timer = clock.call_later(max(due - clock.monotonic(), 0.0), self.wake)
+        due = self._retries.due()
+        if due is not None:
+            delay = max(due - self._clock.monotonic(), 0.0)
+            self._timer = self._clock.call_later(delay, self.wake)
 
 
-def _key(command: Step) -> Key:
-    if isinstance(command, Unload):
-        return ("unload", command.name, "")
-    version = command.version
-    verb = "check" if isinstance(command, Check) else "load"
+def _key(step: Step) -> Key:
+    if isinstance(step, Unload):
+        return ("unload", step.name, "")
+    version = step.version
+    verb = "check" if isinstance(step, Check) else "load"
     return (verb, version.name, version.digest or version.where)
 
 

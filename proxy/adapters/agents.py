@@ -1,36 +1,26 @@
-"""The replicas' agents (``agent.Agent``): one per replica of the pool, made when first needed,
-made anew when a replica of that id is added anew, cancelled once its replica left the pool; the
-one owner of that map. Every change of the pool tells each agent (``Agent.left``: a replica that
-left routing gives up the command under way there)."""
+"""The replicas' agents (``agent.Agent``) and their statuses: one of each per replica of the
+pool, made when first needed, made anew when a replica of that id is added anew, cancelled once
+its replica left the pool; the one owner of that map. Every change of the pool tells each agent
+(``Agent.left``: a replica that left routing gives up the command under way there)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
-from proxy.adapters.agent import Agent, Desired
-from proxy.adapters.carry import Carrier
-from proxy.adapters.held import Copy, Held
-from proxy.clock import Failed
+from proxy.adapters.agent import Agent, Tools
+from proxy.adapters.status import Copy, ReplicaStatus
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 
 
 class Agents:
-    def __init__(
-        self,
-        desired: Desired,
-        carrier: Carrier,
-        pool: ReplicaPool,
-        listing: Callable[[Replica], Awaitable[dict[str, str]]],
-        failed: Failed,
-        copies: Callable[[str], Mapping[str, Copy]],
-    ) -> None:
+    def __init__(self, tools: Tools, copies: Callable[[str], Mapping[str, Copy]]) -> None:
         """``copies``: what a previous process knew the replica of that id to hold pushed."""
-        self._desired, self._carrier, self._pool = desired, carrier, pool
-        self._listing, self._failed, self._copies = listing, failed, copies
+        self._tools = tools
+        self._copies = copies
         self._by_id: dict[str, tuple[Agent, asyncio.Task[None]]] = {}
-        pool.follow(self._pool_changed)
+        tools.pool.follow(self._pool_changed)
 
     def __iter__(self) -> Iterator[Agent]:
         return iter([agent for agent, _ in self._by_id.values()])
@@ -41,24 +31,31 @@ class Agents:
             return found[0]
         if found is not None:
             found[1].cancel()  # a replica of that id added anew: a new agent for it
-        agent = Agent(replica, self._desired, self._carrier, self._pool, self._listing,
-                      self._failed)  # fmt: skip
-        agent.held.remember(self._copies(replica.id))
+        status = self._tools.statuses.new(replica)
+        status.remember(self._copies(replica.id))
+        agent = Agent(replica, status, self._tools)
         self._by_id[replica.id] = (agent, asyncio.create_task(agent.run(), name="agent"))
         return agent
 
-    def held_records(self) -> dict[str, Held]:
-        """Each replica's held record, by replica id."""
-        return {rid: agent.held for rid, (agent, _) in self._by_id.items()}
+    def status_of(self, replica: Replica) -> ReplicaStatus:
+        return self.of(replica).status
 
     def wake_all(self) -> None:
         """Every agent looks again, its routing recomputed now (not after a long load ends)."""
-        for rid in [rid for rid in self._by_id if self._pool.get(rid) is None]:
-            self._by_id.pop(rid)[1].cancel()
-        for replica in self._pool:
+        self._forget_gone()
+        for replica in self._tools.pool:
             agent = self.of(replica)
             agent.publish()
             agent.wake()
+
+    def republish(self) -> None:
+        """Each agent's routing recomputed (another replica's verdict may change what it may
+        serve), and the agents with a probe due woken (another's answer may make one due)."""
+        self._forget_gone()
+        for agent in self:
+            agent.publish()
+            if agent.checks_due() and agent.idle.is_set():
+                agent.wake()
 
     async def settled(self) -> None:
         """Until every agent has carried out what it can (the unloads answered so far)."""
@@ -76,6 +73,12 @@ class Agents:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _forget_gone(self) -> None:
+        pool = self._tools.pool
+        for rid in [rid for rid in self._by_id if pool.get(rid) is None]:
+            self._by_id.pop(rid)[1].cancel()
+            self._tools.statuses.remove(rid)
 
     def _pool_changed(self, pool: ReplicaPool) -> None:
         for agent in self:

@@ -1,8 +1,10 @@
-"""TRL's adapter calls: the load and unload bodies, as read, and what carrying one out gave.
+"""TRL's adapter calls: the load and unload requests, parsed once where they arrive, and what
+carrying one out gave.
 
-``parse_adapter_request`` reads ``lora_name`` (and ``lora_path``) or raises
-``BadAdapterRequest`` (answered 400, naming the field); ``LoadResult`` and ``UnloadResult`` are
-what ``proxy.adapters.service`` returns and ``proxy.http.responses`` turns into answers.
+``parse_load`` and ``parse_unload`` read a body's ``lora_name`` (and ``lora_path``) into a typed
+request or raise ``BadAdapterRequest`` (answered 400, naming the field): the edge parses, the
+service (``proxy.adapters.service``) takes the typed request. ``LoadResult`` and
+``UnloadResult`` are what the service returns and ``proxy.http.responses`` turns into answers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ class BadAdapterRequest(DomainError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class LoadRequest:
+    name: str  # ``lora_name``, as the replicas are to hold it
+    path: str  # ``lora_path``
+
+
+@dataclass(frozen=True, slots=True)
 class LoadResult:
     version: Version
     outcomes: list[Outcome]
@@ -38,7 +46,17 @@ class UnloadResult:
     known: bool  # the proxy or a replica had it (else vLLM's 404 is the answer)
 
 
-def parse_adapter_request(body: bytes, *, need_path: bool) -> tuple[str, str]:
+def parse_load(body: bytes) -> LoadRequest:
+    """A load body's ``lora_name`` and ``lora_path``; ``BadAdapterRequest`` if not there."""
+    return LoadRequest(*_parse(body, need_path=True))
+
+
+def parse_unload(body: bytes) -> str:
+    """An unload body's ``lora_name``; ``BadAdapterRequest`` if not there."""
+    return _parse(body, need_path=False)[0]
+
+
+def _parse(body: bytes, *, need_path: bool) -> tuple[str, str]:
     """``lora_name`` (and ``lora_path``) of a load or unload body; ``BadAdapterRequest`` if not."""
     try:
         data = orjson.loads(body)

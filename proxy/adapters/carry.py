@@ -42,7 +42,10 @@ MOUNT_RETRY_FACTOR = 1.5
 
 log = logging.getLogger("proxy.adapters")
 
-Status = Literal["ok", "lagging", "failed", "unreachable"]
+# ok: loaded; lagging: the mount never showed it in time; failed: refused (final);
+# unreachable: out of routing or past the load's deadline; superseded: no longer wanted as
+# these files before it was carried out (``intent``).
+Status = Literal["ok", "lagging", "failed", "unreachable", "superseded"]
 # mounted(version, deadline): until the bucket holds the version (True), or not by the deadline.
 Mounted = Callable[[Version, float], Awaitable[bool]]
 

@@ -1,30 +1,41 @@
-"""A load of one version across the fleet, all or nothing (TRL's load, the watcher's preload).
+"""A load of one version across the fleet, all or nothing (TRL's load, the watcher's preload),
+completed as a pure function of the replicas' statuses and its own deadline.
 
-It waits for one outcome from each of its ``targets`` (the replicas routable when it was made;
-one that leaves routing first counts as ``unreachable``: it gets the window on readmission), up
-to its deadline: one that has not answered by then counts as unreachable too (``overdue``). An
-unreachable one readmitted in time answers still; while every target is unreachable the answer
-waits for that, or the deadline (``complete``).
-Then the service keeps the version, or rolls the registry back and waits until every target
-left holding something else than the rollback wants has carried it out (``undo``): the answer
-comes after the undo, as before. Its pushes start at once for every target that needs the bytes
-(read once for all); each agent takes its replica's. ``then_unload``: TRL unloaded the name while
-it loaded; the unload follows the load's end, in the order they arrived.
+It is made for the replicas routable when it began (``targets``), with each one's command count
+for the name then (``begun``): a target's outcome is the first load of these files its agent
+carried out after that (``status.ReplicaStatus.condition``); nothing is reported to it.
+``settle`` reads the statuses each time any of them changes (the service's watch) and says
+whether the load can be answered:
+
+- a target that has not answered yet counts as ``unreachable`` while it is out of routing (it
+  gets the window on readmission; readmitted in time, its outcome still counts) and once the
+  deadline passed (``expired``: a hung replica, one whose load or push stalls; its agent carries
+  the load on, and routing waits there until it holds the version);
+- a load whose version is no longer wanted as these files (TRL unloaded the name, or a later load
+  replaced them) is superseded: the targets that have not answered count as ``superseded``
+  (its unload is only a change of the plan: nothing is loaded only to be unloaded);
+- it can be answered once every target has an outcome, and one of them took the version, or
+  refused it, or the deadline passed, or it was superseded: while every target is unreachable (a
+  proxy upstream restarting, the whole fleet ejected a moment) it waits for one to come back
+  until then.
+
+A load that failed (a refusal, a mount that never caught up) is rolled back by the service, and
+answered once every target that owed a command for the name after the rollback has carried one
+out, or left routing (``undone``). Pure: no I/O, no clock, no callbacks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 from proxy.adapters.carry import Outcome
-from proxy.adapters.push import Pushed
 from proxy.adapters.registry import Version
-from proxy.clock import Clock, Timer
+from proxy.adapters.status import ReplicaStatus, Statuses
 from proxy.fleet.replica import Replica
-from proxy.metrics.recorder import Metrics
+
+Counts = dict[str, tuple[ReplicaStatus | None, int]]  # replica id -> (its status, count then)
 
 
 @dataclass(eq=False, slots=True)
@@ -32,81 +43,87 @@ class Intent:
     version: Version
     previous: Version | None  # what the name was served as before (an in-place replace)
     targets: tuple[Replica, ...]
+    begun: Counts  # each target's status and command count for the name when it began
     deadline: float  # the carrier's clock: mount lag is waited for until then
     started: float  # perf_counter, for the fleet load's duration
     done: asyncio.Future[list[Outcome]]
-    pushes: dict[str, asyncio.Task[Pushed]] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
-    then_unload: bool = False
-    undo: set[str] | None = None  # rolled back: the replicas still to carry the rollback out
-    timer: Timer | None = None  # the deadline's (``overdue``)
     expired: bool = False  # the deadline passed
+    undo: Counts | None = None  # rolled back: the replicas still to carry the rollback out
 
-    def record(self, outcome: Outcome) -> bool:
-        """Keep ``outcome`` (the first for its replica, unless that was ``unreachable``: a
-        replica readmitted in time answers still); True once the load can be answered."""
-        if outcome.replica in self.targets:
-            kept = self.outcomes.get(outcome.replica.id)
-            if kept is None or kept.status == "unreachable":
-                self.outcomes[outcome.replica.id] = outcome
-        return self.complete()
+    @staticmethod
+    def counts(statuses: Statuses, replicas: tuple[Replica, ...], name: str) -> Counts:
+        """Each of ``replicas``' status and command count for ``name`` now."""
+        found = {r.id: statuses.get(r.id) for r in replicas}
+        return {rid: (s, s.count(name) if s is not None else 0) for rid, s in found.items()}
 
-    def complete(self) -> bool:
-        """Every target has answered, and one took the version, or one refused it, or the
-        deadline passed: with every target unreachable (a proxy upstream restarting, the whole
-        fleet ejected a moment) it waits for a readmitted one until then."""
-        if self.undo is not None or not all(r.id in self.outcomes for r in self.targets):
+    def settle(self, statuses: Statuses, routable: Container[str], superseded: bool) -> bool:
+        """Record the targets' outcomes as the statuses show them; True once the load can be
+        answered (see the module docstring)."""
+        for replica in self.targets:
+            kept = self.outcomes.get(replica.id)
+            if kept is not None and kept.status != "unreachable":
+                continue
+            found = _since(statuses, self.begun, replica.id, self.version)
+            if found is not None:
+                self.outcomes[replica.id] = found
+            elif superseded:
+                self.outcomes[replica.id] = Outcome(replica, "superseded", None, 0)
+            elif self.expired or replica.id not in routable:
+                self.outcomes[replica.id] = Outcome(replica, "unreachable", None, 0)
+            else:
+                self.outcomes.pop(replica.id, None)  # routable again: its answer is awaited
+        if len(self.outcomes) < len(self.targets):
             return False
-        return self.expired or any(o.status != "unreachable" for o in self.outcomes.values())
+        live = any(o.status != "unreachable" for o in self.outcomes.values())
+        return self.expired or superseded or live
 
-    def expire(self, clock: Clock, seconds: float, overdue: Callable[[Intent], None]) -> None:
-        """``overdue`` is called with this intent in ``seconds`` unless it has finished."""
-        self.timer = clock.call_later(seconds, lambda: overdue(self))
-
-    def overdue(self) -> list[Replica]:
-        """The deadline passed: each target that has not answered (a hung replica, one whose
-        load or push stalls) counts as unreachable, as if it had left routing; returned. Its
-        agent carries the load on: routing waits there until it holds the version."""
+    def expire(self) -> None:
+        """The deadline passed (``settle`` counts every target not answered unreachable)."""
         self.expired = True
-        late = [r for r in self.targets if r.id not in self.outcomes]
-        for replica in late:
-            self.outcomes[replica.id] = Outcome(replica, "unreachable", None, 0)
-        return late
 
-    def answered(self, replica: Replica, version: Version) -> bool:
-        """``replica`` has answered for this version (its next move waits for the end); one
-        that was unreachable may load it yet."""
-        kept = self.outcomes.get(replica.id)
-        return (
-            kept is not None and kept.status != "unreachable" and version.same_files(self.version)
-        )
+    def late(self) -> list[Replica]:
+        """The targets that had not answered when the deadline passed (``unreachable``)."""
+        late = []
+        for replica in self.targets:
+            outcome = self.outcomes.get(replica.id)
+            if outcome is not None and outcome.status == "unreachable":
+                late.append(replica)
+        return late
 
     @property
     def ok(self) -> bool:
-        return all(o.status in ("ok", "unreachable") for o in self.outcomes.values())
+        return all(o.status in ("ok", "unreachable", "superseded") for o in self.outcomes.values())
 
-    def take_push(self, replica: Replica) -> asyncio.Task[Pushed] | None:
-        return self.pushes.pop(replica.id, None)
+    def rolled_back(self, statuses: Statuses, owing: list[Replica]) -> None:
+        """Rolled back: ``owing`` (routable targets whose plans now have a command for the name)
+        are to carry it out before the answer."""
+        self.undo = self.counts(statuses, tuple(owing), self.version.name)
+
+    def undone(
+        self, statuses: Statuses, routable: Container[str], owes: Callable[[ReplicaStatus], bool]
+    ) -> bool:
+        """Every replica that owed the rollback has carried out a command for the name since,
+        left routing, or owes nothing any more."""
+        assert self.undo is not None
+        name = self.version.name
+        for rid, (then, count) in list(self.undo.items()):
+            status = statuses.get(rid)
+            if status is None or status is not then or rid not in routable:
+                del self.undo[rid]  # gone, added anew or out of routing: readmission replays
+            elif status.count(name) > count or not owes(status):
+                del self.undo[rid]
+        return not self.undo
 
     def ordered(self) -> list[Outcome]:
         return [self.outcomes[r.id] for r in self.targets if r.id in self.outcomes]
 
-    def finish(self, metrics: Metrics) -> None:
-        """Counted, and answered with the targets' outcomes."""
-        outcomes, seconds = self.ordered(), time.perf_counter() - self.started
-        metrics.record_fleet_load(seconds, "ok" if self.ok else "failed")
-        paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
-        if self.ok and paths:
-            metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
-        for o in outcomes:
-            if o.attempts:
-                metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)
-        if self.timer is not None:
-            self.timer.cancel()
-        if not self.done.done():
-            self.done.set_result(outcomes)
 
-    def cancel_pushes(self) -> None:
-        for task in self.pushes.values():
-            task.cancel()
-        self.pushes.clear()
+def _since(statuses: Statuses, begun: Counts, rid: str, version: Version) -> Outcome | None:
+    """The outcome of the first load of ``version`` on ``rid`` since the intent began."""
+    status = statuses.get(rid)
+    if status is None:
+        return None
+    then, count = begun.get(rid, (None, 0))
+    found = status.condition(version, count if status is then else 0)
+    return found.outcome if found is not None else None

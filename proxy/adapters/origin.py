@@ -21,8 +21,8 @@ from pathlib import Path
 from adapter_receiver.reference import Reference
 from adapter_receiver.store import Entry, Store
 from adapter_receiver.wire import content_digest, shown
+from proxy.adapters.attest.probe import read_reference
 from proxy.adapters.mirror import Mirror
-from proxy.adapters.probe import read_reference
 from proxy.adapters.push import Unreadable, list_files
 from proxy.adapters.registry import Fingerprint, Version
 from proxy.adapters.sources import fingerprint, sha256_of

@@ -11,10 +11,10 @@ It knows
 - the names dropped lately (the window moved on, the source lost the directory, TRL unloaded
   it), at most ``DROPPED_REMEMBERED``: TRL's unload of one is answered 200, and a replica still
   holding one is told to unload it even when the proxy never knew its files;
-and turns "what one replica holds" (``held.Held``) into commands for it (``plan``): unloads first
-(names no longer wanted), then loads in version order; a name held with other files, or loaded
-before this proxy knew it, is replaced in place (vLLM's ``load_inplace``), so it never
-disappears from a replica that is serving it.
+and turns "what one replica holds" (``status.ReplicaStatus``) into commands for it (``plan``):
+unloads first (names no longer wanted), then loads in version order; a name held with other
+files, or loaded before this proxy knew it, is replaced in place (vLLM's ``load_inplace``), so
+it never disappears from a replica that is serving it.
 Invariants: a dropped version is never planned again until it is added again; a replica is
 never planned more than the window of adapters this proxy manages (unloads run before loads).
 """
@@ -97,13 +97,35 @@ Command = Load | Unload
 
 
 class Holding(Protocol):
-    """What one replica holds, as ``plan`` reads it (``held.Held``)."""
+    """What one replica holds, as ``plan`` reads it (``status.ReplicaStatus``)."""
 
     def holds(self, name: str) -> bool: ...
 
     def versions(self) -> Mapping[str, Version]: ...
 
     def stored_only(self) -> list[str]: ...
+
+
+class Retired:
+    """Names that were wanted and are not any more, the newest ``limit`` of them: a bounded set,
+    the oldest forgotten first. The registry writes it; the data plane asks ``name in retired``
+    of every answer (one dict lookup)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._names: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def add(self, name: str) -> None:
+        self._names[name] = None
+        self._names.move_to_end(name)
+        while len(self._names) > self._limit:
+            self._names.popitem(last=False)
+
+    def discard(self, name: str) -> None:
+        self._names.pop(name, None)
 
 
 class Registry:
@@ -116,7 +138,7 @@ class Registry:
         self.versions: dict[str, Version] = {}  # wanted, in arrival order
         self._order: dict[str, int] = {}
         self._arrival = 0
-        self._dropped: OrderedDict[str, None] = OrderedDict()
+        self.retired = Retired(DROPPED_REMEMBERED)  # dropped lately (``dropped``)
 
     @property
     def window(self) -> int:
@@ -146,15 +168,9 @@ class Registry:
     def wanted(self, name: str) -> Version | None:
         return self.versions.get(name)
 
-    @property
-    def retired(self) -> Container[str]:
-        """The names ``dropped`` answers True for, as a live read-only view (the data plane
-        asks it of every answer: one membership test, no call)."""
-        return self._dropped.keys()
-
     def dropped(self, name: str) -> bool:
         """``name`` was wanted and is not any more (kept for ``DROPPED_REMEMBERED`` names)."""
-        return name in self._dropped
+        return name in self.retired
 
     def add(self, version: Version, *, pinned: Container[str] = ()) -> list[str]:
         """Want ``version``; returns the names dropped to keep its scope's window (never one of
@@ -162,7 +178,7 @@ class Registry:
         self._arrival += 1
         self._order[version.name] = self._arrival
         self.versions[version.name] = version
-        self._dropped.pop(version.name, None)
+        self.retired.discard(version.name)
         return self.trim(version.name, pinned=pinned)
 
     def trim(self, name: str, *, pinned: Container[str] = ()) -> list[str]:
@@ -188,10 +204,7 @@ class Registry:
     def remove(self, name: str) -> bool:
         """No longer wanted (TRL unloaded it, its directory went away, the window moved on).
         True when it was wanted."""
-        self._dropped[name] = None
-        self._dropped.move_to_end(name)
-        while len(self._dropped) > DROPPED_REMEMBERED:
-            self._dropped.popitem(last=False)
+        self.retired.add(name)
         self._order.pop(name, None)
         return self.versions.pop(name, None) is not None
 
@@ -210,7 +223,7 @@ class Registry:
         for name, have in held.versions().items():
             wanted = self.versions.get(name)
             if wanted is None:
-                ours = have.source != "replica" or name in self._dropped
+                ours = have.source != "replica" or name in self.retired
                 if manage_unknown or ours:
                     unloads.append(Unload(name))
             elif have.source == "replica" or not have.same_files(wanted):

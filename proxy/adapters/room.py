@@ -24,10 +24,10 @@ from pathlib import Path
 
 from adapter_receiver.receive import Limits, Receiver
 from adapter_receiver.store import Entry, Store, claimable
+from proxy.adapters.attest.check import CheckSettings, ServedPolicyCheck
 from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.mirror import Mirror, MirrorEvents
 from proxy.adapters.origin import Origins
-from proxy.adapters.policy import PolicyCheck, PolicySettings
 from proxy.adapters.push import Pushed, Pusher
 from proxy.adapters.registry import Registry
 from proxy.adapters.service import AdapterService
@@ -130,12 +130,12 @@ def build_adapters(
     if state_dir is not None:
         state = StateFile(state_dir, state_key(settings), config.state_max_age_s)
     origins = Origins(store, mirror, _fetcher(source, store), pusher is not None)
-    checks = PolicySettings(
+    checks = CheckSettings(
         config.probe, config.probe_tolerance, config.probe_repeat, config.probe_timeout_s
     )
-    policy = PolicyCheck(checks, members.client, registry, metrics.record_probe)
+    check = ServedPolicyCheck(checks, members.client, registry, metrics.record_probe)
     service = AdapterService(
-        registry, carrier, members.pool, members.info, metrics, origins, policy,
+        registry, carrier, members.pool, members.info, metrics, origins, check,
         failed=failed, has_source=source is not None, state=state,
     )  # fmt: skip
     watcher = None if source is None else Watcher(source, clock, service.source_changed, failed)

@@ -1,14 +1,25 @@
-"""The adapter service: TRL's calls and the source's findings as desired state (``registry``),
-carried out on each replica by that replica's agent (``agent``). No aiohttp: the edge answers.
+"""The adapter service: TRL's calls and the source's findings as the fleet's spec (``spec``),
+carried out on each replica by that replica's agent (``agent``), which writes its status
+(``status``). No aiohttp: the edge parses the requests and answers; the service takes typed
+requests (``calls``).
 
-- ``load``: the version is wanted and an intent (``intent``) waits for every replica routable
-  now, all or nothing; a failure rolls the registry back and the answer comes once the agents
-  have undone it. A load of a name still loading joins it (same files) or waits for its end.
+- ``load``: the version is wanted and an intent waits for every replica routable now, all or
+  nothing (``loads``); a failure rolls the spec back and the answer comes once the agents have
+  undone it. A load of a name still loading joins it (same files) or waits for its end.
 - ``unload``: no longer wanted; answered at once (TRL ignores the answer, but its round trip
-  counts in ``perf/weight_sync_s``); an unload of a name still loading follows that load's end.
+  counts in ``perf/weight_sync_s``). An unload of a name still loading is a change of the plan
+  like any other: that load is answered as superseded, and no replica loads the name only to
+  unload it.
 - ``source_changed``: what a watcher found is wanted (pre-loaded); a directory gone is dropped.
 - ``admit`` / ``resync`` / ``out_of_step``: a replica's agent observes it afresh.
 - ``adopt``: the wanted versions a previous process of this proxy left (``state``).
+
+``run`` is the service's watch (started by the app's lifecycle): whenever a status changes, the
+pool's membership or routable set moves, or a load's deadline passes, it evaluates, level-
+triggered: the window follows the fleet's smallest ``max_loras``; each replica's new listing
+vouches for the adopted versions it holds; each intent is settled from the statuses (answered,
+rolled back, or its rollback seen done); what each replica may serve is republished; the state
+file is written. Nobody reports to it: it reads.
 """
 
 from __future__ import annotations
@@ -17,19 +28,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Container, Coroutine
-from dataclasses import replace
 from typing import Any
 
 from adapter_receiver.wire import shown
+from proxy.adapters.agent import Tools
 from proxy.adapters.agents import Agents
-from proxy.adapters.calls import LoadResult, UnloadResult, parse_adapter_request
-from proxy.adapters.carry import Carrier, Outcome
-from proxy.adapters.held import Held, Verdict
-from proxy.adapters.intent import Intent
+from proxy.adapters.attest.check import ServedPolicyCheck
+from proxy.adapters.calls import LoadRequest, LoadResult, UnloadResult
+from proxy.adapters.carry import Carrier
+from proxy.adapters.loads import Loads
 from proxy.adapters.origin import Origins
-from proxy.adapters.policy import Found, PolicyCheck
-from proxy.adapters.registry import Command, Fingerprint, Load, Registry, Version, version_number
-from proxy.adapters.state import Adopted, Saved, StateFile, StateWriter, snapshot
+from proxy.adapters.registry import Fingerprint, Registry, Version, version_number
+from proxy.adapters.spec import Spec
+from proxy.adapters.state import Saved, StateFile, StateWriter, snapshot
+from proxy.adapters.status import ReplicaStatus, Statuses
 from proxy.clock import Failed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
@@ -41,9 +53,6 @@ log = logging.getLogger("proxy.adapters")
 # On shutdown the unloads already answered get this long to reach the replicas (each call is
 # bounded by carry.UNLOAD_TIMEOUT_S); what is left is cancelled.
 UNLOAD_DRAIN_S = 10.0
-# A load's targets that have not answered this long after its deadline count as unreachable (the
-# margin lets an agent's own answer at the deadline, a lagging mount's 504, come first).
-OVERDUE_AFTER_S = 1.0
 
 
 class AdapterService:
@@ -55,28 +64,31 @@ class AdapterService:
         info: FleetInfo,
         metrics: Metrics,
         origins: Origins,
-        policy: PolicyCheck,
+        check: ServedPolicyCheck,
         *,
         failed: Failed,
         has_source: bool,
         state: StateFile | None = None,
     ) -> None:
         self.registry, self._carrier, self._pool, self._info = registry, carrier, pool, info
-        self.metrics, self.origins, self._failed, self.policy = metrics, origins, failed, policy
-        self.has_source = has_source
+        self.metrics, self.origins, self._failed, self.check = metrics, origins, failed, check
+        self.spec = Spec(registry, has_source)
+        self.statuses = Statuses()
         self.state = None if state is None else StateWriter(state, self._snapshot, failed)
-        self._intents: dict[str, Intent] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self.adopted = Adopted()  # what a previous process left (``state``)
-        self._closing = False
-        self.source_seen = False  # the source's first scan has been applied
-        copies = self.adopted.copies
-        self.agents = Agents(
-            self, carrier, pool, info.refresh, failed, lambda rid: copies.pop(rid, {})
-        )
+        self._listings: dict[str, tuple[ReplicaStatus, int]] = {}  # vouched so far, by replica
+        self._membership: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        copies = self.spec.adopted.copies
+        tools = Tools(
+            self.spec, self.statuses, carrier, check, pool, info.refresh,
+            metrics.record_policy_wait, failed,
+        )  # fmt: skip
+        self.agents = Agents(tools, lambda rid: copies.pop(rid, {}))
+        self.loads = Loads(self.spec, self.statuses, self.agents, pool, carrier, metrics)
+        pool.follow(self._pool_changed)
 
     def knows(self, name: str) -> bool:
-        return name in self.registry.versions or name in self._intents
+        return name in self.registry.versions or name in self.loads
 
     @property
     def versions(self) -> dict[str, Version]:
@@ -92,11 +104,11 @@ class AdapterService:
 
     # -- TRL's calls ---------------------------------------------------------------------
 
-    async def load(self, body: bytes) -> LoadResult:
-        name, path = parse_adapter_request(body, need_path=True)
+    async def load(self, request: LoadRequest) -> LoadResult:
+        name = request.name
         await self._pool.wait_routable()  # TRL does not retry a load: a blip is waited out
         started = time.perf_counter()
-        intent = await self._intend(await self.origins.of_load(name, path))
+        intent = await self.loads.intend(await self.origins.of_load(name, request.path))
         outcomes = await asyncio.shield(intent.done)
         seconds = time.perf_counter() - started
         took = sum(1 for o in outcomes if o.status == "ok")
@@ -104,42 +116,11 @@ class AdapterService:
             log.info("adapter %s loaded on %d replica(s) in %.2f s", shown(name), took, seconds)
         return LoadResult(intent.version, outcomes, seconds, self._carrier.retry.deadline_s)
 
-    async def _intend(self, version: Version) -> Intent:
-        """The intent under way for these files, else a new one once the name's has ended."""
-        while (pending := self._intents.get(version.name)) is not None:
-            if pending.version.same_files(version):
-                return pending
-            await asyncio.shield(pending.done)
-        wanted = self.registry.wanted(version.name)
-        if wanted is not None and wanted.same_files(version):
-            version = replace(wanted, files=wanted.files or version.files)  # the watcher's record
-        self.adopted.unvouched.discard(version.name)
-        self.registry.add(version, pinned={*self._intents, version.name})
-        targets = self._pool.routable()
-        need = [r for r in targets if not self.agents.of(r).held.same(version)]
-        loop = asyncio.get_running_loop()
-        intent = Intent(
-            version, wanted, targets, self._carrier.deadline(), time.perf_counter(),
-            loop.create_future(), self._carrier.push(version, need),
-        )  # fmt: skip
-        self._intents[version.name] = intent
-        late_s = self._carrier.retry.deadline_s + OVERDUE_AFTER_S
-        intent.expire(self._carrier.clock, late_s, self._overdue)
-        done = [intent.record(Outcome(r, "ok", None, 0)) for r in targets if r not in need]
-        if any(done) or not targets:
-            self._end(intent)
-        else:
-            self._changed()
-        return intent
-
-    async def unload(self, body: bytes) -> UnloadResult:
-        name, _ = parse_adapter_request(body, need_path=False)
+    async def unload(self, name: str) -> UnloadResult:
+        """``name`` is no longer wanted (a load of it under way is superseded)."""
         known = self.knows(name) or self.registry.dropped(name)
         known = known or any(name in r.adapters for r in self._pool)
-        intent = self._intents.get(name)
-        if intent is not None:
-            intent.then_unload = True  # after the load under way, as they arrived
-        elif known:
+        if known:
             self._drop(name)
             self._changed()
         return UnloadResult(name, known)
@@ -148,118 +129,54 @@ class AdapterService:
         """Until every agent has carried out what it can (the unloads answered so far)."""
         await self.agents.settled()
 
-    # -- what the agents ask (``agent.Desired``) -----------------------------------------
-
-    def plan(self, held: Held) -> list[Command]:
-        manage = self.has_source and self.source_seen
-        commands = self.registry.plan(held, manage_unknown=manage, loads=not self._closing)
-        hides = self.adopted.hides
-        return [c for c in commands if not (isinstance(c, Load) and hides(c.version.name))]
-
-    def intent(self, name: str) -> Intent | None:
-        return self._intents.get(name)
-
-    def checks(self, held: Held) -> list[Version]:
-        return self.policy.checks(held)
-
-    async def verify(self, replica: Replica, version: Version) -> Found:
-        found = await self.policy.verify(replica, version)
-        for agent in self.agents:  # an answer may make another replica suspect
-            if agent.replica is not replica and self.policy.checks(agent.held):
-                agent.wake()
-        return found
-
-    def withheld(self, replica: Replica, version: Version) -> None:
-        self.policy.withheld(replica, version)
-        self._wake_all()  # the others may now serve it anyway (when none agrees)
-
-    def ready(self, seconds: float) -> None:
-        self.metrics.record_policy_wait(seconds)
-
-    def servable(self, name: str, version: Version | None, verdict: Verdict | None) -> bool:
-        return self.policy.servable(name, version, verdict, self.held_records().values())
-
-    def held_records(self) -> dict[str, Held]:
-        return self.agents.held_records()
-
     def offer_probe(self, prompt: bytes) -> None:
         """A token-id prompt the trainer sent (taken once: the probe without a reference)."""
-        if self.policy.captured.offer(prompt):
+        if self.check.captured.offer(prompt):
             log.info("served-policy probe: %d token ids taken from the trainer's first prompt",
-                     len(self.policy.captured.ids or ()))  # fmt: skip
-            self._wake_all()
+                     len(self.check.captured.ids or ()))  # fmt: skip
+            self.agents.wake_all()
 
-    def report(self, outcome: Outcome, version: Version) -> None:
-        intent = self._intents.get(version.name)
-        if intent is not None and intent.version.same_files(version) and intent.record(outcome):
-            self._end(intent)
+    # -- the watch ------------------------------------------------------------------------
 
-    def carried(self, replica: Replica, name: str) -> None:
-        """``replica``'s agent carried out (or failed) a command for ``name``."""
-        self._saved()
-        intent = self._intents.get(name)
-        if intent is not None and intent.undo is not None:
-            intent.undo.discard(replica.id)
-            if not intent.undo:
-                self._finish(intent)
+    async def run(self) -> None:
+        """Evaluate after every change, for as long as the proxy runs; survives its own
+        exceptions (see the module docstring)."""
+        seen = -1
+        while True:
+            seen = await self.statuses.changes(seen)
+            try:
+                self._reconcile()
+            except Exception as exc:
+                self._failed("adapters", exc)
 
-    def inactive(self, replica: Replica) -> None:
-        """``replica`` left routing: its intents count it unreachable, undone without it."""
-        for intent in list(self._intents.values()):
-            if replica.id not in intent.outcomes:
-                if intent.record(Outcome(replica, "unreachable", None, 0)):
-                    self._end(intent)
-            elif intent.undo is not None:
-                self.carried(replica, intent.version.name)
-
-    def observed(self, replica: Replica) -> None:
-        """``replica`` was listed afresh: the window follows the fleet's ``max_loras``, and the
-        listing vouches for adopted versions."""
+    def _reconcile(self) -> None:
         self.registry.max_loras = self._info.smallest_max_loras()
-        for name in self.adopted.listed(replica.id, set(replica.adapters), set(self._pool.ids)):
-            log.warning("adapter %s (from the state file): no replica holds it and its files "
-                        "cannot be read here: dropped", shown(name))  # fmt: skip
-            self.registry.remove(name)
+        self._vouch()
+        self.loads.settle({r.id for r in self._pool.routable()})
+        self.agents.republish()
         self._saved()
 
-    def _overdue(self, intent: Intent) -> None:
-        if self._intents.get(intent.version.name) is not intent or intent.undo is not None:
-            return
-        for replica in intent.overdue():
-            log.warning("replica %s did not answer the load of %s within the deadline: answered "
-                        "without it (routed for it once it holds it)", replica.id,
-                        shown(intent.version.name))  # fmt: skip
-        self._end(intent)
+    def _vouch(self) -> None:
+        """Each replica's new listing vouches for the adopted versions it holds; those every
+        member was listed without are dropped."""
+        adopted, members = self.spec.adopted, set(self._pool.ids)
+        for status in self.statuses:
+            then = self._listings.get(status.replica_id)
+            if then is not None and then[0] is status and then[1] == status.listings:
+                continue
+            self._listings[status.replica_id] = (status, status.listings)
+            if not status.listings:
+                continue
+            for name in adopted.listed(status.replica_id, set(status.listed), members):
+                log.warning("adapter %s (from the state file): no replica holds it and its "
+                            "files cannot be read here: dropped", shown(name))  # fmt: skip
+                self.registry.remove(name)
 
-    def _end(self, intent: Intent) -> None:
-        """Every target answered: keep the version, or roll it back and wait for the undo."""
-        version = intent.version
-        intent.cancel_pushes()
-        if not intent.ok:
-            if intent.previous is not None and not intent.previous.same_files(version):
-                self.registry.add(intent.previous, pinned=self._intents)
-            else:
-                self.registry.remove(version.name)
-            owing = [r for r in intent.targets if r.routable and self._owes(r, version.name)]
-            intent.undo = {r.id for r in owing}
-        if intent.undo:
-            self._changed()
-        else:
-            self._finish(intent)
-
-    def _owes(self, replica: Replica, name: str) -> bool:
-        commands = self.plan(self.agents.of(replica).held)
-        return any((c.version.name if isinstance(c, Load) else c.name) == name for c in commands)
-
-    def _finish(self, intent: Intent) -> None:
-        name = intent.version.name
-        if self._intents.get(name) is intent:
-            del self._intents[name]
-        if intent.then_unload:
-            self._drop(name)
-        self.registry.trim(name, pinned=self._intents)
-        intent.finish(self.metrics)
-        self._changed()
+    def _pool_changed(self, pool: ReplicaPool) -> None:
+        membership = (pool.ids, tuple(r.id for r in pool.routable()))
+        if membership != self._membership:
+            self._membership = membership
+            self.statuses.poke()
 
     # -- the source and the replicas -----------------------------------------------------
 
@@ -267,7 +184,7 @@ class AdapterService:
         self, added: dict[str, tuple[str, Fingerprint]], removed: list[str]
     ) -> None:
         gone = list(removed)
-        if not self.source_seen:  # adopted versions of the source whose directory went away
+        if not self.spec.source_seen:  # adopted versions of the source whose directory went
             gone += [n for n, v in self.versions.items() if v.source == "bucket" and n not in added]
         for name in gone:
             if self.registry.wanted(name) is not None:
@@ -276,15 +193,15 @@ class AdapterService:
         for name, (path, files) in sorted(added.items(), key=lambda kv: _number(kv[0])):
             wanted = self.registry.wanted(name)
             if wanted is not None and wanted.same_files(Version(name, path, "bucket", files)):
-                self.adopted.unvouched.discard(name)
+                self.spec.adopted.unvouched.discard(name)
                 continue
             log.info("adapter %s found in the source: pre-loading it on every replica", shown(name))
             self._spawn(self._preload(name, path, files))
-        self.source_seen = True  # leftovers on the replicas can be told apart now
+        self.spec.saw_source()
         self._changed()
 
     async def _preload(self, name: str, path: str, files: Fingerprint) -> None:
-        intent = await self._intend(await self.origins.of_source(name, path, files))
+        intent = await self.loads.intend(await self.origins.of_source(name, path, files))
         await asyncio.shield(intent.done)
 
     async def admit(self, replica: Replica) -> bool:
@@ -293,7 +210,7 @@ class AdapterService:
         if pusher is not None:  # it may have come back with or without a receiver
             pusher.forget(replica.id)
             await pusher.probe(replica)
-        self.policy.forget(replica)  # it may have restarted: its probe answers start over
+        self.check.forget(replica)  # it may have restarted: its probe answers start over
         ok = await self.agents.of(replica).admit()
         if ok:
             self.metrics.record_reconcile()
@@ -314,12 +231,9 @@ class AdapterService:
         self.agents.of(replica).lost(name)
 
     def _changed(self) -> None:
-        """The wanted set changed: saved, and every agent looks again."""
-        self._saved()
-        self._wake_all()
-
-    def _wake_all(self) -> None:
+        """The spec changed: every agent looks again, and the watch evaluates."""
         self.agents.wake_all()
+        self.statuses.poke()
 
     def _drop(self, name: str) -> None:
         """No longer wanted: the proxy's own receiver drops its copies of ``name`` too."""
@@ -335,10 +249,10 @@ class AdapterService:
     def adopt(self, saved: Saved) -> None:
         """Want what a previous process of this proxy wanted (each version's ``files`` where
         this proxy can read its bytes now, or None)."""
-        self.adopted.adopt(saved, self.registry)
+        self.spec.adopted.adopt(saved, self.registry)
 
     def _snapshot(self) -> Saved:
-        return snapshot(self.registry, self.held_records())
+        return snapshot(self.registry, self.statuses.by_id())
 
     # -- status and lifetime -------------------------------------------------------------
 
@@ -346,7 +260,7 @@ class AdapterService:
         mirror = self.origins.mirror
         return {
             "wanted": len(self.registry.versions),
-            "loading": len(self._intents),
+            "loading": len(self.loads),
             "newest": self.registry.newest() or 0,
             "mirroring": mirror.backlog if mirror is not None else 0,
         }
@@ -357,7 +271,7 @@ class AdapterService:
         return {
             "window": self.registry.window,
             "wanted": sorted(self.registry.versions, key=_number),
-            "loading": sorted(self._intents),
+            "loading": self.loads.names(),
             "unloading": sum(not agent.idle.is_set() for agent in agents),
             "unloads_owed": sum(agent.parked_unloads() for agent in agents),
             "newest": self.registry.newest(),
@@ -365,7 +279,7 @@ class AdapterService:
             "push": pusher is not None,
             "receivers": dict(pusher.receivers) if pusher is not None else {},
             "state": None if self.state is None else str(self.state.file.path),
-            "policy": self.policy.status(self.held_records()),
+            "policy": self.check.status(self.statuses.by_id()),
         }
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -381,10 +295,8 @@ class AdapterService:
 
     async def close(self) -> None:
         """No load starts any more; the unloads answered already get ``UNLOAD_DRAIN_S``."""
-        self._closing = True
-        for intent in self._intents.values():
-            intent.cancel_pushes()
-            intent.done.cancel()
+        self.spec.close()
+        self.loads.close()
         await self.agents.close(UNLOAD_DRAIN_S)
         for task in self._background:
             task.cancel()

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.adapters.held import Copy, Held
 from proxy.adapters.registry import Registry, Version
+from proxy.adapters.status import Copy, ReplicaStatus
 from proxy.clock import Failed
 
 log = logging.getLogger("proxy.adapters")
@@ -81,7 +81,7 @@ class Adopted:
         return dropped
 
 
-def snapshot(registry: Registry, held: dict[str, Held]) -> Saved:
+def snapshot(registry: Registry, held: dict[str, ReplicaStatus]) -> Saved:
     """What the state file keeps: the wanted versions, and where each replica loaded each."""
     paths = {
         rid: {

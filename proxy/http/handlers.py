@@ -24,8 +24,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from proxy.adapters.calls import parse_adapter_request
-from proxy.adapters.probe import Captured
+from proxy.adapters.attest.probe import Captured
+from proxy.adapters.calls import LoadRequest, parse_load, parse_unload
 from proxy.adapters.service import AdapterService
 from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
@@ -228,9 +228,10 @@ class Handlers:
     async def load(self, request: web.Request) -> web.StreamResponse:
         async def load(request: web.Request, body: bytes) -> web.StreamResponse:
             scope = request[SCOPE]
-            name, _ = parse_adapter_request(body, need_path=True)
-            self._check_share(scope, name)
-            result = await self.adapters.load(scope.adapter_body(body))
+            asked = parse_load(body)
+            self._check_share(scope, asked.name)
+            load = LoadRequest(scope.replica_name(asked.name), asked.path)
+            result = await self.adapters.load(load)
             return self._own(scope, self.redactor.load_answer(result))
 
         return await self._with_body(request, load, forwarded=False)
@@ -253,8 +254,7 @@ class Handlers:
     async def unload(self, request: web.Request) -> web.StreamResponse:
         async def unload(request: web.Request, body: bytes) -> web.StreamResponse:
             scope = request[SCOPE]
-            parse_adapter_request(body, need_path=False)
-            result = await self.adapters.unload(scope.adapter_body(body))
+            result = await self.adapters.unload(scope.replica_name(parse_unload(body)))
             return self._own(scope, responses.unload_answer(result))
 
         return await self._with_body(request, unload, forwarded=False)

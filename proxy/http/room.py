@@ -82,7 +82,7 @@ def build_edge(
         guard=guard,
         sampler=sampler,
         page=page,
-        captured=adapters.service.policy.captured,
+        captured=adapters.service.check.captured,
     )
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)

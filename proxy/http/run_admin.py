@@ -90,6 +90,6 @@ class RunAdmin:
         held = self.status.held(name)
         self.runs.remove(name)
         for scoped_name in held:
-            await self.adapters.unload(orjson.dumps({"lora_name": scoped_name}))
+            await self.adapters.unload(scoped_name)
         log.info("admin: run %s removed (%d adapter(s) unloading)", name, len(held))
         return json_response(200, view)

@@ -126,21 +126,19 @@ class Status:
             adapters=self.adapters.stats,
             paused_seconds=self.fleet.paused_seconds,
             inflight_by_version=self.inflight_by_version,
-            policy_alarm=lambda: int(
-                self.adapters.policy.alarm(self.adapters.held_records().values())
-            ),
-            mismatches=lambda: dict(self.adapters.policy.mismatches),
+            policy_alarm=lambda: int(self.adapters.check.alarm(self.adapters.statuses)),
+            mismatches=lambda: dict(self.adapters.check.mismatches),
             policies=self.policies,
             advice=(lambda: advice().verdict) if advice is not None else str,
             verdicts=VERDICTS,
         )
 
     def policy_alarm(self) -> int:
-        return int(self.adapters.policy.alarm(self.adapters.held_records().values()))
+        return int(self.adapters.check.alarm(self.adapters.statuses))
 
     def policies(self) -> list[tuple[str, str, str, str]]:
         """(replica, adapter, digest, state) of every replica's wanted versions (the metrics)."""
-        table = self.adapters.policy.status(self.adapters.held_records())["replicas"]
+        table = self.adapters.check.status(self.adapters.statuses.by_id())["replicas"]
         return [
             (rid, name, entry["digest"], entry["state"])
             for rid, versions in table.items()

@@ -82,15 +82,6 @@ def canonical(body: bytes, new: str) -> bytes:
     return orjson.dumps(data)
 
 
-def scope_adapter_body(body: bytes, run: str) -> tuple[bytes, str]:
-    """A load or unload body with ``lora_name`` scoped to ``run``; returns it and TRL's name.
-    The body was checked by ``parse_adapter_request`` first (a JSON object with a name)."""
-    data = orjson.loads(body)
-    name = data["lora_name"]
-    data["lora_name"] = scoped(run, name)
-    return orjson.dumps(data), name
-
-
 def unscope_text(text: bytes, run: str) -> bytes:
     """An answer's bytes with every ``<run>.`` name prefix removed: what an error echoes (vLLM's
     "The model `<run>.x` does not exist", a load's answer) reads with the run's own names. A

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.runs.names import scope_adapter_body, scoped, unscope_text, unscoped
+from proxy.runs.names import scoped, unscope_text, unscoped
 from proxy.runs.table import Run, RunPaused
 
 PREFIX = "/runs/{run}"
@@ -35,10 +35,6 @@ class Scope:
     def target(self, path_qs: str) -> str:
         """The path and query the replicas get: the request's, without ``/runs/<run>``."""
         return path_qs if self.run is None else path_qs.removeprefix(f"/runs/{self.run.name}")
-
-    def adapter_body(self, body: bytes) -> bytes:
-        """A load or unload body with ``lora_name`` as the replicas hold it."""
-        return body if self.run is None else scope_adapter_body(body, self.run.name)[0]
 
     def answer(self, body: bytes) -> bytes:
         """An answer's bytes with the run's own names (an echoed error, a load's answer)."""

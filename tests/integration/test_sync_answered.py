@@ -127,10 +127,14 @@ async def test_an_answered_unload_is_carried_out_on_shutdown(tmp_path: Path) -> 
         assert "trl-policy-v1" not in await listed(stack, 0)
 
 
-async def test_a_load_and_a_later_unload_of_its_name_keep_their_order(tmp_path: Path) -> None:
+async def test_an_unload_while_its_name_loads_is_the_last_word_and_costs_nothing_more(
+    tmp_path: Path,
+) -> None:
     """TRL's last word on a name is what holds, whatever the replicas answer first: an unload
     that arrives while the load of its name waits (here on a replica that still owes an older
-    unload) runs after that load, not before it."""
+    unload) is a change of the plan. The load is answered (superseded: 200), the name ends
+    unloaded everywhere, a replica that had loaded it unloads it after its load, and the replica
+    that had not loaded it yet never loads it only to unload it."""
     async with run_stack(2, relays=True) as stack:
         v1 = write_adapter(tmp_path, "trl-policy-v1")
         assert (await post(stack, "/v1/load_lora_adapter", load_body("trl-policy-v1", v1)))[
@@ -148,15 +152,17 @@ async def test_a_load_and_a_later_unload_of_its_name_keep_their_order(tmp_path: 
         await _loading_on(stack, 1, "trl-policy-v2")
         status, _, _ = await post(stack, "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v2"})
         assert status == 200  # the name is being loaded: known
+        assert (await loading)[0] == 200  # answered at once: superseded, not waiting on 0
         stack.relays[0].thaw()
-        assert (await loading)[0] == 200
         await stack.proxy_app[PROXY].adapters.service.settled()
         for i in range(2):
             assert "trl-policy-v2" not in await listed(stack, i)
-            calls = [(r.path, r.model) for r in stack.sims[i].state.records if r.model]
-            assert calls.index(("/v1/load_lora_adapter", "trl-policy-v2")) < calls.index(
-                ("/v1/unload_lora_adapter", "trl-policy-v2")
-            )
+        calls = [(r.path, r.model) for r in stack.sims[1].state.records if r.model]
+        assert calls.index(("/v1/load_lora_adapter", "trl-policy-v2")) < calls.index(
+            ("/v1/unload_lora_adapter", "trl-policy-v2")
+        )
+        assert _calls(stack, 0, "/v1/load_lora_adapter") == ["trl-policy-v1"]
+        assert _calls(stack, 0, "/v1/unload_lora_adapter") == ["trl-policy-v1"]
         assert "trl-policy-v2" not in stack.proxy_app[PROXY].adapters.service.versions
 
 

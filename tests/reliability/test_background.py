@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from proxy.adapters.attest.check import CheckSettings, ServedPolicyCheck
 
 from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.origin import Origins
-from proxy.adapters.policy import PolicyCheck, PolicySettings
 from proxy.adapters.registry import Fingerprint, Registry
 from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import DirectorySource
@@ -166,7 +166,7 @@ async def test_an_adapter_task_that_fails_is_reported() -> None:
 
         info = BuggyInfo(client, pool)
         registry = Registry(Runs())
-        policy = PolicyCheck(PolicySettings(), client, registry)
+        policy = ServedPolicyCheck(CheckSettings(), client, registry)
         service = AdapterService(
             registry, carrier, pool, info, metrics, Origins(None, None, None, False), policy,
             has_source=False, failed=failures,

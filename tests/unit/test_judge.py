@@ -4,7 +4,7 @@ suspect; the alarm rings at the first suspicion, withholding waits for ``repeat`
 
 from __future__ import annotations
 
-from proxy.adapters.judge import Judge
+from proxy.adapters.attest.judge import Judge
 
 TOL = 1e-3
 BASE = (-1.0, -2.0, -3.0)

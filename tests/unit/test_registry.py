@@ -1,5 +1,5 @@
-"""The adapter-version registry (desired state) and what one replica holds (``Held``): window,
-plans, stale copies, leftovers, pushed copies."""
+"""The adapter-version registry (desired state) and what one replica holds (its status,
+``ReplicaStatus``): window, plans, stale copies, leftovers, pushed copies."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.adapters.held import Copy, Held
 from proxy.adapters.registry import Load, Registry, Unload, Version
+from proxy.adapters.status import Copy, ReplicaStatus
 from proxy.fleet.replica import Replica
 from proxy.runs.table import Runs
 
@@ -20,8 +20,8 @@ def v(
                    files)  # fmt: skip
 
 
-def record() -> Held:
-    return Held(Replica("127.0.0.1:8001", "http://127.0.0.1:8001"))
+def record() -> ReplicaStatus:
+    return ReplicaStatus(Replica("127.0.0.1:8001", "http://127.0.0.1:8001"), lambda status: None)
 
 
 def registry(max_loras: int | None = None, window: int | None = None) -> Registry:
@@ -54,7 +54,7 @@ def test_the_window_keeps_every_version_trl_may_still_ask_for(staleness: int) ->
         wanted.remove(oldest)  # TRL's unload, after its load answered
 
 
-def carry_out(wanted: Registry, held: Held, *, manage_unknown: bool = False) -> None:
+def carry_out(wanted: Registry, held: ReplicaStatus, *, manage_unknown: bool = False) -> None:
     """What an agent does with a plan (every command answered 200)."""
     for command in wanted.plan(held, manage_unknown=manage_unknown):
         if isinstance(command, Load):

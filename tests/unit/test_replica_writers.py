@@ -22,8 +22,8 @@ WRITERS = {
     "error_streak": {"proxy/fleet/breaker.py"},
     "reported": {"proxy/fleet/load.py"},
     "listing": {"proxy/fleet/info.py"},
-    "adapters": {"proxy/adapters/held.py"},
-    "digests": {"proxy/adapters/held.py"},
+    "adapters": {"proxy/adapters/status.py"},
+    "digests": {"proxy/adapters/status.py"},
     "standing": set(),  # made with the replica, never replaced
     "slots": set(),
 }
@@ -32,8 +32,6 @@ WRITERS = {
 PLAIN_STATE = {
     ("proxy/adapters/mirror.py", "ok"),  # the mirror's own copy job: landed or not
     ("proxy/adapters/service.py", "max_loras"),  # the service writes its registry
-    ("proxy/adapters/service.py", "then_unload"),  # ... and its intents
-    ("proxy/adapters/service.py", "undo"),
     ("proxy/dataplane/forward.py", "suspects"),  # the forwarder's own exchange
     ("proxy/dataplane/limiter.py", "run"),  # the limiter's placement: whose slot it holds
     ("proxy/http/handlers.py", "body"),  # an aiohttp answer being built

@@ -12,7 +12,6 @@ from proxy.routing.peek import peek_generation
 from proxy.runs.names import (
     canonical,
     run_of,
-    scope_adapter_body,
     scoped,
     splice_model,
     unscope_text,
@@ -71,10 +70,8 @@ def test_an_ambiguous_body_is_left_to_the_canonical_rewrite() -> None:
     }
 
 
-def test_adapter_bodies_and_answers_translate() -> None:
-    body, name = scope_adapter_body(b'{"lora_name":"trl-policy-v2","lora_path":"/x"}', "a")
-    assert name == "trl-policy-v2"
-    assert orjson.loads(body) == {"lora_name": "a.trl-policy-v2", "lora_path": "/x"}
+def test_adapter_names_and_answers_translate() -> None:
+    assert scoped("a", "trl-policy-v2") == "a.trl-policy-v2"
     echoed = b"The model `a.trl-policy-v2` does not exist; data.a.trl stays"
     assert unscope_text(echoed, "a") == echoed.replace(b"`a.trl", b"`trl")
     assert unscope_text(b"'ba.trl-policy-v2'", "a") == b"'ba.trl-policy-v2'"

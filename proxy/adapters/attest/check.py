@@ -1,6 +1,7 @@
 """The served-policy check, fleet-wide: after a version is loaded on a replica (a first load, a
 replay into a restarted replica, an in-place replace) its agent asks ``verify`` before the
-replica is routed for it, and ``servable`` says what routing may use.
+replica is routed for it, and ``servable`` says what routing may use. Its words are
+``verdict.Verdict``'s.
 
 - With the version's reference (``probe.Reference``, the trainer's): the replica's answer must
   be within the tolerance of it, else ``mismatch``. Its agent then loads the version once more
@@ -18,21 +19,21 @@ replica is routed for it, and ``servable`` says what routing may use.
 A probe has its own deadline (``timeout_s``); one that fails leaves the version unchecked on
 that replica for now (its agent retries), a replica that cannot answer one at all (an HTTP
 error) is served unchecked. Nothing here is on the request path: routing reads the maps the
-agents publish (``held.Held.publish``).
+agents publish (``status.ReplicaStatus.publish``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Protocol
 
 from adapter_receiver.wire import shown
-from proxy.adapters.held import Held, Verdict
-from proxy.adapters.judge import Judge
-from proxy.adapters.probe import Captured, ask, default_tolerance, gap
+from proxy.adapters.attest.judge import Judge
+from proxy.adapters.attest.probe import Captured, ask, default_tolerance, gap
+from proxy.adapters.attest.verdict import PROBING, STALE, Verdict
 from proxy.adapters.registry import Registry, Version
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import UpstreamClient
@@ -40,21 +41,35 @@ from proxy.upstream.errors import ReplyError, UpstreamError
 
 log = logging.getLogger("proxy.adapters")
 
-Found = Verdict | Literal["mismatch"] | None  # None: no answer yet (retried later)
+
+class Held(Protocol):
+    """What the check reads of one replica's status (``status.Held``)."""
+
+    @property
+    def replica_id(self) -> str: ...
+
+    @property
+    def verdicts(self) -> Mapping[str, Verdict]: ...
+
+    def holds(self, name: str) -> bool: ...
+
+    def version(self, name: str) -> Version | None: ...
+
+    def same(self, version: Version) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
-class PolicySettings:
+class CheckSettings:
     enabled: bool = True
     tolerance: float | None = None  # None: by the replicas' dtype (``probe.default_tolerance``)
     repeat: int = 3
     timeout_s: float = 15.0
 
 
-class PolicyCheck:
+class ServedPolicyCheck:
     def __init__(
         self,
-        settings: PolicySettings,
+        settings: CheckSettings,
         client: UpstreamClient,
         registry: Registry,
         on_probe: Callable[[float], None] = lambda seconds: None,
@@ -87,10 +102,10 @@ class PolicyCheck:
         dtype = model.get("dtype") if isinstance(model, dict) else None
         return default_tolerance(dtype if isinstance(dtype, str) else None)
 
-    async def verify(self, replica: Replica, version: Version) -> Found:
+    async def verify(self, replica: Replica, version: Version) -> Verdict | None:
         """``replica``'s verdict on ``version``, loaded there: see the module docstring."""
         if not self.can_probe(version):
-            return "unchecked"
+            return Verdict.UNCHECKED
         reference, tolerance = version.reference, self.tolerance(replica)
         probe = (reference.ids, reference.cuts) if reference is not None else self.captured.probe
         assert probe is not None
@@ -102,7 +117,7 @@ class PolicyCheck:
         except ReplyError as exc:
             log.warning("replica %s: %s served unverified (its probe: %s)", replica.id,
                         shown(version.name), exc)  # fmt: skip
-            return "unverifiable"
+            return Verdict.UNVERIFIABLE
         except UpstreamError as exc:
             log.info("replica %s: probe of %s failed (%s): retried", replica.id,
                      shown(version.name), exc)  # fmt: skip
@@ -110,17 +125,17 @@ class PolicyCheck:
         if reference is not None:
             self.last_gap[replica.id] = measured = gap(answer, reference.top)
             if measured > tolerance:
-                return "mismatch"
+                return Verdict.MISMATCH
             log.info("replica %s serves %s as the trainer computed it (a mean gap of %.2g "
                      "nats)", replica.id, shown(version.name), measured)  # fmt: skip
-            return "ok"
+            return Verdict.OK
         for suspect in self.judge.answer(replica.id, version.name, answer, tolerance):
             log.error("replica %s answers %s as it answers its base model or an older version, "
                       "while another replica's answer moved: suspect %d time(s) (withheld from "
                       "%d on)", suspect, shown(version.name), self.judge.suspicions(suspect),
                       self.settings.repeat)  # fmt: skip
         withheld = self.judge.withheld(replica.id, version.name)
-        return "mismatch" if withheld else "ok"
+        return Verdict.MISMATCH if withheld else Verdict.OK
 
     async def _ask(
         self, replica: Replica, model: str, probe: tuple[tuple[int, ...], tuple[int, ...]]
@@ -159,11 +174,11 @@ class PolicyCheck:
     def _due(self, held: Held, version: Version, verdict: Verdict | None) -> bool:
         if verdict is None:
             return True
-        if verdict == "unchecked":
+        if verdict is Verdict.UNCHECKED:
             return self.can_probe(version)
-        return verdict == "ok" and self.judge.withheld(held.replica_id, version.name)
+        return verdict is Verdict.OK and self.judge.withheld(held.replica_id, version.name)
 
-    def status(self, held: dict[str, Held]) -> dict[str, Any]:
+    def status(self, held: Mapping[str, Held]) -> dict[str, Any]:
         """What ``/proxy/status`` shows (``held``: each replica's record, by id): each
         replica's wanted versions, their digests (short) and states (``ok``, ``unchecked``,
         ``unverifiable``, ``withheld``, ``probing``, ``stale``: other content held)."""
@@ -173,8 +188,8 @@ class PolicyCheck:
             for name, wanted in self._registry.versions.items():
                 version = record.version(name)
                 if version is not None:
-                    state = record.verdicts.get(name, "probing")
-                    state = state if version.same_files(wanted) else "stale"
+                    state = record.verdicts.get(name, PROBING)
+                    state = state if version.same_files(wanted) else STALE
                     mine[name] = {"digest": (version.digest or "")[:12], "state": state}
         return {
             "probe": "on" if self.settings.enabled else "off",
@@ -185,7 +200,11 @@ class PolicyCheck:
         }
 
     def servable(
-        self, name: str, version: Version | None, verdict: Verdict | None, held: Iterable[Held]
+        self,
+        name: str,
+        version: Version | None,
+        verdict: Verdict | None,
+        held: Iterable[Held],
     ) -> bool:
         """Whether a replica holding ``name`` (loaded from ``version``, judged ``verdict``) may
         be routed for it; ``held``: every replica's record."""
@@ -196,10 +215,10 @@ class PolicyCheck:
             return False  # other or unknown content under a name now wanted: replaced first
         if verdict is None:
             return not self.can_probe(wanted)  # a probe is due: the replica waits for it
-        return verdict != "withheld" or nobody_agrees(name, held)
+        return verdict is not Verdict.WITHHELD or nobody_agrees(name, held)
 
 
 def nobody_agrees(name: str, held: Iterable[Held]) -> bool:
     """Every replica holding the version ``name`` names is withheld from it."""
     verdicts = [h.verdicts.get(name) for h in held if h.holds(name)]
-    return bool(verdicts) and all(v == "withheld" for v in verdicts)
+    return bool(verdicts) and all(v is Verdict.WITHHELD for v in verdicts)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from proxy.adapters.probe import gap
+from proxy.adapters.attest.probe import gap
 from proxy.adapters.registry import version_number
 
 Answer = tuple[float, ...]
