@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from proxy.adapters.attest.probe import TOLERANCE, gap, parse_answer, request
-
 from adapter_receiver.reference import K, cuts_for
+from proxy.adapters.attest.probe import TOLERANCE, gap, parse_answer, request
 from tests.contract.support import Replica, assert_error, sse_events
 
 
@@ -247,9 +246,9 @@ async def test_text_offsets_index_the_text_also_across_stream_chunks(replica: Re
 
 
 async def test_the_policy_probe_gives_each_prefix_its_top_logprobs(replica: Replica) -> None:
-    """The served-policy probe's request, as the proxy sends it (``proxy.adapters.attest.probe``): one
-    prompt per prefix, one token, ``K`` top logprobs named ``token_id:N``; the distribution,
-    not a sample: the same on a second ask."""
+    """The served-policy probe's request, as the proxy sends it
+    (``proxy.adapters.attest.probe``): one prompt per prefix, one token, ``K`` top logprobs
+    named ``token_id:N``; the distribution, not a sample: the same on a second ask."""
     ids = replica.fresh_prompt(24)
     cuts = cuts_for(len(ids))
     body = request(replica.model, ids, cuts)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from proxy.adapters.attest.check import CheckSettings, ServedPolicyCheck
 
+from proxy.adapters.attest.check import CheckSettings, ServedPolicyCheck
 from proxy.adapters.carry import Carrier, RetryPolicy
 from proxy.adapters.origin import Origins
 from proxy.adapters.registry import Fingerprint, Registry

@@ -7,14 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-from proxy.adapters.attest.probe import (
-    MAX_CAPTURED,
-    Captured,
-    default_tolerance,
-    gap,
-    parse_answer,
-    read_reference,
-)
 
 from adapter_receiver.reference import (
     CUTS,
@@ -27,6 +19,14 @@ from adapter_receiver.reference import (
     encode,
 )
 from adapter_receiver.wire import PROBE_FILE, adapter_file
+from proxy.adapters.attest.probe import (
+    MAX_CAPTURED,
+    Captured,
+    default_tolerance,
+    gap,
+    parse_answer,
+    read_reference,
+)
 from proxy.upstream.errors import ReplyError
 
 ROW = [-0.5 - i for i in range(K)]
