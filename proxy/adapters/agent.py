@@ -131,7 +131,7 @@ class Agent:
         return sum(1 for key in self._retries.items() if key[0] == "unload")
 
     def checks_due(self) -> bool:
-        return bool(self._tools.check.checks(self.status))
+        return bool(self._tools.check.checks(self.status, self._tools.statuses))
 
     async def run(self) -> None:
         """Rounds for as long as the proxy runs; survives its own exceptions."""
@@ -218,7 +218,7 @@ class Agent:
         command = runnable(self._tools.spec.plan(status), free, ready)
         if command is not None:
             return command
-        for version in self._tools.check.checks(status):
+        for version in self._tools.check.checks(status, self._tools.statuses):
             if ready(Check(version)):
                 return Check(version)
         return None
@@ -260,10 +260,14 @@ class Agent:
     async def _check(self, version: Version, key: Key) -> bool:
         """Probe ``version``'s served policy; a first mismatch loads it once more."""
         check, name = self._tools.check, version.name
-        found = await check.verify(self.replica, version)
+        found = await check.verify(self.replica, version, self._tools.statuses)
         if found is None:
             self._settle(key, False, name)
             return False
+        if found is Verdict.PENDING:  # due again once another replica's answer is in
+            self.status.judged(name, found)
+            self._settle(key, True, name)
+            return True
         if found is Verdict.MISMATCH and key not in self._reloaded:
             self._reloaded.add(key)  # unloaded here, the plan loads it again, then its check
             ok = await self._tools.carrier.unload(self.replica, name)

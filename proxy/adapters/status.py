@@ -71,6 +71,10 @@ class ReplicaStatus:
 
     # -- reads ----------------------------------------------------------------------------
 
+    @property
+    def routable(self) -> bool:
+        return self.replica.routable
+
     def holds(self, name: str) -> bool:
         return name in self.paths
 

@@ -84,14 +84,16 @@ class ScriptedCheck:
         self.withheld_from: list[str] = []
         self.registry: Registry | None = None
 
-    def checks(self, status: ReplicaStatus) -> list[Version]:
+    def checks(self, status: ReplicaStatus, fleet: Iterable[Any]) -> list[Version]:
         """Each held version not judged yet (what ``attest.check`` judges is its own test's)."""
         if not self.probing or self.registry is None:
             return []
         return [v for n, v in self.registry.versions.items()
                 if status.same(v) and n not in status.verdicts]  # fmt: skip
 
-    async def verify(self, replica: Replica, version: Version) -> Verdict | None:
+    async def verify(
+        self, replica: Replica, version: Version, fleet: Iterable[Any]
+    ) -> Verdict | None:
         scripted = self.answers.get(version.name)
         return scripted.pop(0) if scripted else Verdict.OK
 
