@@ -161,7 +161,7 @@ class Loads:
         metrics.record_fleet_load(seconds, "ok" if intent.ok else "failed")
         paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
         if intent.ok and paths:
-            metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
+            metrics.record_fleet_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
         for o in outcomes:
             if o.attempts:
                 metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)

@@ -109,13 +109,13 @@ def build_adapters(
 
     def pushed(replica: Replica, outcome: Pushed) -> None:
         if outcome.path is not None:
-            metrics.push.record_push(replica.id, outcome.bytes, outcome.seconds)
+            metrics.record_push(replica.id, outcome.bytes, outcome.seconds)
         elif outcome.cause is not None:
-            metrics.push.record_fallback(outcome.cause)
+            metrics.record_push_fallback(outcome.cause)
 
     mirror = None
     if config.local is not None and config.mirror is not None:
-        events = MirrorEvents(metrics.mirror.record_landed, metrics.mirror.record_failure)
+        events = MirrorEvents(metrics.record_mirror_landed, metrics.record_mirror_failure)
         interval = config.watch_interval_s or 0.5
         mirror = Mirror(config.local, config.mirror, clock, failed, interval_s=interval,
                         events=events)  # fmt: skip
