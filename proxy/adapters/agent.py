@@ -38,7 +38,7 @@ from proxy.adapters.registry import Command, Unload, Version
 from proxy.adapters.retries import RetryQueue
 from proxy.adapters.spec import Spec, runnable
 from proxy.adapters.status import ReplicaStatus, Statuses
-from proxy.clock import Backoff, Failed, Timer
+from proxy.clock import Backoff, TaskFailed, Timer
 from proxy.fleet.info import max_loras
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
@@ -74,7 +74,7 @@ class Tools:
     pool: ReplicaPool
     listing: Listing  # reads the replica's models and info, returns its adapters
     waited: Callable[[float], None]  # a version's first wait here, from load to verdict
-    failed: Failed
+    failed: TaskFailed
 
 
 class Agent:

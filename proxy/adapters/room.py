@@ -34,7 +34,7 @@ from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
 from proxy.adapters.state import Saved, StateFile
 from proxy.adapters.watcher import Watcher
-from proxy.clock import Clock, Failed
+from proxy.clock import Clock, TaskFailed
 from proxy.config import AdapterSettings, Settings, split_bucket
 from proxy.fleet.replica import Replica
 from proxy.fleet.room import Members
@@ -89,7 +89,7 @@ def build_adapters(
     members: Members,
     clock: Clock,
     metrics: Metrics,
-    failed: Failed,
+    failed: TaskFailed,
     runs: Runs,
 ) -> Adapters:
     config = settings.adapters
