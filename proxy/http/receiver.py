@@ -43,7 +43,7 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
     try:
         async for chunk in request.content.iter_any():
             yield chunk
-    except (ClientPayloadError, ConnectionError) as exc:
+    except (ClientPayloadError, ConnectionError) as exc:  # in the receiver core's words
         raise ClientGone from exc
 
 

@@ -346,11 +346,11 @@ async def serving(
         listener = await asyncio.get_running_loop().create_server(
             guard.factory(handler), ssl=ssl_context, backlog=BACKLOG, start_serving=False, **where
         )
-    except OSError as exc:
+    except OSError as exc:  # the port cannot be had: one line saying why, nothing started
         raise cannot_listen(host, port, exc) from None
     try:
         await runner.setup()
-    except BaseException:
+    except BaseException:  # the app did not start: the listener is ours to close
         listener.close()
         raise
     try:
@@ -373,6 +373,6 @@ def raise_fd_limit() -> tuple[int, int]:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError) as exc:  # refused by the system: run with what it has
             log.warning("could not raise the open-files limit from %d: %s", soft, exc)
     return soft, hard
