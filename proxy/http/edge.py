@@ -1,9 +1,10 @@
 """The edge: what every request passes through before its handler, in one place.
 
-Outermost first: the request's identity, its metrics and access-log line; its span when tracing
-is on; its domain errors turned into answers (``proxy.http.errors``); the inbound key (``auth``,
-only with ``--api-key``); its scope, the bare path or one run. The handlers behind it are one set
-for every scope (``handlers``).
+Outermost first: the request's identity (``BadRequestId`` when it cannot be passed on), its
+metrics and access-log line; its span when tracing is on; its domain errors turned into answers
+(``proxy.http.errors``: the one place they are caught); the inbound key (``auth``, only with
+``--api-key``); its scope, the bare path or one run. The handlers behind it are one set for
+every scope (``handlers``).
 
 The layers are composed once per route, when the route table is built, from what the table
 knows of the route (its metrics label, whether it is open, whether it is under ``/runs/{run}``),
@@ -25,10 +26,10 @@ from aiohttp.typedefs import Handler
 from proxy.dataplane.exchange import Identity
 from proxy.dataplane.forward import REPLICA_HEADER
 from proxy.errors import DomainError
-from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.errors import ErrorAnswers
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
+from proxy.http.refusals import BadRequestId
 from proxy.http.server import Guard
 from proxy.http.tracing import Spans
 from proxy.metrics.recorder import Metrics
@@ -82,15 +83,15 @@ class Edge:
         busy (no head timer while it is handled), its metrics and, with ``--access-log``, its
         line."""
         metrics, guard, ids, log = self._metrics, self._guard, self._ids, self._access
+        errors = self._errors
 
         async def identified(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             connection = guard.busy(request.transport)
             known = ids.of(request)
             try:
-                if known is None:
-                    metrics.record_rejection("bad_request")
-                    response: web.StreamResponse = responses.bad_request_id()
+                if known is None:  # answered here: the layers inside need the identity
+                    response: web.StreamResponse = errors.answer(BadRequestId())
                 else:
                     request[IDENTITY] = known
                     response = await handler(request)
@@ -129,27 +130,28 @@ class Edge:
         return in_span
 
     def _answered(self, handler: Handler, info: RouteInfo) -> Handler:
-        """Domain errors answered; the key checked (a closed route, a key configured); the
-        request's scope: its run under ``/runs/<run>/`` (``UnknownRun`` if no one declared it;
-        each answer counted for the run), else the bare path's."""
-        errors, metrics, runs = self._errors, self._metrics, self._runs
+        """Domain errors answered (under a run, in its names); the key checked (a closed
+        route, a key configured: ``Unauthorized``); the request's scope: its run under
+        ``/runs/<run>/`` (``UnknownRun`` if no one declared it; each answer counted for the
+        run), else the bare path's."""
+        errors, runs = self._errors, self._runs
         key = None if info.open else self._key
 
         async def answered(request: web.Request) -> web.StreamResponse:
+            scope = BARE
             try:
-                if key is not None and not key.allows(request):
-                    metrics.record_rejection("unauthorized")
-                    return key.refusal()
+                if key is not None:
+                    key.check(request)
                 if not info.runs:
                     request[SCOPE] = BARE
                     return await handler(request)
                 run = runs.get(request.match_info["run"])
-                request[SCOPE] = Scope(run)
+                scope = request[SCOPE] = Scope(run)
                 try:
                     return await handler(request)
                 finally:
                     run.answered()
-            except DomainError as exc:
-                return errors.answer(exc)
+            except DomainError as exc:  # the one place a domain error becomes its answer
+                return errors.answer(exc, scope)
 
         return answered

@@ -8,13 +8,14 @@ under ``/runs/<run>/`` a model or adapter name is the run's own and is scoped to
 (``proxy.runs.scope``); a generation request waits at the run's pause gate; a load past the
 run's share of ``max_loras`` is refused before any replica sees it; ``/v1/models`` lists the run's
 adapters under its own names, ``/server_info`` reports its share. Services return outcomes or
-raise domain errors (``proxy.errors``: answered by ``proxy.http.errors``); outcomes are turned
-into answers through ``proxy.http.responses``.
+raise domain errors (``proxy.errors``); the handlers raise their own refusals
+(``proxy.http.refusals``) the same way, all answered by the edge's one table
+(``proxy.http.errors``); outcomes are turned into answers through ``proxy.http.responses``.
+Bodies are read by the one reader (``proxy.http.bodies``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 from collections.abc import Awaitable, Callable
@@ -27,23 +28,22 @@ from aiohttp.typedefs import Handler
 from proxy.adapters.attest.probe import Captured
 from proxy.adapters.calls import LoadRequest, parse_load, parse_unload
 from proxy.adapters.service import AdapterService
-from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.resumable import Resumable
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.http import responses
-from proxy.http.bodies import BodyBudget
+from proxy.http.bodies import BodyReader
 from proxy.http.edge import SCOPE
 from proxy.http.identity import IDENTITY
-from proxy.http.responses import Redactor, error_response, json_response
+from proxy.http.refusals import BadPauseMode, NotReported, UnsafeRequest
+from proxy.http.responses import Redactor, json_response
 from proxy.http.server import Guard
 from proxy.http.status import Status
 from proxy.insight.sampler import Sampler
 from proxy.metrics.page import MetricsPage
-from proxy.metrics.recorder import Metrics
-from proxy.routing.facts import Facts, UnknownModel
+from proxy.routing.facts import Facts
 from proxy.routing.peek import Peek, peek_generation
 from proxy.routing.policy import RouteRequest
 from proxy.runs.names import canonical, splice_model
@@ -57,19 +57,19 @@ def _printable_ascii(text: str) -> bool:
     return text.isascii() and text.isprintable()
 
 
-def _unsafe_request(request: web.Request) -> web.Response | None:
-    """A 400 for a request the proxy cannot pass on as it came: a non-ASCII request target or
-    Content-Type (they are forwarded verbatim), or a routing key that is not printable text."""
+def _check_passable(request: web.Request) -> None:
+    """``UnsafeRequest`` for a request the proxy cannot pass on as it came: a non-ASCII request
+    target or Content-Type (they are forwarded verbatim), or a routing key that is not printable
+    text."""
     if not _printable_ascii(request.rel_url.raw_path_qs):
-        return error_response(400, "the request target must be printable ASCII (percent-encode)")
+        raise UnsafeRequest("the request target must be printable ASCII (percent-encode)")
     content_type = request.headers.get("Content-Type", "")
     if not _printable_ascii(content_type):
-        return error_response(400, "the Content-Type header must be printable ASCII")
+        raise UnsafeRequest("the Content-Type header must be printable ASCII")
     for name in ROUTING_KEY_HEADERS:
         value = request.headers.get(name)
         if value is not None and not value.isprintable():
-            return error_response(400, f"the {name} header must be printable text")
-    return None
+            raise UnsafeRequest(f"the {name} header must be printable text")
 
 
 @dataclass(slots=True)
@@ -78,12 +78,10 @@ class Handlers:
     forwarder: Forwarder
     fanout: FanOut
     adapters: AdapterService
-    metrics: Metrics
     facts: Facts
     status_of: Status
-    client: ClientSettings
     redactor: Redactor
-    bodies: BodyBudget
+    bodies: BodyReader
     runs: Runs
     queue_timeout_s: float
     guard: Guard
@@ -92,44 +90,6 @@ class Handlers:
     captured: Captured  # the policy probe's ids, taken from the first token-id prompt
     # -- bodies ------------------------------------------------------------------------------
 
-    async def _read(self, request: web.Request) -> bytes | web.Response:
-        """The request body, within the body limit, the body timeout and the memory budget.
-
-        The budget is charged by the bytes received, as they arrive (a declared length alone
-        reserves nothing: declaring 32 MiB and sending nothing costs only the sender; one
-        declared above the body limit is refused at once). The body's bytes stay reserved in
-        ``bodies`` until ``_with_body`` releases them."""
-        limit, length = self.client.max_body_bytes, request.content_length
-        if length is not None and length > limit:
-            self.metrics.record_rejection("too_large")
-            return responses.too_large(limit)
-        if request.content.is_eof():  # all of it came with the head: nothing to time
-            body = await request.read()
-            if not self.bodies.reserve(len(body)):
-                self.metrics.record_rejection("body_budget")
-                return responses.body_budget_full(self.bodies.limit)
-            return body
-        held, chunks, kept = 0, [], False
-        try:
-            async with asyncio.timeout(self.client.body_timeout_s):
-                while chunk := await request.content.readany():
-                    if held + len(chunk) > limit:
-                        self.metrics.record_rejection("too_large")
-                        return responses.too_large(limit)
-                    if not self.bodies.reserve(len(chunk)):
-                        self.metrics.record_rejection("body_budget")
-                        return responses.body_budget_full(self.bodies.limit)
-                    held += len(chunk)
-                    chunks.append(chunk)
-            kept = True
-        except TimeoutError:
-            self.metrics.record_rejection("body_timeout")
-            return responses.body_timeout(self.client.body_timeout_s)
-        finally:
-            if not kept:
-                self.bodies.release(held)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
     async def _with_body(
         self,
         request: web.Request,
@@ -137,17 +97,12 @@ class Handlers:
         *,
         forwarded: bool = True,
     ) -> web.StreamResponse:
-        """Read the body (``_read``'s bounds), answer ``use(request, body)``, release the body
-        after. ``forwarded``: the request goes to a replica as it came, so it must be passable
-        (``_unsafe_request``)."""
+        """Read the body (``BodyReader.read``'s bounds), answer ``use(request, body)``, release
+        the body after. ``forwarded``: the request goes to a replica as it came, so it must be
+        passable (``_check_passable``)."""
         if forwarded:
-            bad = _unsafe_request(request)
-            if bad is not None:
-                self.metrics.record_rejection("bad_request")
-                return bad
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+            _check_passable(request)
+        body = await self.bodies.read(request)
         try:
             return await use(request, body)
         finally:
@@ -165,10 +120,7 @@ class Handlers:
                 self.adapters.offer_probe(peek.buffer[peek.start : peek.end])
             if scope.run is not None:
                 body, peek = self._scoped(scope, body, peek, prompt_key)
-            try:
-                facts = self.facts.from_peek(peek, key)
-            except UnknownModel as exc:
-                raise UnknownModel(scope.own_name(exc.model) or exc.model) from None
+            facts = self.facts.from_peek(peek, key)  # UnknownModel: answered in the run's names
             if peek.stream:  # may be continued elsewhere if its replica fails mid-stream
                 resume, body = self.forwarder.streams.plan(route, body)
                 return await self._forward(request, body, route, facts, resume)
@@ -268,14 +220,11 @@ class Handlers:
     # -- control ---------------------------------------------------------------------------
 
     async def control(self, request: web.Request) -> web.StreamResponse:
-        bad = _unsafe_request(request)
-        if bad is not None:
-            self.metrics.record_rejection("bad_request")
-            return bad
+        _check_passable(request)
         path = request[SCOPE].target(request.path)
         mode = request.rel_url.query.get("mode", "abort")
         if path == "/pause" and mode not in PAUSE_MODES:
-            return error_response(400, f"mode must be one of {PAUSE_MODES}", param="mode")
+            raise BadPauseMode(PAUSE_MODES)
         run = request[SCOPE].run
         if run is not None:  # that run's gate only: the replicas and the other runs go on
             run.pause() if path == "/pause" else run.resume()
@@ -297,7 +246,7 @@ class Handlers:
     async def server_info(self, request: web.Request) -> web.StreamResponse:
         info = views.server_info(self.pool)
         if info is None:
-            return responses.not_reported("reported its server info")
+            raise NotReported("reported its server info")
         run = request[SCOPE].run
         if run is not None:  # the run's share of max_loras: what TRL checks its staleness on
             info = copy.deepcopy(info)
@@ -310,7 +259,7 @@ class Handlers:
     async def models(self, request: web.Request) -> web.StreamResponse:
         listing = views.models(self.pool, self.adapters.roots())
         if listing is None:
-            return responses.not_reported("listed its models")
+            raise NotReported("listed its models")
         scope = request[SCOPE]
         if scope.run is not None:  # the base model, then the run's adapters under its names
             data: list[dict[str, Any]] = [listing["data"][0]]
@@ -333,6 +282,6 @@ class Handlers:
             sampler.advice(),
             sampler.run_advice(),
             client_connections=self.guard.connections,
-            body_bytes_held=self.bodies.held,
+            body_bytes_held=self.bodies.budget.held,
         )
         return json_response(200, page)

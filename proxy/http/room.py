@@ -17,12 +17,13 @@ from proxy.fleet.hosts import HostAllowlist
 from proxy.fleet.room import Fleet
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
-from proxy.http.bodies import BodyBudget
+from proxy.http.bodies import BodyBudget, BodyReader
 from proxy.http.edge import Edge
 from proxy.http.errors import ErrorAnswers
 from proxy.http.handlers import Handlers
 from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
+from proxy.http.refusals import TooManyConnections
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.run_admin import RunAdmin
@@ -63,18 +64,17 @@ def build_edge(
 ) -> HttpRoom:
     fleet, adapters, dataplane = parts
     client = settings.client
-    guard = Guard(client, metrics.record_rejection)
     redactor = Redactor(secret_values(settings))
-    bodies = BodyBudget(client.max_body_bytes_in_flight)
+    errors = ErrorAnswers(metrics, redactor)
+    guard = Guard(client, errors.refusal(TooManyConnections()))
+    bodies = BodyReader(client, BodyBudget(client.max_body_bytes_in_flight))
     handlers = Handlers(
         pool=fleet.pool,
         forwarder=dataplane.forwarder,
         fanout=dataplane.fanout,
         adapters=adapters.service,
-        metrics=metrics,
         facts=dataplane.facts,
         status_of=status,
-        client=client,
         redactor=redactor,
         bodies=bodies,
         runs=runs,
@@ -85,13 +85,13 @@ def build_edge(
         captured=adapters.service.check.captured,
     )
     hosts = HostAllowlist.of(settings)
-    admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)
-    run_admin = RunAdmin(runs, status, sampler, adapters.service, client.body_timeout_s)
+    admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, bodies)
+    run_admin = RunAdmin(runs, status, sampler, adapters.service, bodies)
     edge = Edge(
         metrics,
         guard,
         Identities(),
-        ErrorAnswers(metrics, redactor),
+        errors,
         KeyCheck(settings.api_key, "API"),
         runs,
         spans=spans,

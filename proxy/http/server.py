@@ -2,20 +2,23 @@
 
 aiohttp parses and answers; this module bounds what one client (or many) can hold:
 - ``max_connections`` client connections that have sent something at once; the next one is
-  answered 503 and closed (``rollout_proxy_rejections_total{reason="too_many_connections"}``).
-  Connections that have sent nothing yet are not counted (``SILENT_PER_CAP`` times the cap of
-  them at most, for the descriptors' sake): they cannot lock clients out;
+  answered 503 and closed before aiohttp reads a request from it: the bytes of the error
+  table's answer to ``TooManyConnections``, each refusal counted by the table
+  (``proxy.http.errors.ErrorAnswers.refusal``). Connections that have sent nothing yet are not
+  counted (``SILENT_PER_CAP`` times the cap of them at most, for the descriptors' sake): they
+  cannot lock clients out;
 - ``head_timeout_s``: a request head must be complete in time, measured from its first byte, or
   from the connection's opening for its first request (a connection that sends nothing is closed
-  then, not at the keep-alive timeout); checked by a sweep every ``head_timeout_s / 2``;
+  then, not at the keep-alive timeout), without an answer (a head that never ended is no
+  request to answer; ``Guard.head_timeouts`` counts them); checked by a sweep every
+  ``head_timeout_s / 2``;
 - ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
   a connection that never completes a head);
 - ``send_timeout_s``: a client that stops reading its answer (the socket's send buffer stays full
   this long) is disconnected, which frees its slot and cancels its generation; nothing is timed
   while a client reads (the timer runs only between the transport's ``pause_writing`` and
   ``resume_writing``);
-- the body timeout and byte budgets are the handlers' (``handlers.Handlers._read``, the memory
-  budget in ``bodies.BodyBudget``);
+- the body limit, timeout and memory budget are the body reader's (``bodies.BodyReader``);
 - a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
   ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
   (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
@@ -65,14 +68,6 @@ log = logging.getLogger("proxy.server")
 LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
 BAD_INPUT_LOG_EVERY_S = 60.0
 SILENT_PER_CAP = 2  # connections that sent nothing yet, at most, per --max-client-connections
-_REFUSAL = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-)
-_REFUSAL_BODY = (
-    b'{"error":{"message":"the proxy has too many client connections; retry shortly",'
-    b'"type":"ServiceUnavailable","param":null,"code":503}}'
-)
 # Bad client input, by kind (``proxy.metrics.BAD_INPUT_KINDS``, the metric's label values).
 _BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
     (LineTooLong, "too_long"),
@@ -213,11 +208,11 @@ class Guard:
     connection. Heads are timed by one sweep every ``head_timeout_s / 2`` over the open
     connections (O(connections), off the request path), not by a timer per request."""
 
-    def __init__(self, settings: ClientSettings, reject: Callable[[str], None]) -> None:
+    def __init__(self, settings: ClientSettings, refuse: Callable[[], bytes]) -> None:
         self.max_connections = settings.max_connections
         self.head_timeout_s = settings.head_timeout_s
         self.send_timeout_s = settings.send_timeout_s
-        self._reject = reject
+        self._refuse = refuse  # counts a refusal, gives its answer's bytes
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
         self._speaking = 0  # open connections that have sent something
         self._sweeper: asyncio.TimerHandle | None = None
@@ -255,8 +250,7 @@ class Guard:
             if self._speaking >= self.max_connections or (
                 silent >= SILENT_PER_CAP * self.max_connections
             ):
-                self._reject("too_many_connections")
-                return _Refusal()
+                return _Refusal(self._refuse())
             return GuardedConnection(self, inner())
 
         return make
@@ -268,9 +262,9 @@ class Guard:
     def spoke(self, connection: GuardedConnection) -> bool:
         """``connection`` sent its first bytes: counted (True), or answered 503 and closed."""
         if self._speaking >= self.max_connections:
-            self._reject("too_many_connections")
+            answer = self._refuse()
             if connection.transport is not None:
-                _Refusal().connection_made(connection.transport)
+                _Refusal(answer).connection_made(connection.transport)
             return False
         self._speaking += 1
         return True
@@ -291,10 +285,13 @@ class Guard:
 
 
 class _Refusal(asyncio.Protocol):
-    """Answers 503 and closes: the connection cap is reached."""
+    """Writes ``answer`` (the cap's refusal) and closes."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        cast(asyncio.Transport, transport).write(_REFUSAL % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+        cast(asyncio.Transport, transport).write(self._answer)
         cast(asyncio.Transport, transport).close()
 
 
@@ -349,11 +346,11 @@ async def serving(
         listener = await asyncio.get_running_loop().create_server(
             guard.factory(handler), ssl=ssl_context, backlog=BACKLOG, start_serving=False, **where
         )
-    except OSError as exc:
+    except OSError as exc:  # the port cannot be had: one line saying why, nothing started
         raise cannot_listen(host, port, exc) from None
     try:
         await runner.setup()
-    except BaseException:
+    except BaseException:  # the app did not start: the listener is ours to close
         listener.close()
         raise
     try:
@@ -376,6 +373,6 @@ def raise_fd_limit() -> tuple[int, int]:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError) as exc:  # refused by the system: run with what it has
             log.warning("could not raise the open-files limit from %d: %s", soft, exc)
     return soft, hard

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 PREFIX = "rollout_proxy_"
 # Fixed label sets, exported from the start (at 0) so dashboards and alerts always find them.
+# The reasons of the error table's rows (``proxy.http.errors.ANSWERS``), each used by one or more.
 REJECTION_REASONS = (
     "queue_full",
     "queue_timeout",
@@ -25,6 +26,17 @@ REJECTION_REASONS = (
     "unknown_run",
     "run_paused",
     "run_share",
+    "admin_disabled",
+    "host_not_allowed",
+    "unknown_route",
+    "wrong_method",
+    "unknown_replica",
+    "unknown_adapter",
+    "not_reported",
+    "replica_refused",
+    "mount_lagging",
+    "upstream_timeout",
+    "upload_refused",
 )
 BAD_INPUT_KINDS = (
     "too_long",
