@@ -133,7 +133,7 @@ def assemble(
     """Every room, in dependency order (see the module docstring)."""
     runs = Runs(parse_runs(settings.runs or ""))
     outage = Outage(clock)
-    limiter = Limiter(settings.limits, clock, outage, runs)
+    limiter = Limiter(settings.limits, clock, outage)
     shares = RunShares(runs)
     followers = (outage.follow, limiter.follow, shares.follow)
     fleet_members = members(settings, clock, followers, no_replica_grace_s)

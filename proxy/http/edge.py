@@ -3,8 +3,8 @@
 Outermost first: the request's identity (``BadRequestId`` when it cannot be passed on), its
 metrics and access-log line; its span when tracing is on; its domain errors turned into answers
 (``proxy.http.errors``: the one place they are caught); the inbound key (``auth``, only with
-``--api-key``); its scope, the bare path or one run. The handlers behind it are one set for
-every scope (``handlers``).
+``--api-key``); its run (``proxy.runs.run``): a declared one under ``/runs/<run>/``, else the
+default run (the bare path). The handlers behind it are one set for every run (``handlers``).
 
 The layers are composed once per route, when the route table is built, from what the table
 knows of the route (its metrics label, whether it is open, whether it is under ``/runs/{run}``),
@@ -33,18 +33,18 @@ from proxy.http.refusals import BadRequestId
 from proxy.http.server import Guard
 from proxy.http.tracing import Spans
 from proxy.metrics.recorder import Metrics
-from proxy.runs.scope import BARE, Scope
+from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import Runs
 
 access_log = logging.getLogger("proxy.access")
-SCOPE = web.RequestKey("scope", Scope)
+RUN = web.RequestKey("run", Run)  # the request's run: the default run, or a declared one
 
 
 @dataclass(frozen=True, slots=True)
 class RouteInfo:
     label: str  # the ``route`` label of the request metrics
     open: bool = False  # served without the API key (/health; the admin API checks its own)
-    runs: bool = False  # under ``/runs/{run}``: the request's scope is that run
+    runs: bool = False  # under ``/runs/{run}``: the request's run is that one
 
 
 class Edge:
@@ -131,27 +131,25 @@ class Edge:
 
     def _answered(self, handler: Handler, info: RouteInfo) -> Handler:
         """Domain errors answered (under a run, in its names); the key checked (a closed
-        route, a key configured: ``Unauthorized``); the request's scope: its run under
+        route, a key configured: ``Unauthorized``); the request's run: the one declared under
         ``/runs/<run>/`` (``UnknownRun`` if no one declared it; each answer counted for the
-        run), else the bare path's."""
+        run), else the default run."""
         errors, runs = self._errors, self._runs
         key = None if info.open else self._key
 
         async def answered(request: web.Request) -> web.StreamResponse:
-            scope = BARE
+            run: Run = DEFAULT
             try:
                 if key is not None:
                     key.check(request)
-                if not info.runs:
-                    request[SCOPE] = BARE
-                    return await handler(request)
-                run = runs.get(request.match_info["run"])
-                scope = request[SCOPE] = Scope(run)
+                if info.runs:
+                    run = runs.get(request.match_info["run"])
+                request[RUN] = run
                 try:
                     return await handler(request)
                 finally:
                     run.answered()
             except DomainError as exc:  # the one place a domain error becomes its answer
-                return errors.answer(exc, scope)
+                return errors.answer(exc, run)
 
         return answered

@@ -16,7 +16,7 @@ fixed headers; and the operator's note, logged at WARNING. An answer counts one
 ``rollout_proxy_rejections_total{reason}``: the error's ``reason``, else the row's (for an
 error class of a room that names none itself). Messages are redacted (configured secrets
 replaced: a replica's text may be echoed in them); under ``/runs/<run>/`` the answer reads with
-the run's own names (``Scope.answer``).
+the run's own names (``Run.answer``).
 
 Invariants (``tests/unit/test_error_table.py``): every row resolves to one label of
 ``REJECTION_REASONS``; every row has a test that provokes it through a real proxy.
@@ -63,7 +63,7 @@ from proxy.http.responses import Redactor, error_body
 from proxy.metrics.recorder import Metrics
 from proxy.routing.facts import UnknownModel
 from proxy.routing.peek import BadBody
-from proxy.runs.scope import BARE, Scope
+from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import OverShare, RunPaused, UnknownRun
 from proxy.upstream.errors import LocalResourceError
 
@@ -155,7 +155,7 @@ class ErrorAnswers:
         self._metrics = metrics
         self._redactor = redactor
 
-    def answer(self, exc: DomainError, scope: Scope = BARE) -> web.Response:
+    def answer(self, exc: DomainError, run: Run = DEFAULT) -> web.Response:
         """``exc``'s answer; under a run, with the run's own names."""
         answer = answer_for(type(exc))
         self._metrics.record_rejection(reason_of(exc, answer))
@@ -164,7 +164,7 @@ class ErrorAnswers:
             log.warning("%s (%s)", message, answer.note)
             message = f"{message}; retry shortly"
         status = _status(exc, answer)
-        body = scope.answer(error_body(status, message, param=exc.param, extra=exc.details))
+        body = run.answer(error_body(status, message, param=exc.param, extra=exc.details))
         response = web.Response(
             status=status, body=body, content_type="application/json", headers=_headers(exc, answer)
         )

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from aiohttp import ClientPayloadError, web
 
 from adapter_receiver.receive import Answer, ClientGone, Receiver
-from proxy.http.edge import SCOPE
+from proxy.http.edge import RUN
 from proxy.http.refusals import UploadRefused
 from proxy.http.responses import json_response
 
@@ -31,7 +31,7 @@ class ReceiverRoutes:
     async def upload(self, request: web.Request) -> web.Response:
         """The entry is named as the replicas name the adapter (a run's upload is scoped; the
         answer names the entry's path, which the relay's load then sends as it is)."""
-        name = request[SCOPE].replica_name(request.match_info["name"])
+        name = request[RUN].replica_name(request.match_info["name"])
         chunks = _chunks(request)
         answer = await self.receiver.upload(name, request.content_length, chunks)
         if answer.status >= 400:

@@ -20,7 +20,7 @@ from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget, BodyReader
 from proxy.http.edge import Edge
 from proxy.http.errors import ErrorAnswers
-from proxy.http.handlers import Handlers
+from proxy.http.handlers import FleetControl, Handlers
 from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.refusals import TooManyConnections
@@ -77,12 +77,12 @@ def build_edge(
         status_of=status,
         redactor=redactor,
         bodies=bodies,
-        runs=runs,
         queue_timeout_s=settings.limits.queue_timeout_s,
         guard=guard,
         sampler=sampler,
         page=page,
         captured=adapters.service.check.captured,
+        fleet_control=FleetControl(dataplane.fanout, redactor),
     )
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, bodies)

@@ -23,7 +23,7 @@ from proxy.http.handlers import Handlers
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.refusals import UnknownRoute, WrongMethod
 from proxy.http.run_admin import RunAdmin
-from proxy.runs.scope import PREFIX as RUN_PREFIX
+from proxy.runs.run import PREFIX as RUN_PREFIX
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")

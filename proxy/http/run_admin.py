@@ -20,7 +20,7 @@ from proxy.http.bodies import BadAdminBody, BodyReader, admin_body_fault
 from proxy.http.responses import json_response
 from proxy.http.status import Status
 from proxy.insight.sampler import Sampler
-from proxy.runs.table import Runs, UnknownRun
+from proxy.runs.table import Runs
 
 log = logging.getLogger("proxy.admin")
 DECLARE_SHAPE = 'cannot declare the run: the body must be {"name": "RUN", "weight": 1}'
@@ -72,10 +72,9 @@ class RunAdmin:
     async def remove(self, request: web.Request) -> web.StreamResponse:
         """The run is gone at once (404 for its paths); its adapters are unloaded behind."""
         name = request.match_info["run"]
-        if name not in self.runs:
-            raise UnknownRun(name, (r.name for r in self.runs))
+        run = self.runs.get(name)  # UnknownRun: 404
         view = self.page()[name]
-        held = self.status.held(name)
+        held = self.status.held(run)
         self.runs.remove(name)
         for scoped_name in held:
             await self.adapters.unload(scoped_name)
