@@ -7,7 +7,7 @@ admin API (``admin``, ``run_admin``), inbound key checks (``auth``), the one err
 own errors (``refusals``), the answers that are not errors (``responses``: aggregated fan-out
 and adapter answers), the proxy's own adapter receiver routes (``receiver``), what the proxy
 reads of itself across the rooms (``status``: the status page, the advisor's samples, the
-scrape-time gauges' sources) and the edge assembled (``room``).
+scrape-time gauges' sources) and the edge's wiring (``wiring``).
 
 Rules: the only room that turns outcomes into HTTP answers. May import every other room of the
 proxy; nothing imports it but ``proxy.app`` and ``proxy.cli``.

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from proxy.adapters.room import Adapters
+from proxy.adapters.wiring import Adapters
 from proxy.clock import Clock
 from proxy.config import Settings
-from proxy.dataplane.room import DataPlane
+from proxy.dataplane.wiring import DataPlane
 from proxy.fleet.hosts import HostAllowlist
-from proxy.fleet.room import Fleet
+from proxy.fleet.wiring import Fleet
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget, BodyReader

@@ -37,7 +37,7 @@ from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock, TaskFailed
 from proxy.config import AdapterSettings, Settings, split_bucket
 from proxy.fleet.replica import Replica
-from proxy.fleet.room import Members
+from proxy.fleet.wiring import Members
 from proxy.metrics.recorder import Metrics
 from proxy.runs.table import Runs
 
