@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from adapter_receiver.wire import shown
 from proxy.adapters.attest.check import ServedPolicyCheck
 from proxy.adapters.attest.verdict import Verdict
-from proxy.adapters.carry import Carrier, Outcome, describe
+from proxy.adapters.carry import Carrier, LoadOutcome, describe
 from proxy.adapters.registry import Command, Unload, Version
 from proxy.adapters.retries import RetryQueue
 from proxy.adapters.spec import Spec, runnable
@@ -285,7 +285,7 @@ class Agent:
         self._settle(key, True, name)
         return True
 
-    async def _load(self, version: Version, replace: bool) -> Outcome:
+    async def _load(self, version: Version, replace: bool) -> LoadOutcome:
         carrier, spec = self._tools.carrier, self._tools.spec
         push = spec.take(version, self.replica)
         if push is None:

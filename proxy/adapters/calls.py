@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from proxy.adapters.carry import Outcome
+from proxy.adapters.carry import LoadOutcome
 from proxy.adapters.registry import Version
 from proxy.errors import DomainError
 
@@ -78,7 +78,7 @@ class LoadRequest:
 @dataclass(frozen=True, slots=True)
 class LoadResult:
     version: Version
-    outcomes: list[Outcome]
+    outcomes: list[LoadOutcome]
     seconds: float
     deadline_s: float  # how long lagging mounts were waited for
 

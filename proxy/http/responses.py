@@ -27,8 +27,8 @@ from proxy.adapters.calls import (
     UnknownAdapter,
     UnloadResult,
 )
-from proxy.adapters.carry import Outcome as LoadOutcome
-from proxy.dataplane.fanout import Outcome as ControlOutcome
+from proxy.adapters.carry import LoadOutcome
+from proxy.dataplane.fanout import ControlOutcome
 from proxy.http.refusals import ControlRefused, ControlUnreached
 from proxy.logs import redact
 from proxy.upstream.client import Reply
