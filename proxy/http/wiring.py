@@ -66,7 +66,7 @@ def build_edge(
     client = settings.client
     redactor = Redactor(secret_values(settings))
     errors = ErrorAnswers(metrics, redactor)
-    guard = Guard(client, errors.refusal(TooManyConnections()))
+    guard = Guard(client, errors.refusal(TooManyConnections()), clock)
     bodies = BodyReader(client, BodyBudget(client.max_body_bytes_in_flight))
     handlers = Handlers(
         pool=fleet.pool,
