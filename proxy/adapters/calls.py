@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from adapter_receiver.wire import NAME_RULE, safe_name
 from proxy.adapters.carry import LoadOutcome
 from proxy.adapters.registry import Version
 from proxy.errors import DomainError
@@ -69,6 +70,9 @@ class UnknownAdapter(DomainError):
         super().__init__(f"The lora adapter '{name}' cannot be found.")
 
 
+MAX_PATH_CHARS = 4096  # a load's ``lora_path`` (Linux's PATH_MAX)
+
+
 @dataclass(frozen=True, slots=True)
 class LoadRequest:
     name: str  # ``lora_name``, as the replicas are to hold it
@@ -110,6 +114,20 @@ def _parse(body: bytes, *, need_path: bool) -> tuple[str, str]:
     name, path = data.get("lora_name"), data.get("lora_path", "")
     if not isinstance(name, str) or not name:
         raise BadAdapterRequest("'lora_name' must be a non-empty string", param="lora_name")
+    adapter_name(name)
     if need_path and (not isinstance(path, str) or not path):
         raise BadAdapterRequest("'lora_path' must be a non-empty string", param="lora_path")
+    if isinstance(path, str) and len(path) > MAX_PATH_CHARS:
+        raise BadAdapterRequest(
+            f"'lora_path' must be at most {MAX_PATH_CHARS} characters", param="lora_path"
+        )
     return name, path if isinstance(path, str) else ""
+
+
+def adapter_name(name: str) -> str:
+    """``name`` when it is one (``adapter_receiver.wire.NAME_RULE``, the rule every replica's
+    receiver holds names to); ``BadAdapterRequest`` naming the rule if not."""
+    if not safe_name(name):
+        shown = name[:80] + ("..." if len(name) > 80 else "")
+        raise BadAdapterRequest(f"'lora_name' {shown!r} must be {NAME_RULE}", param="lora_name")
+    return name

@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.adapters.attest.probe import Captured
-from proxy.adapters.calls import LoadRequest, parse_load, parse_unload
+from proxy.adapters.calls import LoadRequest, adapter_name, parse_load, parse_unload
 from proxy.adapters.service import AdapterService
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
 from proxy.dataplane.forward import Forwarder
@@ -197,7 +197,7 @@ class Handlers:
         async def load(request: web.Request, body: bytes) -> web.StreamResponse:
             run = request[RUN]
             asked = parse_load(body)
-            name = run.replica_name(asked.name)
+            name = adapter_name(run.replica_name(asked.name))  # a run's prefix counts too
             self._check_share(run, name)
             result = await self.adapters.load(LoadRequest(name, asked.path))
             return self._own(run, self.redactor.load_answer(result))
@@ -218,7 +218,8 @@ class Handlers:
     async def unload(self, request: web.Request) -> web.StreamResponse:
         async def unload(request: web.Request, body: bytes) -> web.StreamResponse:
             run = request[RUN]
-            result = await self.adapters.unload(run.replica_name(parse_unload(body)))
+            name = adapter_name(run.replica_name(parse_unload(body)))
+            result = await self.adapters.unload(name)
             return self._own(run, responses.unload_answer(result))
 
         return await self._with_body(request, unload, forwarded=False)

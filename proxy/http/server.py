@@ -23,9 +23,8 @@ aiohttp parses and answers; this module bounds what one client (or many) can hol
   while a client reads (the timer runs only between the transport's ``pause_writing`` and
   ``resume_writing``);
 - the body limit, timeout and memory budget are the body reader's (``bodies.BodyReader``);
-- a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
-  ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
-  (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
+- a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind,
+  without a traceback, and counted (``client_log``); our own errors keep their tracebacks.
 
 Every connection goes through a ``GuardedConnection``, a thin protocol in front of aiohttp's
 (one extra call and a clock read per read); handlers tell it when a request starts and ends
@@ -35,8 +34,7 @@ Only aiohttp's public API is used (no private name; tests/unit/test_aiohttp_surf
 what the guard relies on, naming the aiohttp version when an upgrade changes it): the runner's
 ``server`` is the protocol factory aiohttp documents for ``loop.create_server`` (its low-level
 server), and ``serving`` makes the listening socket itself with the guard in front, instead of
-an aiohttp site (a site builds its listener from ``runner.server`` with no way to wrap it). The
-client-error log is the ``logger`` aiohttp's handlers are given, with a ``logging`` filter.
+an aiohttp site (a site builds its listener from ``runner.server`` with no way to wrap it).
 """
 
 from __future__ import annotations
@@ -52,90 +50,18 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from aiohttp import web
-from aiohttp.http_exceptions import (
-    BadHttpMessage,
-    BadHttpMethod,
-    BadStatusLine,
-    ContentLengthError,
-    HttpProcessingError,
-    InvalidHeader,
-    InvalidURLError,
-    LineTooLong,
-    TransferEncodingError,
-)
 
 from proxy.clock import Clock, Timer
 from proxy.config import ClientSettings
 from proxy.http.listen import BACKLOG, cannot_listen
-from proxy.logs import redact_tokens
 
 log = logging.getLogger("proxy.server")
 
 LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
-BAD_INPUT_LOG_EVERY_S = 60.0
 SILENT_PER_CAP = 2  # connections that sent nothing yet, at most, per --max-client-connections
 # At the cap, a keep-alive connection idle this long yields to a new client. Shorter races a
 # request already in the kernel's buffer (TRL's load_lora_adapter is a POST, never retried).
 IDLE_YIELD_S = 1.0
-# Bad client input, by kind (``proxy.metrics.BAD_INPUT_KINDS``, the metric's label values).
-_BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
-    (LineTooLong, "too_long"),
-    (BadHttpMethod, "bad_method"),
-    (BadStatusLine, "bad_request_line"),
-    (InvalidURLError, "bad_target"),
-    (InvalidHeader, "bad_header"),
-    (TransferEncodingError, "bad_framing"),
-    (ContentLengthError, "bad_framing"),
-    (BadHttpMessage, "bad_message"),
-)
-
-
-def bad_input_kind(exc: BaseException) -> str:
-    for cls, kind in _BAD_INPUT:
-        if isinstance(exc, cls):
-            return kind
-    return "other"
-
-
-class ClientErrorLog(logging.Logger):
-    """aiohttp's server logger (``AppRunner(logger=...)``): bad client input is a counted
-    WARNING once per kind per interval, with no traceback; everything else (our own bugs) is
-    logged as usual.
-
-    aiohttp reports a request it could not parse as an ERROR record whose exception is an
-    ``HttpProcessingError``; a filter on this logger drops that record and counts (and, once per
-    interval, reports) the kind instead. Whichever ``Logger`` method aiohttp calls, the filter
-    sees the record."""
-
-    def __init__(self, count: Callable[[str], None], clock: Callable[[], float]) -> None:
-        super().__init__("proxy.clients")
-        self.parent = logging.getLogger("proxy")
-        self._count = count
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self.addFilter(self._client_error)
-
-    def _client_error(self, record: logging.LogRecord) -> bool:
-        """False (drop the record) for aiohttp's report of a client's bad input."""
-        exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno < logging.ERROR or not isinstance(exc, HttpProcessingError):
-            return True
-        self._bad_input(exc)
-        return False
-
-    def _bad_input(self, exc: HttpProcessingError) -> None:
-        kind = bad_input_kind(exc)
-        self._count(kind)
-        now = self._clock()
-        if now - self._last.get(kind, float("-inf")) < BAD_INPUT_LOG_EVERY_S:
-            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-            return
-        self._last[kind] = now
-        more = self._suppressed.pop(kind, 0)
-        detail = redact_tokens(repr(str(exc.message)[:200]))
-        note = f" ({more} more since the last report)" if more else ""
-        self.warning("bad request from a client (%s): %s%s", kind, detail, note)
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -221,9 +147,7 @@ class Guard:
     way back to its connection. Heads are timed by one sweep every ``head_timeout_s / 2`` over
     the open connections (O(connections), off the request path), not by a timer per request."""
 
-    def __init__(
-        self, settings: ClientSettings, refuse: Callable[[], bytes], clock: Clock
-    ) -> None:
+    def __init__(self, settings: ClientSettings, refuse: Callable[[], bytes], clock: Clock) -> None:
         self.max_connections = settings.max_connections
         self.head_timeout_s = settings.head_timeout_s
         self.send_timeout_s = settings.send_timeout_s

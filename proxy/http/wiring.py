@@ -18,6 +18,7 @@ from proxy.fleet.wiring import Fleet
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
 from proxy.http.bodies import BodyBudget, BodyReader
+from proxy.http.client_log import ClientErrorLog
 from proxy.http.edge import Edge
 from proxy.http.errors import ErrorAnswers
 from proxy.http.handlers import FleetControl, Handlers
@@ -27,7 +28,7 @@ from proxy.http.refusals import TooManyConnections
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.run_admin import RunAdmin
-from proxy.http.server import ClientErrorLog, Guard
+from proxy.http.server import Guard
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler

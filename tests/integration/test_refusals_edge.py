@@ -99,11 +99,15 @@ async def test_admin_bodies_that_say_nothing_the_route_takes() -> None:
         answer = await post(stack, "/admin/replicas", {"url": "ftp://x"}, headers=ADMIN)
         error = (await refused(stack, answer, BadAdminBody, count=2))["error"]
         assert error["message"].startswith("cannot add replica: replica URL 'ftp://x' must")
-        answer = await post(stack, "/admin/runs", {"weight": 2}, headers=ADMIN)
+        long_url = "http://127.0.0.1:9/" + "x" * 10_000  # bounded before anything echoes it
+        answer = await post(stack, "/admin/replicas", {"url": long_url}, headers=ADMIN)
         error = (await refused(stack, answer, BadAdminBody, count=3))["error"]
+        assert "at most 2048 characters" in error["message"] and "xxxx" not in error["message"]
+        answer = await post(stack, "/admin/runs", {"weight": 2}, headers=ADMIN)
+        error = (await refused(stack, answer, BadAdminBody, count=4))["error"]
         assert error["message"].startswith("cannot declare the run: the body must be")
         answer = await post(stack, "/admin/runs", {"name": "x.y"}, headers=ADMIN)
-        error = (await refused(stack, answer, BadAdminBody, count=4))["error"]
+        error = (await refused(stack, answer, BadAdminBody, count=5))["error"]
         assert error["message"].startswith("cannot declare the run: run name 'x.y'")
 
 
