@@ -83,6 +83,15 @@ class UpstreamSettings(BaseModel):
     request_timeout_s: PositiveSeconds = Field(
         900.0, alias="request_timeout", description="time a replica may take over one request"
     )
+    max_connects_per_replica: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        alias="max_connects_per_replica",
+        description="connections being opened to one replica at once; more requests wait at the "
+        "proxy for one, or for a kept-alive connection to come free (a burst queues here, not in "
+        "the replica's accept queue)",
+    )
     ca_bundle: Path | None = Field(
         None,
         alias="ca_bundle",

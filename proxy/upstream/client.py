@@ -76,6 +76,7 @@ class UpstreamClient:
             max_answer_bytes=settings.max_answer_bytes,
             tls=ssl_context(settings),
             headers=headers,
+            max_connecting=settings.max_connects_per_replica,
         )
 
     async def close(self) -> None:

@@ -15,10 +15,16 @@ probes, info, adapter loads and pushes, fan-out, scrapes) never share a connecti
 keeps its own idle connections per origin, and:
 
 - a control call never waits behind the data path: it takes one of its own lane's idle
-  connections or opens one (``_connect_control``), whatever the data lane holds. The data lane
-  opens its connections in ``_connect`` only, so a bound on a replica's connects in progress
-  (issue 48) goes there and leaves control calls outside it, as it must: a health probe queued
-  behind a burst would eject a replica for being busy;
+  connections or opens one (``_connect_control``), whatever the data lane holds and however many
+  data requests wait: a health probe queued behind a burst would eject a replica for being busy;
+- the data lane opens at most ``max_connecting`` connections to one replica at once
+  (``--max-connects-per-replica``). A request that finds no idle connection and the bound reached
+  waits at the proxy, first come first served, for whichever comes first: a connection another
+  request releases (handed over directly, so a burst reuses what it opened) or a free connect.
+  Thousands of requests at once then queue here instead of overflowing the replicas' accept
+  queues, where each connect would wait out the connect timeout. The wait counts against the
+  request's own time limit (``AnswerTimeout``: load, not a failed replica); ``drop`` fails the
+  waiters of the replica it gives up on;
 - ``drop(url)`` gives up on a replica's data lane (its ejection): every data answer still due
   from it fails at once with ``Dropped`` (its connection closed, which cancels the generation
   there), except the ones their callers ``settle``d (a stream whose client has bytes). Control
@@ -32,7 +38,8 @@ goes out on it). A reused connection that the replica closed anyway before answe
 retried once on a fresh connection; that is a stale keep-alive, not a failed replica. A streamed
 body (``Streamed``) cannot be sent twice: it always goes on a fresh connection, never reused.
 
-Time and size: ``connect_timeout_s`` bounds opening a data connection (``ConnectTimeout``),
+Time and size: ``connect_timeout_s`` bounds opening a data connection (``ConnectTimeout``: the
+time a connect takes, not the time it waited for its turn),
 ``request_timeout_s`` the whole data request, body included (``AnswerTimeout``), and a data
 answer read whole (it has a Content-Length) may be at most ``max_answer_bytes`` long. A control
 call brings its own ``timeout_s`` and ``connect_s`` (for a streamed body the deadline counts from
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -53,11 +61,22 @@ from weakref import WeakSet
 
 from proxy.upstream.connection import Connection
 from proxy.upstream.dial import Origin, dial, origin_of
-from proxy.upstream.errors import Disconnected, Dropped
+from proxy.upstream.errors import AnswerTimeout, Disconnected, Dropped
 from proxy.upstream.parser import DEFAULT_MAX_BODY
 
 # A control call's answer is read whole (health, models, server info, fan-out, metrics): its cap.
 CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
+DEFAULT_MAX_CONNECTING = 32  # data connections being opened to one replica at once
+
+
+class Turn:
+    """A data request waiting for a connection to one replica: handed a released one, or told
+    a connect may start (``None``)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[Connection | None] = loop.create_future()
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +99,10 @@ class ConnectionPool:
         max_answer_bytes: int = DEFAULT_MAX_BODY,
         tls: ssl.SSLContext | None = None,
         headers: dict[str, str] | None = None,
+        max_connecting: int = DEFAULT_MAX_CONNECTING,
     ) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self.max_connecting = max_connecting
         self.request_timeout_s = request_timeout_s
         self.idle_s = idle_s
         self.max_answer_bytes = max_answer_bytes
@@ -91,6 +112,8 @@ class ConnectionPool:
         self._idle: dict[tuple[str, bool], list[Connection]] = {}  # by (origin key, control)
         self._open: dict[str, WeakSet[Connection]] = {}  # the data lane's, by origin key
         self._drops: dict[str, Dropped] = {}  # by origin key, the latest (seen by connects)
+        self._connecting: dict[str, int] = {}  # data connects under way, by origin key
+        self._turns: dict[str, deque[Turn]] = {}  # data requests waiting, by origin key
         self._loop = asyncio.get_running_loop()
         self._sweeper: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._sweep)
         self.opened = 0  # connections opened so far (a gauge of keep-alive working)
@@ -177,7 +200,15 @@ class ConnectionPool:
         found = list(self._open.get(origin.key, ()))
         for connection in found:
             connection.drop(error)
+        for turn in self._turns.pop(origin.key, ()):
+            if not turn.future.done():
+                turn.future.set_exception(error)
         return len(found)
+
+    def waiting(self, url: str) -> int:
+        """Data requests waiting for a connection to ``url``'s replica."""
+        origin = self._origins.get(url)
+        return len(self._turns.get(origin.key, ())) if origin is not None else 0
 
     @property
     def idle(self) -> int:
@@ -197,7 +228,7 @@ class ConnectionPool:
         if connection.finish():
             if self._sweeper is None:
                 connection.abort()
-            else:
+            elif connection.control or not self._hand_over(connection):
                 self._put(connection)
 
     # -- internals --------------------------------------------------------------------------
@@ -222,12 +253,86 @@ class ConnectionPool:
             except Disconnected:
                 if connection.received:
                     raise
-        timeout = min(connect_s, max(deadline - self._loop.time(), 0.0))
         if control:
+            timeout = min(connect_s, max(deadline - self._loop.time(), 0.0))
             fresh = await self._connect_control(origin, timeout)
         else:
-            fresh = await self._connect(origin, timeout)
+            fresh = await self._data_connection(origin, deadline, connect_s)
         return await _send(fresh, wire, deadline, head)
+
+    async def _data_connection(
+        self, origin: Origin, deadline: float, connect_s: float
+    ) -> Connection:
+        """A released data connection handed over, or a new one within ``max_connecting``
+        (the module docstring); ``AnswerTimeout`` when none came before ``deadline``."""
+        key = origin.key
+        while True:
+            idle = self._take_idle((key, False))
+            if idle is not None:
+                return idle
+            if self._connecting.get(key, 0) < self.max_connecting:
+                break
+            handed = await self._wait_turn(key, deadline)
+            if handed is not None:
+                return handed
+        self._connecting[key] = self._connecting.get(key, 0) + 1
+        try:
+            timeout = min(connect_s, max(deadline - self._loop.time(), 0.0))
+            return await self._connect(origin, timeout)
+        finally:
+            self._connecting[key] -= 1
+            self._next_turn(key)
+
+    async def _wait_turn(self, key: str, deadline: float) -> Connection | None:
+        """Wait (FIFO) for a connection released to ``key`` or a connect slot (None)."""
+        turn = Turn(self._loop)
+        turns = self._turns.setdefault(key, deque())
+        turns.append(turn)
+        try:
+            async with asyncio.timeout(max(deadline - self._loop.time(), 0.0)):
+                return await turn.future
+        except TimeoutError:
+            self._pass_on(key, turn)
+            raise AnswerTimeout(f"no connection to {key} came free in time") from None
+        except asyncio.CancelledError:
+            self._pass_on(key, turn)
+            raise
+        finally:
+            if turn in turns:
+                turns.remove(turn)
+            if not turns and self._turns.get(key) is turns:
+                del self._turns[key]
+
+    def _pass_on(self, key: str, turn: Turn) -> None:
+        """A waiter left without taking what it was given (its deadline, its client gone, in
+        the same turn of the loop): the connection or the connect slot goes to the next."""
+        future = turn.future
+        if not future.done() or future.cancelled() or future.exception() is not None:
+            return
+        given = future.result()
+        if given is None:
+            self._next_turn(key)
+        elif not self._hand_over(given):
+            self._put(given)
+
+    def _hand_over(self, connection: Connection) -> bool:
+        """Give a released data connection to the first waiting request for its replica."""
+        turns = self._turns.get(connection.origin_key)
+        while turns:
+            turn = turns.popleft()
+            if not turn.future.done():
+                turn.future.set_result(connection)
+                return True
+        return False
+
+    def _next_turn(self, key: str) -> None:
+        """A connect ended: the first waiting request may start one (or take what is idle)."""
+        turns = self._turns.get(key)
+        while turns:
+            turn = turns.popleft()
+            if not turn.future.done():
+                turn.future.set_result(None)
+                return
 
     def _take_idle(self, lane: tuple[str, bool]) -> Connection | None:
         idle = self._idle.get(lane)

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
+from proxy.upstream import connpool
 from proxy.upstream.client import KEEPALIVE_S
 from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import BadAnswer, ConnectError, Disconnected, Dropped
+from proxy.upstream.errors import AnswerTimeout, BadAnswer, ConnectError, Disconnected, Dropped
 from tests.support.scripted import ok, scripted
 from tests.support.waiting import wait_for
 
@@ -261,4 +263,94 @@ async def test_a_connect_under_way_when_its_replica_is_dropped_fails_too() -> No
         with pytest.raises(Dropped, match="ejected"):
             await asyncio.wait_for(sending, 5)
         assert await post(p, server.url) == (200, b"x")  # a later connect is not affected
+        p.close()
+
+
+class GatedDials:
+    """``dial`` with every connect held until ``gate`` is set: how many are under way at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.gate = asyncio.Event()
+        self.now = 0
+        self.most = 0
+        real = connpool.dial  # type: ignore[attr-defined]
+
+        async def dial(*args: Any) -> Any:
+            self.now += 1
+            self.most = max(self.most, self.now)
+            try:
+                await self.gate.wait()
+                return await real(*args)
+            finally:
+                self.now -= 1
+
+        monkeypatch.setattr(connpool, "dial", dial)
+
+
+async def test_a_burst_opens_at_most_max_connecting_connections_at_once_and_reuses_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Thirty requests at once to one replica, at most three connects under way: the rest wait
+    at the proxy for a connect slot or a released connection (handed over), and every one is
+    answered. Fails on a pool that opens a connection per request at once (a burst then
+    overflows the replica's accept queue, issue 48)."""
+    dials = GatedDials(monkeypatch)
+    async with scripted(lambda n: [ok(b"answer")]) as server:
+        p = pool(max_connecting=3)
+        burst = [asyncio.create_task(post(p, server.url)) for _ in range(30)]
+        await wait_for(lambda: p.waiting(server.url) == 27, what="27 requests waiting")
+        assert dials.now == 3
+        dials.gate.set()
+        answers = await asyncio.gather(*burst)
+        p.close()
+    assert answers == [(200, b"answer")] * 30
+    assert dials.most == 3 and p.opened <= 30
+
+
+async def test_control_calls_never_wait_behind_the_bound_and_drop_fails_the_waiters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the data lane at its bound (one connect held, two requests waiting), a control
+    call opens its own connection at once; dropping the replica fails the waiting requests
+    with ``Dropped`` (they fail over) and the control call still completes."""
+    dials = GatedDials(monkeypatch)
+    async with scripted(lambda n: [ok(b"answer")], replica=True) as server:
+        p = pool(max_connecting=1)
+        data = [asyncio.create_task(post(p, server.url)) for _ in range(3)]
+        await wait_for(lambda: p.waiting(server.url) == 2, what="two requests waiting")
+
+        async def probe() -> int:
+            async with p.control(server.url, "GET", "/health", None, timeout_s=5, connect_s=5) as a:
+                await a.read()
+                return a.status
+
+        control = asyncio.create_task(probe())
+        await wait_for(lambda: dials.now == 2, what="the control connect beside the data one")
+        assert p.drop(server.url, "ejected") == 0
+        for waiting in data[1:]:
+            with pytest.raises(Dropped):
+                await waiting
+        dials.gate.set()
+        assert await control == 200
+        with pytest.raises(Dropped):  # its connect ended after the drop: given up too
+            await data[0]
+        p.close()
+
+
+async def test_a_request_waiting_for_a_connection_ends_at_its_own_time_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The wait for a connection counts against the request's time limit: ``AnswerTimeout``
+    (slow, not a failed replica: nothing is ejected for it)."""
+    dials = GatedDials(monkeypatch)
+    async with scripted(lambda n: [ok(b"answer")]) as server:
+        p = pool(max_connecting=1, request_timeout_s=0.2)
+        held = asyncio.create_task(post(p, server.url))
+        await wait_for(lambda: dials.now == 1, what="the first request's connect held")
+        with pytest.raises(AnswerTimeout):
+            await post(p, server.url)
+        assert p.waiting(server.url) == 0  # it left the line
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
         p.close()
