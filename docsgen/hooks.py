@@ -1,6 +1,7 @@
-"""The mkdocs hook (``mkdocs.yml``: ``hooks: [docsgen/hooks.py]``): the generated reference pages
-and the mirrored repository files go into the build, and every page's links are pointed at
-the site's copies (``docsgen.mirror``). mkdocs then checks every link, anchor and nav entry
+"""The mkdocs hook (``mkdocs.yml``: ``hooks: [docsgen/hooks.py]``): the generated reference pages,
+the mirrored repository files and the vendored scripts and fonts (``docsgen.vendor``, at
+``assets/vendor/``) go into the build, and every page's links are pointed at the site's copies
+(``docsgen.mirror``). mkdocs then checks every link, anchor and nav entry
 (``strict``, ``validation`` in mkdocs.yml).
 """
 
@@ -18,7 +19,14 @@ from mkdocs.config.defaults import MkDocsConfig  # noqa: E402
 from mkdocs.structure.files import File, Files  # noqa: E402
 from mkdocs.structure.pages import Page  # noqa: E402
 
-from docsgen import cli_pages, error_pages, metric_pages, mirror, monitoring_pages  # noqa: E402
+from docsgen import (  # noqa: E402
+    cli_pages,
+    error_pages,
+    metric_pages,
+    mirror,
+    monitoring_pages,
+    vendor,
+)
 
 
 def _nav_paths(node: Any) -> list[str]:
@@ -61,6 +69,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     tracked = mirror.tracked()
     for path in sorted(mirror.wanted(pages, _nav_paths(config.nav), tracked)):
         _add(files, File.generated(config, path, abs_src_path=str(ROOT / path)))
+    for path in vendor.files():
+        source = str(vendor.FOLDER / path)
+        _add(files, File.generated(config, f"{vendor.SITE_PATH}/{path}", abs_src_path=source))
     return files
 
 
