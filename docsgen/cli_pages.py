@@ -201,6 +201,12 @@ def section(
 # weighs 1000 times the text). tests/docs/test_site_offline.py checks the first three in Chromium.
 SEARCH_BOOST = 3
 
+# The right-hand table of contents is hidden on these pages (front matter ``hide: [toc]``): the
+# flag tables take its width (at 1280 px: about 930 px instead of 720), so a flag and its
+# variable fit on one line each beside their description without a sideways scroll. The
+# sections stay in the page's headings and in search.
+FRONT_MATTER = f"---\nsearch:\n  boost: {SEARCH_BOOST}\nhide:\n  - toc\n---\n"
+
 NOTE = (
     "Generated from the code when the site is built (`docsgen/cli_pages.py`): every flag the "
     "program's parser knows, with the default its `--help` shows. Nothing here is written by "
@@ -278,7 +284,7 @@ def build(which: str) -> argparse.ArgumentParser:
 
 def render(page: Page) -> str:
     parts = [
-        f"---\nsearch:\n  boost: {SEARCH_BOOST}\n---\n",
+        FRONT_MATTER,
         f"# {page.title}\n",
         f"{page.intro}\n",
         f"!!! note\n    {NOTE}\n",

@@ -85,12 +85,23 @@ def _repo_path(page: Page) -> str:
 
 _TABLE = re.compile(r"<table>.*?</table>", re.S)
 _NAME = re.compile(r"<code>([^<\s]+)</code>")
+# Where a name may break: after a list's comma, a path's slash, a test id's "::" and a dotted
+# path's dot (one before a letter: never inside a number). Never at "-" or "_".
+_BREAKS = re.compile(r"(?<=[,/])(?=.)|(?<=::)(?=.)|(?<=\.)(?=[A-Za-z_])")
 
 
 def mark_names(html: str) -> str:
-    """Each code span of a table without a space in it (a flag, a variable, a metric, a file)
-    marked ``class="name"``: ``docs/assets/site.css`` keeps it on one line."""
-    return _TABLE.sub(lambda table: _NAME.sub(r'<code class="name">\1</code>', table[0]), html)
+    """Each code span of a table without a space in it (a flag, a variable, a metric, a file,
+    a list of choices) marked ``class="name"``, its parts between the places it may break each
+    in a ``<span>`` that ``docs/assets/site.css`` keeps on one line, a ``<wbr>`` between them:
+    a name is never broken inside a word (``PROXY_SHUTDOW`` / ``N_TIMEOUT``), and nothing is
+    added to the text a reader copies."""
+
+    def name(found: re.Match[str]) -> str:
+        parts = "<wbr>".join(f"<span>{part}</span>" for part in _BREAKS.split(found[1]))
+        return f'<code class="name">{parts}</code>'
+
+    return _TABLE.sub(lambda table: _NAME.sub(name, table[0]), html)
 
 
 def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:

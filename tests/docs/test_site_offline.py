@@ -141,9 +141,10 @@ def _shadow_svgs(driver: Chrome) -> list[dict[str, Any]]:
 
 
 _LAYOUT = """
-const names = [...document.querySelectorAll('.md-typeset table code')]
-  .filter(code => !/\\s/.test(code.textContent))
-  .filter(code => code.getClientRects().length > 1).map(code => code.textContent);
+const codes = [...document.querySelectorAll('.md-typeset table code')];
+const unmarked = codes.filter(code => !/\\s/.test(code.textContent) && !code.matches('.name'));
+const names = [...unmarked, ...document.querySelectorAll('.md-typeset table code.name > span')]
+  .filter(part => part.getClientRects().length > 1).map(part => part.textContent);
 const blocks = [...document.querySelectorAll('.md-typeset pre > code')]
   .filter(code => code.scrollWidth > code.clientWidth + 1)
   .map(code => code.textContent.split('\\n').sort((a, b) => b.length - a.length)[0]);
