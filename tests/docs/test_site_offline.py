@@ -26,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +39,6 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from tests.support import browser
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD_S = 180  # mkdocs build of the whole site (about 3 s), plus the vendored files if missing
 SETTLE_S = 30  # a page's diagrams drawn and its search ready, on a busy 2-core machine
 ANSWER_S = 30  # the search worker's answer to a typed query
 POLL_S = 0.05  # how often a wait looks again
@@ -55,19 +51,6 @@ pytestmark = pytest.mark.skipif(
     not browser.installed() and not os.environ.get("CI"),
     reason="Debian's chromium and chromium-driver are not installed here (make test-tools)",
 )
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as ``make docs`` builds it, from the sources as they are now."""
-    folder = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    for command in (
-        [sys.executable, "-m", "docsgen.vendor"],  # nothing to do after `make docs`
-        [sys.executable, "-m", "mkdocs", "build", "--quiet", "--site-dir", str(folder)],
-    ):
-        subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=BUILD_S)
-    return folder
 
 
 @dataclass
@@ -174,9 +157,10 @@ def _visit(driver: Chrome, base: str, gate: browser.Gate, site: Path, page: str)
 
 
 @pytest.fixture(scope="module")
-def walk(site: Path) -> Iterator[Walk]:
+def walk(built_site: Path) -> Iterator[Walk]:
     """Every page of the site, opened once in one browser; then the browser, for the tests that
     type into it."""
+    site = built_site
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
     with (
         browser.serve_folder(site) as base,
