@@ -202,9 +202,10 @@ def section(
 SEARCH_BOOST = 3
 
 # The right-hand table of contents is hidden on these pages (front matter ``hide: [toc]``): the
-# flag tables take its width (at 1280 px: about 930 px instead of 720), so a flag and its
-# variable fit on one line each beside their description without a sideways scroll. The
-# sections stay in the page's headings and in search.
+# flag tables take its width (at 1280 px: about 970 px instead of 720), so a flag and its
+# variable each stay on one line (docsgen.hooks.mark_names) beside their description, and the
+# tables fit without a sideways scroll; all but rollout-proxy's own, whose five columns of long
+# names still scroll by about 150 px at 1280. The sections stay in the headings and in search.
 FRONT_MATTER = f"---\nsearch:\n  boost: {SEARCH_BOOST}\nhide:\n  - toc\n---\n"
 
 NOTE = (
