@@ -65,25 +65,38 @@ hub-floor:
 	"$$tmp/venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy tests/integration/test_discovery.py \
 		tests/integration/test_network_group.py tests/reliability/test_discovery_owner.py
 
-# Debian packages two test tiers run for real: prometheus + promtool (tests/monitoring, against a
-# live proxy) and tmux (tests/console: top's live view in a terminal). Installed once (about 10 s),
-# as root or through sudo.
+# Debian packages three test tiers run for real: prometheus + promtool (tests/monitoring, against
+# a live proxy), tmux (tests/console: top's live view in a terminal), and chromium +
+# chromium-driver (tests/docs/test_site_offline.py: every page of the site in headless Chromium,
+# offline; the driver is Debian's build of the same version, so no browser is downloaded).
+# Installed once (about a minute with Chromium), as root or through sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+TEST_PACKAGES := prometheus tmux chromium chromium-driver
 test-tools:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null && \
-	command -v tmux >/dev/null || { \
-		echo ">> installing Debian's prometheus and tmux packages for the test tiers"; \
+	command -v tmux >/dev/null && test -x /usr/lib/chromium/chromium && \
+	command -v chromedriver >/dev/null || { \
+		echo ">> installing Debian's $(TEST_PACKAGES) packages for the test tiers"; \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-			prometheus tmux >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
+			$(TEST_PACKAGES) >/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends \
-			prometheus tmux >/dev/null; }; }
+			$(TEST_PACKAGES) >/dev/null; }; }
 
 # The site (mkdocs.yml, docs/) into site/, strictly: a broken link, anchor or nav entry fails it
 # (about 3 s). The reference pages (every flag of the CLIs, every metric family, the proxy's
 # error answers, the alerts) are generated from the code while it builds (docsgen/), never
 # committed. NO_MKDOCS_2_WARNING quiets Material's banner on every build: it is kept (fixes until
-# 2027-05-05), and its successor, Zensical, reads this mkdocs.yml.
+# 2027-05-05), and its successor, Zensical, reads this mkdocs.yml. The site ships what its pages
+# would otherwise fetch from other hosts (mermaid 11, the Roboto fonts): docsgen/vendor.py takes
+# the pinned tarballs from the npm registry with npm (sha512-checked) into build/docs-vendor/,
+# once (a few seconds), nothing while the pins are unchanged; Debian's npm if there is none.
 docs: venv
+	@command -v npm >/dev/null || { echo ">> installing Debian's npm (docsgen/vendor.py uses it)"; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends npm \
+			>/dev/null || { $(SUDO) apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends npm \
+			>/dev/null; }; }
+	$(PY) -m docsgen.vendor
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --quiet --clean --site-dir site
 
 unit: venv
