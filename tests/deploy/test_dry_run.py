@@ -16,7 +16,7 @@ from replica_entry.vllm_backend import build_parser, options_from_args, split_pa
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS
 from tests.support.clock import SteppingClock as FakeClock
 
-ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
+ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replica-count", "2")
 
 
 def _no_token() -> str | None:
