@@ -168,3 +168,14 @@ def test_the_token_warning_is_for_replicas_off_this_machine(
     env = sidecar.upstream_token_env({"HF_TOKEN": "hf_x"}, "HF_TOKEN", local=True)
     assert env == {"PROXY_UPSTREAM_TOKEN": "hf_x"}  # a token given is sent all the same
     assert "hf_x" not in caplog.text
+
+
+def test_a_parquet_datasets_columns_are_read_from_its_schema(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the trainer extra")
+    from pyarrow import parquet
+
+    data = tmp_path / "d.parquet"
+    parquet.write_table(pa.table({"question": ["1+1?"], "answer": ["2"]}), data)
+    plain = TrainerOptions(model="m", dataset=str(data), output_dir=tmp_path, topology=Topology())
+    assert "no column 'prompt' (it has question, answer)" in (columns_problem(plain) or "")
+    assert columns_problem(replace(plain, prompt_column="question")) is None
