@@ -32,6 +32,7 @@ from adapter_receiver.wire import (
     DIGEST_CHARS,
     MANIFEST_LIMIT,
     MAX_FILES,
+    NAME_RULE,
     Manifest,
     UploadError,
     check_digest,
@@ -176,7 +177,7 @@ class Receiver:
     async def upload(self, name: str, length: int | None, chunks: AsyncIterator[bytes]) -> Answer:
         """Receive one upload; the answer says what was published (or why nothing was)."""
         if not safe_name(name):
-            return refusal(400, f"unsafe adapter name {name[:80]!r}")
+            return refusal(400, f"adapter name {name[:80]!r} must be {NAME_RULE}")
         if length is None:
             return refusal(411, "an upload needs a Content-Length")
         most = self.limits.max_adapter_bytes + MANIFEST_LIMIT + MAX_FILES * DIGEST_CHARS

@@ -17,8 +17,11 @@ The manifest line is a JSON object and ``\\n``, at most ``MANIFEST_LIMIT`` bytes
 
 ``origin`` (optional) is where the bucket mount shows the same version: a proxy that received the
 upload loads it there on replicas that cannot take a push. Names of adapters and of files are one
-path component each: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` (no separator, no leading dot, so never
-``.`` or ``..``); at most ``MAX_FILES`` files, no name twice.
+path component each (``NAME_RULE``, ``safe_name``: ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}`` without
+``..``: no separator, no leading dot, so never ``.`` or ``..``, and nothing that reads like a
+path segment); at most ``MAX_FILES`` files, no name twice. The proxy holds every adapter name
+that arrives from outside to the same rule (TRL's loads and unloads, the receiver's uploads), so
+a name it accepts is one a replica's receiver takes too.
 
 A published entry is identified by its content digest (``content_digest``): the sha256 of its
 sorted (file name, size, sha256) list, so two uploads of the same bytes land on one entry.
@@ -88,9 +91,15 @@ def shown(name: str) -> str:
     return name if name.isprintable() else repr(name)
 
 
+NAME_RULE = (
+    "one path component: 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or "
+    "digit, with no '..'"
+)
+
+
 def safe_name(name: str) -> bool:
-    """True for one plain path component (see the module docstring)."""
-    return _SAFE.fullmatch(name) is not None
+    """True for one plain path component (``NAME_RULE``; see the module docstring)."""
+    return _SAFE.fullmatch(name) is not None and ".." not in name
 
 
 @dataclass(frozen=True, slots=True)

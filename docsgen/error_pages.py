@@ -1,9 +1,11 @@
 """The errors reference: what the proxy answers when it refuses a request, and every one-line
 message the entry points print on purpose, found in their source.
 
-- Answers: ``proxy.http.errors.ANSWERS``, the one table from a domain error to its HTTP status
-  (with ``Retry-After`` or not, and the operator's note), each error's ``reason`` (the label it
-  counts in ``rollout_proxy_rejections_total``) and its docstring.
+- Answers: ``proxy.http.errors.ANSWERS``, the one table from a domain error to its answer, one
+  row each: the HTTP status (or the one the error echoes), the ``reason`` it counts in
+  ``rollout_proxy_rejections_total`` (the error's own, else the row's), whether the answer
+  closes the connection, ``Retry-After`` or not, what it means (the error's docstring, and the
+  operator's note) and what to do (the row's ``remedy``).
 - Messages: the source of ``proxy``'s command line, settings and ``top``, ``replica_entry``'s
   launchers, ``trainer_entry`` and ``deploy`` (``SOURCES``) is parsed (``ast``, nothing
   imported) for the messages they raise or print for a user: ``parser.error(...)``,
@@ -40,22 +42,32 @@ def answers() -> str:
     from proxy.http.errors import ANSWERS
 
     lines = [
-        "| status | error | reason (rejections label) | Retry-After | what it means |",
-        "|---|---|---|---|---|",
+        "| status | error | reason (rejections label) | closes the connection | Retry-After "
+        "| what it means | what to do |",
+        "|---|---|---|---|---|---|---|",
     ]
     for kind, answer in sorted(ANSWERS.items(), key=lambda item: item[1].status):
         doc = inspect.cleandoc(kind.__doc__ or "").split("\n\n")[0]
         meaning = doc + (f" The proxy logs it with: {answer.note}." if answer.note else "")
-        reason = code(kind.reason) if kind.reason else _instance_reason(kind)
+        reason = kind.reason or answer.reason
+        label = code(reason) if reason else _instance_reason(kind)
+        status = f"{answer.status} or the one it echoes" if answer.echoes else str(answer.status)
+        closes = "yes" if answer.closes else "no"
         retry = "yes" if answer.retry else "no"
         where = f"`{kind.__module__}.{kind.__name__}`"
-        lines.append(f"| {answer.status} | {where} | {reason} | {retry} | {cell(meaning)} |")
+        lines.append(
+            f"| {status} | {where} | {label} | {closes} | {retry} | {cell(meaning)} "
+            f"| {cell(answer.remedy)} |"
+        )
     return "\n".join(lines)
 
 
 def _instance_reason(kind: type) -> str:
-    """What a class without a reason of its own counts: the one each error is given, or none."""
-    return "the error's own" if "self.reason" in inspect.getsource(kind) else "not counted"
+    """What a class without a reason of its own or its row's counts: the one each error is
+    given (``self.reason``). A row that counts none fails the build."""
+    if "self.reason" not in inspect.getsource(kind):
+        raise ValueError(f"{kind.__name__} counts no reason: give it one, or its row in ANSWERS")
+    return "the error's own"
 
 
 def rejection_reasons() -> str:
@@ -147,10 +159,13 @@ def render() -> str:
         "source by their shape (`parser.error(...)`, `raise ...Error(...)`, a print to "
         "stderr). `{...}` marks what the message fills in.\n",
         "## The proxy's answers\n",
-        'Every refusal has vLLM\'s error shape, `{"error": {"message": ..., "type": ..., '
-        '"param": ..., "code": STATUS}}`, and counts one in '
+        "Every error answer the proxy makes itself (a replica's own answer passed on is not "
+        "one) comes from this one table. It has vLLM's error shape, "
+        '`{"error": {"message": ..., "type": ..., "param": ..., "code": STATUS}}` (an answer '
+        "about several replicas adds each one's outcome under `replicas`), and counts one in "
         "`rollout_proxy_rejections_total{reason}`, whose reasons are: "
-        f"{rejection_reasons()}.\n",
+        f"{rejection_reasons()}. An answer that closes the connection leaves the request's "
+        "body unread; send the next request on a new connection.\n",
         answers() + "\n",
     ]
     for program in SOURCES:

@@ -29,21 +29,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
-from proxy.adapters.room import Adapters, build_adapters
+from proxy.adapters.wiring import Adapters, build_adapters
 from proxy.clock import Clock, RealClock
 from proxy.config import Settings
 from proxy.dataplane.limiter import Limiter
-from proxy.dataplane.room import DataPlane, build_dataplane
+from proxy.dataplane.wiring import DataPlane, build_dataplane
 from proxy.fleet.discovery import Resolver, resolve
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import NO_REPLICA_GRACE_S
-from proxy.fleet.room import Fleet, build_fleet, members
 from proxy.fleet.shares import RunShares
+from proxy.fleet.wiring import Fleet, build_fleet, members
 from proxy.http.listen import CannotListen
-from proxy.http.room import HttpRoom, build_edge
 from proxy.http.server import serving
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
+from proxy.http.wiring import HttpRoom, build_edge
 from proxy.insight.advisor import VERDICTS
 from proxy.insight.sampler import Sampler
 from proxy.logs import BackgroundErrors
@@ -133,7 +133,7 @@ def assemble(
     """Every room, in dependency order (see the module docstring)."""
     runs = Runs(parse_runs(settings.runs or ""))
     outage = Outage(clock)
-    limiter = Limiter(settings.limits, clock, outage, runs)
+    limiter = Limiter(settings.limits, clock, outage)
     shares = RunShares(runs)
     followers = (outage.follow, limiter.follow, shares.follow)
     fleet_members = members(settings, clock, followers, no_replica_grace_s)

@@ -45,7 +45,8 @@ class RealClock:
         return asyncio.get_running_loop().call_later(seconds, callback)
 
 
-Failed = Callable[[str, BaseException], None]
+# A background task's step raised: ``failed(task, exc)`` logs and counts it (``logs``).
+TaskFailed = Callable[[str, BaseException], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ async def run_every(
     step: Callable[[], Awaitable[None]],
     *,
     task: str,
-    failed: Failed,
+    failed: TaskFailed,
 ) -> None:
     """Run ``step`` now and then every ``interval_s()`` seconds, forever.
 

@@ -5,8 +5,8 @@ SIGKILL) is started again on the same port; it rebuilds its view from the replic
 their models and adapters, the adapter source). Rules:
 - a child that exits 0 (a clean shutdown) or 2 (a bad setting, a port it cannot open: restarting
   cannot help) ends the supervisor with the same code; any other end is a crash and is restarted;
-- restarts back off: ``Backoff.first_s`` after a child that ran at least ``healthy_s``, doubling
-  up to ``max_s`` while children keep dying young (a crash loop);
+- restarts back off: ``RestartDelay.first_s`` after a child that ran at least ``healthy_s``,
+  doubling up to ``max_s`` while children keep dying young (a crash loop);
 - SIGTERM/SIGINT go to the child, and the supervisor ends when the child has; the child is
   SIGKILLed by the kernel if the supervisor dies first (``proxy.lifeline``);
 - every restart is logged and counted: the child exports the count as
@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from proxy.clock import Backoff as DelayPolicy
+from proxy.clock import Backoff
 from proxy.lifeline import preexec
 
 log = logging.getLogger("proxy.supervise")
@@ -54,9 +54,10 @@ def restarts_so_far() -> int:
 
 
 @dataclass(slots=True)
-class Backoff:
-    """Delay before the next restart, from how long the last child lived (``proxy.clock``'s
-    policy, doubling; a child that lived ``healthy_s`` starts it over). Pure."""
+class RestartDelay:
+    """Delay before the next restart, from how long the last child lived: ``proxy.clock``'s one
+    ``Backoff`` (doubling from ``first_s`` to ``max_s``) over the children in a row that died
+    young (a child that lived ``healthy_s`` starts it over). Pure."""
 
     first_s: float = 0.5
     max_s: float = 30.0
@@ -65,7 +66,7 @@ class Backoff:
 
     def delay(self, uptime_s: float) -> float:
         self._young = 0 if uptime_s >= self.healthy_s or self._young < 0 else self._young + 1
-        return DelayPolicy(self.first_s, self.max_s).delay(self._young)
+        return Backoff(self.first_s, self.max_s).delay(self._young)
 
 
 def child_argv(argv: Sequence[str]) -> list[str]:
@@ -78,12 +79,12 @@ def supervise(
     argv: Sequence[str],
     listener: socket.socket,
     *,
-    backoff: Backoff | None = None,
+    backoff: RestartDelay | None = None,
     spawn: Callable[[list[str], dict[str, str]], subprocess.Popen[bytes]] | None = None,
 ) -> int:
     """Run the proxy with ``argv`` on ``listener`` until it ends cleanly or is told to stop;
     returns its code."""
-    backoff = backoff or Backoff()
+    backoff = backoff or RestartDelay()
     fd = listener.fileno()
     # The child dies with the supervisor: a SIGKILLed supervisor leaves no proxy on its port.
     spawn = spawn or (

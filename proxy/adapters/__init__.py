@@ -10,12 +10,12 @@ statuses); the service behind TRL's load and unload calls and the source's findi
 failed commands' retries (``retries``), pushing a version's bytes into replicas' receivers
 (``push``), where a version's bytes come from (``origin``, ``mirror``), the sources of versions
 and the loop that polls them (``sources``, ``watcher``), the window across restarts (``state``),
-the served-policy check (``attest``), and the room assembled from ``proxy.config``'s
-``AdapterSettings`` (``room``). The receiver these push into (upload format, store, consumer)
+the served-policy check (``attest``), and the room's wiring from ``proxy.config``'s
+``AdapterSettings`` (``wiring``). The receiver these push into (upload format, store, consumer)
 lives below the proxy, in ``adapter_receiver``.
 
 Rules: no aiohttp import anywhere here (the edge turns outcomes into answers). The modules may
 import the standard library, orjson, huggingface_hub (bucket source), ``adapter_receiver``,
-``proxy.clock``, ``proxy.config`` (the room's factory reads the settings),
+``proxy.clock``, ``proxy.config`` (the wiring reads the settings),
 ``proxy.metrics``, ``proxy.upstream``, ``proxy.fleet`` and its own modules.
 """

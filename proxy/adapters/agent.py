@@ -33,12 +33,12 @@ from dataclasses import dataclass
 from adapter_receiver.wire import shown
 from proxy.adapters.attest.check import ServedPolicyCheck
 from proxy.adapters.attest.verdict import Verdict
-from proxy.adapters.carry import Carrier, Outcome, describe
+from proxy.adapters.carry import Carrier, LoadOutcome, describe
 from proxy.adapters.registry import Command, Unload, Version
 from proxy.adapters.retries import RetryQueue
 from proxy.adapters.spec import Spec, runnable
 from proxy.adapters.status import ReplicaStatus, Statuses
-from proxy.clock import Backoff, Failed, Timer
+from proxy.clock import Backoff, TaskFailed, Timer
 from proxy.fleet.info import max_loras
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
@@ -74,7 +74,7 @@ class Tools:
     pool: ReplicaPool
     listing: Listing  # reads the replica's models and info, returns its adapters
     waited: Callable[[float], None]  # a version's first wait here, from load to verdict
-    failed: Failed
+    failed: TaskFailed
 
 
 class Agent:
@@ -131,7 +131,7 @@ class Agent:
         return sum(1 for key in self._retries.items() if key[0] == "unload")
 
     def checks_due(self) -> bool:
-        return bool(self._tools.check.checks(self.status))
+        return bool(self._tools.check.checks(self.status, self._tools.statuses))
 
     async def run(self) -> None:
         """Rounds for as long as the proxy runs; survives its own exceptions."""
@@ -218,7 +218,7 @@ class Agent:
         command = runnable(self._tools.spec.plan(status), free, ready)
         if command is not None:
             return command
-        for version in self._tools.check.checks(status):
+        for version in self._tools.check.checks(status, self._tools.statuses):
             if ready(Check(version)):
                 return Check(version)
         return None
@@ -260,10 +260,14 @@ class Agent:
     async def _check(self, version: Version, key: Key) -> bool:
         """Probe ``version``'s served policy; a first mismatch loads it once more."""
         check, name = self._tools.check, version.name
-        found = await check.verify(self.replica, version)
+        found = await check.verify(self.replica, version, self._tools.statuses)
         if found is None:
             self._settle(key, False, name)
             return False
+        if found is Verdict.PENDING:  # due again once another replica's answer is in
+            self.status.judged(name, found)
+            self._settle(key, True, name)
+            return True
         if found is Verdict.MISMATCH and key not in self._reloaded:
             self._reloaded.add(key)  # unloaded here, the plan loads it again, then its check
             ok = await self._tools.carrier.unload(self.replica, name)
@@ -281,7 +285,7 @@ class Agent:
         self._settle(key, True, name)
         return True
 
-    async def _load(self, version: Version, replace: bool) -> Outcome:
+    async def _load(self, version: Version, replace: bool) -> LoadOutcome:
         carrier, spec = self._tools.carrier, self._tools.spec
         push = spec.take(version, self.replica)
         if push is None:

@@ -51,7 +51,7 @@ Mounted = Callable[[Version, float], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class LoadOutcome:
     replica: Replica
     status: Status
     reply: Reply | None = None
@@ -88,7 +88,7 @@ class Carrier:
     async def load(
         self, replica: Replica, version: Version, deadline: float, *, replace: bool = False,
         path: str | None = None,
-    ) -> Outcome:  # fmt: skip
+    ) -> LoadOutcome:  # fmt: skip
         """From ``path`` (a pushed copy: there or lost, never retried), else the mount path."""
         target = path or version.where
         attempts, started = 0, self.clock.monotonic()
@@ -101,21 +101,21 @@ class Carrier:
                 reply = await self._client.call(replica, "POST", "/v1/load_lora_adapter", body=body)
             except UpstreamError as exc:
                 if not self._eject(replica, exc, "adapter load"):
-                    return Outcome(replica, "failed", None, attempts)
-                return Outcome(replica, "unreachable", None, attempts)
+                    return LoadOutcome(replica, "failed", None, attempts)
+                return LoadOutcome(replica, "unreachable", None, attempts)
             seconds = self.clock.monotonic() - started
             if reply.status == 200:
                 if replace:
                     await self._reset_cache(replica)
-                return Outcome(replica, "ok", reply, attempts, seconds, at=target)
+                return LoadOutcome(replica, "ok", reply, attempts, seconds, at=target)
             if reply.status == 400 and b"already been loaded" in reply.body and not replace:
                 replace = True  # the replica has this name from before: replace it in place
                 continue
             if reply.status != 404 or b"No adapter found" not in reply.body:
-                return Outcome(replica, "failed", reply, attempts)
+                return LoadOutcome(replica, "failed", reply, attempts)
             delay = self._backoff.delay(attempts - 1)
             if path is not None or self.clock.monotonic() + delay > deadline:
-                return Outcome(replica, "lagging", reply, attempts, seconds)
+                return LoadOutcome(replica, "lagging", reply, attempts, seconds)
             await self.clock.sleep(delay)
 
     async def _reset_cache(self, replica: Replica) -> None:
@@ -154,7 +154,7 @@ class Carrier:
     async def deliver(
         self, replica: Replica, version: Version, deadline: float, *, replace: bool = False,
         push: asyncio.Task[Pushed] | None = None,
-    ) -> Outcome:  # fmt: skip
+    ) -> LoadOutcome:  # fmt: skip
         """From the pushed copy when ``push`` delivers one, else from the mount path."""
         stored = False
         if push is not None:
@@ -177,7 +177,7 @@ class Carrier:
             started = self.clock.monotonic()
             if not await self._mounted(version, deadline):
                 elapsed = self.clock.monotonic() - started
-                return Outcome(replica, "lagging", None, 0, elapsed, pushed=stored)
+                return LoadOutcome(replica, "lagging", None, 0, elapsed, pushed=stored)
         outcome = await self.load(replica, version, deadline, replace=replace)
         return dataclasses.replace(outcome, pushed=stored) if stored else outcome
 
@@ -196,7 +196,7 @@ async def _done(pushed: Pushed) -> Pushed:
     return pushed
 
 
-def describe(outcome: Outcome, name: str) -> str:
+def describe(outcome: LoadOutcome, name: str) -> str:
     """An outcome that is not ``ok``, as the replica's last error."""
     if outcome.status == "lagging":
         return f"adapter {name} not visible to the replica before the deadline (mount lag)"

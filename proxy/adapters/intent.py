@@ -30,7 +30,7 @@ import asyncio
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
-from proxy.adapters.carry import Outcome
+from proxy.adapters.carry import LoadOutcome
 from proxy.adapters.registry import Version
 from proxy.adapters.status import ReplicaStatus, Statuses
 from proxy.fleet.replica import Replica
@@ -46,8 +46,8 @@ class Intent:
     begun: Counts  # each target's status and command count for the name when it began
     deadline: float  # the carrier's clock: mount lag is waited for until then
     started: float  # perf_counter, for the fleet load's duration
-    done: asyncio.Future[list[Outcome]]
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    done: asyncio.Future[list[LoadOutcome]]
+    outcomes: dict[str, LoadOutcome] = field(default_factory=dict)
     expired: bool = False  # the deadline passed
     undo: Counts | None = None  # rolled back: the replicas still to carry the rollback out
 
@@ -68,9 +68,9 @@ class Intent:
             if found is not None:
                 self.outcomes[replica.id] = found
             elif superseded:
-                self.outcomes[replica.id] = Outcome(replica, "superseded", None, 0)
+                self.outcomes[replica.id] = LoadOutcome(replica, "superseded", None, 0)
             elif self.expired or replica.id not in routable:
-                self.outcomes[replica.id] = Outcome(replica, "unreachable", None, 0)
+                self.outcomes[replica.id] = LoadOutcome(replica, "unreachable", None, 0)
             else:
                 self.outcomes.pop(replica.id, None)  # routable again: its answer is awaited
         if len(self.outcomes) < len(self.targets):
@@ -115,11 +115,11 @@ class Intent:
                 del self.undo[rid]
         return not self.undo
 
-    def ordered(self) -> list[Outcome]:
+    def ordered(self) -> list[LoadOutcome]:
         return [self.outcomes[r.id] for r in self.targets if r.id in self.outcomes]
 
 
-def _since(statuses: Statuses, begun: Counts, rid: str, version: Version) -> Outcome | None:
+def _since(statuses: Statuses, begun: Counts, rid: str, version: Version) -> LoadOutcome | None:
     """The outcome of the first load of ``version`` on ``rid`` since the intent began."""
     status = statuses.get(rid)
     if status is None:

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from adapter_receiver.wire import shown
 from proxy.adapters.agents import Agents
-from proxy.adapters.carry import Carrier, Outcome
+from proxy.adapters.carry import Carrier, LoadOutcome
 from proxy.adapters.intent import Intent
 from proxy.adapters.registry import Version
 from proxy.adapters.spec import Spec
@@ -85,7 +85,7 @@ class Loads:
         )  # fmt: skip
         for replica in targets:
             if replica.id in held:
-                intent.outcomes[replica.id] = Outcome(replica, "ok", None, 0)
+                intent.outcomes[replica.id] = LoadOutcome(replica, "ok", None, 0)
         self._intents[version.name] = intent
         need = [r for r in targets if r.id not in held]
         self._spec.loading(version, intent.deadline, carrier.push(version, need))
@@ -161,7 +161,7 @@ class Loads:
         metrics.record_fleet_load(seconds, "ok" if intent.ok else "failed")
         paths = {o.via for o in outcomes if o.attempts and o.status == "ok"}
         if intent.ok and paths:
-            metrics.push.record_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
+            metrics.record_fleet_sync(paths.pop() if len(paths) == 1 else "mixed", seconds)
         for o in outcomes:
             if o.attempts:
                 metrics.record_adapter_load(o.replica.id, o.status, o.attempts, o.seconds)

@@ -51,7 +51,7 @@ from typing import Any, Literal
 from adapter_receiver.wire import safe_name, shown
 from proxy.adapters.registry import Fingerprint, Version, version_number
 from proxy.adapters.sources import fingerprint
-from proxy.clock import Backoff, Clock, Failed, run_every
+from proxy.clock import Backoff, Clock, TaskFailed, run_every
 
 log = logging.getLogger("proxy.adapters")
 
@@ -104,7 +104,7 @@ class Mirror:
         local: Path,
         mirror: Path,
         clock: Clock,
-        failed: Failed,
+        failed: TaskFailed,
         *,
         interval_s: float,
         events: MirrorEvents | None = None,

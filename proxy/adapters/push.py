@@ -40,7 +40,7 @@ from adapter_receiver.wire import (
     safe_name,
 )
 from adapter_receiver.wire import content_digest as digest_of
-from proxy.clock import Clock, Failed
+from proxy.clock import Clock, TaskFailed
 from proxy.fleet.replica import Replica
 from proxy.upstream.client import Reply, UpstreamClient
 from proxy.upstream.connpool import Streamed
@@ -296,7 +296,7 @@ class Pusher:
         stall_s: float,
         rate: float | None = None,
         probe_timeout_s: float = 2.0,
-        failed: Failed | None = None,
+        failed: TaskFailed | None = None,
     ) -> None:
         self.client = client
         self._failed = failed  # reports an exception a reader survived

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from adapter_receiver.reference import Reference
-from proxy.runs.names import run_of
+from proxy.runs.run import Run
 from proxy.runs.table import Runs
 
 _NUMBER = re.compile(r"-v([0-9]+)$")
@@ -148,18 +148,13 @@ class Registry:
             return self.max_loras
         return DEFAULT_WINDOW
 
-    def scope_of(self, name: str) -> str | None:
-        """The declared run a replica-side name belongs to (None: the bare path's)."""
-        run = run_of(name)
-        return run if run is not None and run in self._runs else None
+    def run_of(self, name: str) -> Run:
+        """The run a replica-side name belongs to (the default run's, but a declared run's)."""
+        return self._runs.of_adapter(name)
 
-    def window_of(self, scope: str | None) -> int:
-        """How many versions ``scope`` may keep: its share of ``max_loras``, or ``window``."""
-        if scope is None:
-            return self.window
-        if self.max_loras is None or scope not in self._runs:
-            return DEFAULT_WINDOW
-        return self._runs.share(scope, self.max_loras)
+    def window_of(self, run: Run) -> int:
+        """How many versions ``run`` may keep: its share of ``window``."""
+        return run.share(self.window)
 
     def newest(self) -> int | None:
         numbers = [v.number for v in self.versions.values() if v.number is not None]
@@ -184,11 +179,11 @@ class Registry:
     def trim(self, name: str, *, pinned: Container[str] = ()) -> list[str]:
         """Drop the oldest versions of ``name``'s scope beyond its window; a ``pinned`` one is
         kept over the window until it is trimmed again, unpinned."""
-        scope = self.scope_of(name)
+        run = self.run_of(name)
         same = sorted(
-            (v for v in self.versions.values() if self.scope_of(v.name) == scope), key=self._rank
+            (v for v in self.versions.values() if self.run_of(v.name) is run), key=self._rank
         )
-        oldest = same[: max(len(same) - self.window_of(scope), 0)]
+        oldest = same[: max(len(same) - self.window_of(run), 0)]
         dropped = [v.name for v in oldest if v.name not in pinned]
         for old in dropped:
             self.remove(old)

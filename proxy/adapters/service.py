@@ -42,7 +42,7 @@ from proxy.adapters.registry import Fingerprint, Registry, Version, version_numb
 from proxy.adapters.spec import Spec
 from proxy.adapters.state import Saved, StateFile, StateWriter, snapshot
 from proxy.adapters.status import ReplicaStatus, Statuses
-from proxy.clock import Failed
+from proxy.clock import TaskFailed
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
@@ -66,7 +66,7 @@ class AdapterService:
         origins: Origins,
         check: ServedPolicyCheck,
         *,
-        failed: Failed,
+        failed: TaskFailed,
         has_source: bool,
         state: StateFile | None = None,
     ) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from proxy.adapters.registry import Registry, Version
 from proxy.adapters.status import Copy, ReplicaStatus
-from proxy.clock import Failed
+from proxy.clock import TaskFailed
 
 log = logging.getLogger("proxy.adapters")
 
@@ -145,7 +145,7 @@ class StateFile:
 class StateWriter:
     """Writes ``snapshot()`` after each change, one write at a time, the latest state only."""
 
-    def __init__(self, file: StateFile, snapshot: Callable[[], Saved], failed: Failed) -> None:
+    def __init__(self, file: StateFile, snapshot: Callable[[], Saved], failed: TaskFailed) -> None:
         self.file = file
         self._snapshot = snapshot
         self._failed = failed

@@ -10,7 +10,7 @@ A ``ReplicaStatus`` records
   the path it was loaded from keeps its record, any other is unknown, one no longer listed is
   gone;
 - each held name's ``Verdict`` (``attest.verdict``);
-- each name's ``Condition``: the outcome of the last load carried out for it (``carry.Outcome``,
+- each name's ``Condition``: the outcome of the last load carried out for it (``carry.LoadOutcome``,
   the files it was for, and the replica's command count for the name when it ended), and how many
   commands (loads, unloads, checks) were carried out for each name: an intent compares these with
   the counts when it began (``intent``), so nothing is reported to anyone;
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from proxy.adapters.attest.verdict import Verdict
-from proxy.adapters.carry import Outcome
+from proxy.adapters.carry import LoadOutcome
 from proxy.adapters.registry import Version
 from proxy.fleet.replica import Replica
 
@@ -47,7 +47,7 @@ class Condition:
     """The last load of a version carried out on one replica."""
 
     version: Version  # the files it was for
-    outcome: Outcome
+    outcome: LoadOutcome
     count: int  # the replica's command count for the name once it ended (``ReplicaStatus.count``)
 
 
@@ -70,6 +70,10 @@ class ReplicaStatus:
         self.listed: frozenset[str] = frozenset()  # the names of the last listing
 
     # -- reads ----------------------------------------------------------------------------
+
+    @property
+    def routable(self) -> bool:
+        return self.replica.routable
 
     def holds(self, name: str) -> bool:
         return name in self.paths
@@ -104,7 +108,7 @@ class ReplicaStatus:
 
     # -- writes: the agent's alone ----------------------------------------------------------
 
-    def ended(self, name: str, load: tuple[Version, Outcome] | None = None) -> None:
+    def ended(self, name: str, load: tuple[Version, LoadOutcome] | None = None) -> None:
         """A command for ``name`` ended (a load: with the files it was for and its outcome)."""
         count = self._counts[name] = self._counts.get(name, 0) + 1
         if load is not None:

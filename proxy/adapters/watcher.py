@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from proxy.adapters.registry import Fingerprint
 from proxy.adapters.sources import Found, Source, SourceMissing
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Clock, TaskFailed, run_every
 
 log = logging.getLogger("proxy.watcher")
 
@@ -32,7 +32,9 @@ class Watcher:
     """Polls a source; calls ``on_change(added_or_changed, removed)`` after its first scan and
     whenever the answer moves."""
 
-    def __init__(self, source: Source, clock: Clock, on_change: OnChange, failed: Failed) -> None:
+    def __init__(
+        self, source: Source, clock: Clock, on_change: OnChange, failed: TaskFailed
+    ) -> None:
         self.source = source
         self._clock = clock
         self._failed = failed

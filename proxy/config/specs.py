@@ -59,9 +59,17 @@ def hide_credentials(text: str) -> str:
     return _URL_CREDENTIALS.sub("***@", text)
 
 
+MAX_REPLICA_URL_CHARS = 2048  # a replica URL, from a flag, a discovery or the admin API
+
+
 def check_replica_url(url: str) -> str:
     """Raise ValueError unless ``url`` is an absolute http(s) URL with a host, a valid port, and
-    no credentials, query or fragment. Messages never show credentials."""
+    no credentials, query or fragment, at most ``MAX_REPLICA_URL_CHARS`` long. Messages never
+    show credentials."""
+    if len(url) > MAX_REPLICA_URL_CHARS:
+        raise ValueError(
+            f"a replica URL must be at most {MAX_REPLICA_URL_CHARS} characters ({len(url)} given)"
+        )
     shown = hide_credentials(url)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:

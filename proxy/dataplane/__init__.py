@@ -2,8 +2,9 @@
 
 Holds the forwarder (``forward``: slot, route, send, failover, streaming copy), the in-flight
 limiter with its FIFO queue (``limiter``), the fan-out of ``/pause``, ``/resume`` and
-``/reset_prefix_cache`` (``fanout``) reading usage figures from answers (``usage``), and the room
-assembled from the settings (``room``: limiter, policy, routing facts, forwarder, fan-out).
+``/reset_prefix_cache`` (``fanout``) reading usage figures from answers (``usage``), and the
+room's wiring from the settings (``wiring``: limiter, policy, routing facts, forwarder,
+fan-out).
 
 Rules: may import ``proxy.clock``, ``proxy.config``, ``proxy.metrics``, ``proxy.routing``,
 ``proxy.upstream``, ``proxy.fleet`` and its own modules; never the HTTP edge. Services here

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from proxy.dataplane.ledger import StreamLedger
 from proxy.fleet.replica import Replica
+from proxy.runs.run import DEFAULT, Run
 
 
 @dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
@@ -44,10 +45,10 @@ class Exchange:
     started: float
     identity: Identity
     decode_budget: int  # what the cost model learns from, with the answer's completion tokens
-    run: str | None = None
-    # A run's 5xx answers (replica, status): the replica's fault only if another replica then
-    # serves the request; one that fails everywhere is the run's own (say, its adapter), and
-    # one run's errors must not open a replica's circuit for the other runs.
+    run: Run = DEFAULT
+    # 5xx answers (replica, status): the replica's fault only if another replica then serves the
+    # request; one that fails everywhere is the request's own (say, its run's adapter), and one
+    # run's errors must not open a replica's circuit for the other runs.
     suspects: list[tuple[Replica, int]] | None = None
     stream: StreamLedger | None = None  # a resumable stream's account (``migration``)
 

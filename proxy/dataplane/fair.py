@@ -1,17 +1,18 @@
 """The limiter's wait queues: one FIFO per run, served by weighted fair share, work-conserving.
 
-With several runs on one fleet (``proxy.runs``) each run waits in a FIFO of its own; the bare
-path (no run) is the class ``None``, weight 1. When a slot frees, it goes to the waiting class
-furthest below its weighted share of the slots held: the smallest ``(running + 1) / weight``
-(ties: the longest waiting). Nothing is reserved: a class with no waiters claims nothing, so a
-run alone may hold every slot (no slot idles while anyone waits), and a burst that took every
-slot before another run arrived gives them up one release at a time, each to the run below its
-share; a running request is never preempted. Within a class, waiters are served in arrival
-order, a waiter whose pick finds nothing skipped (as with one queue).
+With several runs on one fleet (``proxy.runs``) each run waits in a FIFO of its own, the default
+run (the bare path) too; a class is its run, whose ``weight`` it reads. When a slot frees, it
+goes to the waiting class furthest below its weighted share of the slots held: the smallest
+``(running + 1) / weight`` (ties: the longest waiting). Nothing is reserved: a class with no
+waiters claims nothing, so a run alone may hold every slot (no slot idles while anyone waits),
+and a burst that took every slot before another run arrived gives them up one release at a time,
+each to the run below its share; a running request is never preempted. Within a class, waiters
+are served in arrival order, a waiter whose pick finds nothing skipped (as with one queue).
 
-Queue bounds: a run may keep its weighted share of ``queue_size`` waiting (at least 1), so one
-run's burst never fills the queue the others wait in; the bare path, and all classes together,
-at most ``queue_size``. Each waiter's timeout is its own (``queue_timeout_s`` from its arrival).
+Queue bounds: a run may keep its share of ``queue_size`` waiting (``Run.share``: a declared
+run's weighted share, at least 1; the default run's, all of it), so one run's burst never fills
+the queue the others wait in; all classes together at most ``queue_size``. Each waiter's timeout
+is its own (``queue_timeout_s`` from its arrival).
 
 ``running[c]``: the slots class ``c`` holds; the limiter is its one writer (``took``/``gave``).
 """
@@ -24,9 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from proxy.runs.table import Runs
+from proxy.runs.run import Run
 
-Class = str | None  # a run's name, or None: the bare path
+Class = Run  # a waiter's class is its run
 
 T = TypeVar("T")
 
@@ -41,24 +42,16 @@ class Waiter(Generic[T]):
 
 
 class FairQueues:
-    def __init__(self, runs: Runs | None = None) -> None:
-        self._runs = runs if runs is not None else Runs()
+    def __init__(self) -> None:
         self._queues: dict[Class, deque[Waiter[Any]]] = {}
         self.running: dict[Class, int] = {}
         self.size = 0  # waiters in every queue
         self._seq = 0
 
-    def weight(self, run: Class) -> float:
-        """A declared run's weight; 1 for the bare path (or a run removed while it waits)."""
-        return self._runs.get(run).weight if run is not None and run in self._runs else 1.0
-
-    def bound(self, run: Class, queue_size: int) -> int:
-        """The waiters ``run`` may keep: its weighted share of ``queue_size`` (at least 1)."""
-        return (
-            self._runs.share(run, queue_size)
-            if run is not None and run in self._runs
-            else queue_size
-        )
+    @staticmethod
+    def bound(run: Class, queue_size: int) -> int:
+        """The waiters ``run`` may keep: its share of ``queue_size``."""
+        return run.share(queue_size)
 
     def queued(self, run: Class) -> int:
         queue = self._queues.get(run)
@@ -104,7 +97,7 @@ class FairQueues:
             yield from tuple(next(iter(self._queues.values())))
             return
         cursors = {run: iter(tuple(queue)) for run, queue in self._queues.items()}
-        weights = {run: self.weight(run) for run in cursors}
+        weights = {run: run.weight for run in cursors}
         heads: dict[Class, Waiter[Any]] = {}
         for run, cursor in cursors.items():
             head = next(cursor, None)

@@ -51,7 +51,7 @@ PAUSE_MODES = ("abort", "wait", "keep")  # vLLM's (its default: abort)
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ControlOutcome:
     replica: Replica
     reply: Reply | None  # None: unreachable (ejected)
     error: str = ""
@@ -76,19 +76,21 @@ class FanOut:
 
     async def send(
         self, targets: tuple[Replica, ...], path_qs: str, body: bytes | None
-    ) -> list[Outcome]:
+    ) -> list[ControlOutcome]:
         return list(await asyncio.gather(*(self._one(r, path_qs, body) for r in targets)))
 
-    async def _one(self, replica: Replica, path_qs: str, body: bytes | None) -> Outcome:
+    async def _one(self, replica: Replica, path_qs: str, body: bytes | None) -> ControlOutcome:
         try:
             reply = await self._client.call(replica, "POST", path_qs, body=body)
         except UpstreamError as exc:
             if blame(exc) is Blame.OURS:  # our own limit, not the replica's fault: no ejection
-                return Outcome(replica, None, f"not sent: the proxy ran out of resources ({exc})")
+                return ControlOutcome(
+                    replica, None, f"not sent: the proxy ran out of resources ({exc})"
+                )
             error = f"unreachable ({type(exc).__name__}) during {path_qs.split('?')[0]}"
             self._pool.eject(replica, "fanout", error)
-            return Outcome(replica, None, f"{error}; ejected until it recovers")
-        return Outcome(replica, reply)
+            return ControlOutcome(replica, None, f"{error}; ejected until it recovers")
+        return ControlOutcome(replica, reply)
 
     def answers(self, path: str) -> bool:
         """The proxy answers ``path`` itself, from its own state (TRL's pause and resume)."""
@@ -100,7 +102,7 @@ class FanOut:
         if window is not None:
             self._metrics.record_sync_window(window, frozen=False)
 
-    async def control(self, path: str, query: str) -> list[Outcome]:
+    async def control(self, path: str, query: str) -> list[ControlOutcome]:
         """``/pause``, ``/resume`` or ``/reset_prefix_cache`` on every routable replica.
 
         Waits out a blip (TRL does not retry these), then raises ``NoReplica`` when none is

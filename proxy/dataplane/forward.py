@@ -49,6 +49,7 @@ from proxy.fleet.replica import Health, Replica
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
+from proxy.runs.run import DEFAULT, Run
 from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool
 from proxy.upstream.errors import ConnectTimeout, Dropped, WireError
@@ -147,13 +148,13 @@ class Forwarder:
         route: RouteRequest,
         identity: Identity = NO_IDENTITY,
         target: str | None = None,
-        run: str | None = None,
+        run: Run = DEFAULT,
         resume: Resumable | None = None,
     ) -> web.StreamResponse:
         """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``.
         ``target``: the path and query sent upstream (default: the request's own; a run's
-        request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes
-        (None: the bare path's). ``resume``: a stream's plan for continuing it elsewhere
+        request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes (the
+        default run's on the bare path). ``resume``: a stream's plan for continuing it elsewhere
         (``streams.plan``)."""
         exchange = Exchange(
             request,
@@ -239,7 +240,7 @@ class Forwarder:
     # -- with tracing on (``--otel-spans``): the same steps, each in its own span --------------
 
     async def _traced_acquire(
-        self, tracing: Tracing, route: RouteRequest, tried: set[str], run: str | None
+        self, tracing: Tracing, route: RouteRequest, tried: set[str], run: Run
     ) -> Placement:
         def routed() -> Placement | None:
             with tracing.span("proxy.route") as span:
@@ -320,10 +321,7 @@ class Forwarder:
             answer = web.Response(status=status, body=data, headers=headers)
         if status >= 500:
             self._metrics.record_replica_error(replica.id, "5xx")
-            if ex.run is None:
-                self._breaker.server_error(replica, status)
-            else:
-                ex.suspects = [*(ex.suspects or ()), (replica, status)]
+            ex.suspects = [*(ex.suspects or ()), (replica, status)]  # blamed if another serves it
             raise Failed(f"answered HTTP {status}", answer)
         self._breaker.answered(replica)
         with contextlib.suppress(ConnectionError):  # the client has gone

@@ -5,9 +5,9 @@ request on a replica that has a free slot (the routing policy over eligible repl
 capacity: a ``Placement`` carrying the replica and the decision's reason), or returns None.
 - Fast path: nobody of the request's run is waiting, the overall cap has room and ``pick``
   names a replica: the slot is taken at once, with no allocation beyond the counter updates.
-- Otherwise the request joins its run's FIFO (``proxy.dataplane.fair``: one per run, the bare
-  path one of its own), or is refused at once when that queue (its weighted share of
-  ``queue_size``) or all of them together (``queue_size``) are full. Each ``release`` and each
+- Otherwise the request joins its run's FIFO (``proxy.dataplane.fair``: one per run, the default
+  run's too), or is refused at once when that queue (its share of ``queue_size``) or all of them
+  together (``queue_size``) are full. Each ``release`` and each
   fleet change (``wake``) hands freed slots to waiters, each to the run furthest below its
   weighted share of the slots (work-conserving: no slot idles while anyone waits); a waiter
   whose pick finds nothing is skipped, so one request waiting for a busy adapter does not
@@ -36,7 +36,7 @@ from proxy.errors import DomainError
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
-from proxy.runs.table import Runs
+from proxy.runs.run import DEFAULT, Run
 
 
 @dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
@@ -46,7 +46,7 @@ class Placement:
     replica: Replica
     reason: str
     cost: float = 1.0
-    run: str | None = None  # whose slot it holds (set by the limiter)
+    run: Run = DEFAULT  # whose slot it holds (set by the limiter)
 
 
 P = TypeVar("P", bound=Placement)
@@ -78,12 +78,11 @@ class Limiter:
         settings: LimitSettings,
         clock: Clock,
         outage: Outage | None = None,
-        runs: Runs | None = None,
     ) -> None:
         self._settings = settings
         self._outage = outage
         self._clock = clock
-        self._waiters = FairQueues(runs)
+        self._waiters = FairQueues()
         self.inflight = 0
         self._members = 0  # the pool's size, as it last told (``follow``)
         self._cap = self.overall_cap()
@@ -98,11 +97,11 @@ class Limiter:
     def queued(self) -> int:
         return self._waiters.size
 
-    def inflight_of(self, run: str | None) -> int:
-        """The slots ``run``'s requests hold (None: the bare path's)."""
+    def inflight_of(self, run: Run) -> int:
+        """The slots ``run``'s requests hold."""
         return self._waiters.running.get(run, 0)
 
-    def queued_of(self, run: str | None) -> int:
+    def queued_of(self, run: Run) -> int:
         return self._waiters.queued(run)
 
     def overall_cap(self) -> int:
@@ -117,7 +116,7 @@ class Limiter:
         if self._waiters.size:
             self._sweep()
 
-    def try_acquire(self, pick: Pick[P], run: str | None = None) -> P | None:
+    def try_acquire(self, pick: Pick[P], run: Run = DEFAULT) -> P | None:
         if self.inflight >= self._cap:
             return None
         placed = pick()
@@ -130,8 +129,8 @@ class Limiter:
             self._waiters.took(run)
         return placed
 
-    async def acquire(self, pick: Pick[P], run: str | None = None, wants: Wants | None = None) -> P:
-        """A placement with a slot held for the caller (``run``'s: None for the bare path);
+    async def acquire(self, pick: Pick[P], run: Run = DEFAULT, wants: Wants | None = None) -> P:
+        """A placement with a slot held for the caller (``run``'s);
         raises Rejected when none can be had. ``wants``: what the request asks for, read only
         if it queues (whether a replica can still serve it)."""
         waiters = self._waiters
@@ -148,11 +147,11 @@ class Limiter:
         if waiters.size >= queue_size:
             raise Rejected("queue_full", "the proxy's wait queue is full; retry shortly")
         bound = waiters.bound(run, queue_size)
-        if run is not None and waiters.queued(run) >= bound:
+        if waiters.queued(run) >= bound:  # the default run's bound is the whole queue
             raise Rejected(
                 "queue_full",
-                f"run {run}'s wait queue is full ({bound} requests, its share of the proxy's "
-                "queue); retry shortly",
+                f"run {run.name}'s wait queue is full ({bound} requests, its share of the "
+                "proxy's queue); retry shortly",
             )
         waiter: Waiter[P] = waiters.push(pick, run, model)
         if outage is not None:

@@ -4,7 +4,7 @@ Holds ``Replica`` and its id (``replica``: which room writes which of its fields
 (``pool``: membership, health, draining and what replicas report; the one way to eject, drain or
 admit; the writers of the rest are named in ``replica``), health probing (``health``: a pure
 transition and its loop), the circuit breaker (``breaker``), reading a replica's models and server
-info (``info``), the room assembled (``room``), bringing a replica in step with the fleet before it
+info (``info``), the room's wiring (``wiring``), bringing a replica in step with the fleet before it
 takes traffic (``sync``), the fleet views TRL and the status pages read (``views``), replica
 discovery from the HF Jobs API or a DNS name (``discovery``; what ``--discover`` names is parsed
 in ``proxy.config``), which hosts the admin API may add (``hosts``; host and address tests in

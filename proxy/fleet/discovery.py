@@ -27,7 +27,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Clock, TaskFailed, run_every
 from proxy.config import DnsName, JobsLabel, check_replica_url
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import replica_id
@@ -149,7 +149,7 @@ class Discovery:
         pool: ReplicaPool,
         clock: Clock,
         *,
-        failed: Failed,
+        failed: TaskFailed,
         interval_s: float,
         port: int = 8000,
         endpoint: str | None = None,

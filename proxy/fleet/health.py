@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Clock, TaskFailed, run_every
 from proxy.config import HealthSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Health, Replica
@@ -91,7 +91,7 @@ class HealthMonitor:
         settings: HealthSettings,
         clock: Clock,
         fleet: Admission,
-        failed: Failed,
+        failed: TaskFailed,
     ) -> None:
         self._pool = pool
         self._client = client

@@ -30,7 +30,7 @@ import re
 import zlib
 from collections.abc import Callable
 
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Clock, TaskFailed, run_every
 from proxy.config import LoadSettings
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica, ReportedLoad
@@ -103,7 +103,7 @@ class LoadScraper:
         client: UpstreamClient,
         settings: LoadSettings,
         clock: Clock,
-        failed: Failed,
+        failed: TaskFailed,
         on_scrape: Callable[[str], None] | None = None,
     ) -> None:
         self._pool = pool

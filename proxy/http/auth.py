@@ -1,4 +1,5 @@
-"""Inbound authentication: ``Authorization: Bearer KEY``, compared in constant time."""
+"""Inbound authentication: ``Authorization: Bearer KEY``, compared in constant time; a request
+without it is ``Unauthorized`` (401, answered by the error table)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import hmac
 from aiohttp import web
 from pydantic import SecretStr
 
-from proxy.http.responses import error_response
+from proxy.http.refusals import Unauthorized
 
 
 class KeyCheck:
@@ -21,15 +22,10 @@ class KeyCheck:
     def enabled(self) -> bool:
         return self._expected is not None
 
-    def allows(self, request: web.Request) -> bool:
+    def check(self, request: web.Request) -> None:
+        """``Unauthorized`` unless ``request`` carries the key (or none is configured)."""
         if self._expected is None:
-            return True
+            return
         given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-        return hmac.compare_digest(given, self._expected)
-
-    def refusal(self) -> web.Response:
-        return error_response(
-            401,
-            f"missing or wrong {self._realm} key: send 'Authorization: Bearer <key>'",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+        if not hmac.compare_digest(given, self._expected):
+            raise Unauthorized(self._realm)

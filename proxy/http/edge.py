@@ -1,9 +1,10 @@
 """The edge: what every request passes through before its handler, in one place.
 
-Outermost first: the request's identity, its metrics and access-log line; its span when tracing
-is on; its domain errors turned into answers (``proxy.http.errors``); the inbound key (``auth``,
-only with ``--api-key``); its scope, the bare path or one run. The handlers behind it are one set
-for every scope (``handlers``).
+Outermost first: the request's identity (``BadRequestId`` when it cannot be passed on), its
+metrics and access-log line; its span when tracing is on; its domain errors turned into answers
+(``proxy.http.errors``: the one place they are caught); the inbound key (``auth``, only with
+``--api-key``); its run (``proxy.runs.run``): a declared one under ``/runs/<run>/``, else the
+default run (the bare path). The handlers behind it are one set for every run (``handlers``).
 
 The layers are composed once per route, when the route table is built, from what the table
 knows of the route (its metrics label, whether it is open, whether it is under ``/runs/{run}``),
@@ -25,25 +26,25 @@ from aiohttp.typedefs import Handler
 from proxy.dataplane.exchange import Identity
 from proxy.dataplane.forward import REPLICA_HEADER
 from proxy.errors import DomainError
-from proxy.http import responses
 from proxy.http.auth import KeyCheck
 from proxy.http.errors import ErrorAnswers
 from proxy.http.identity import IDENTITY, REQUEST_ID, Identities
+from proxy.http.refusals import BadRequestId
 from proxy.http.server import Guard
 from proxy.http.tracing import Spans
 from proxy.metrics.recorder import Metrics
-from proxy.runs.scope import BARE, Scope
+from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import Runs
 
 access_log = logging.getLogger("proxy.access")
-SCOPE = web.RequestKey("scope", Scope)
+RUN = web.RequestKey("run", Run)  # the request's run: the default run, or a declared one
 
 
 @dataclass(frozen=True, slots=True)
 class RouteInfo:
     label: str  # the ``route`` label of the request metrics
     open: bool = False  # served without the API key (/health; the admin API checks its own)
-    runs: bool = False  # under ``/runs/{run}``: the request's scope is that run
+    runs: bool = False  # under ``/runs/{run}``: the request's run is that one
 
 
 class Edge:
@@ -82,15 +83,15 @@ class Edge:
         busy (no head timer while it is handled), its metrics and, with ``--access-log``, its
         line."""
         metrics, guard, ids, log = self._metrics, self._guard, self._ids, self._access
+        errors = self._errors
 
         async def identified(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
             connection = guard.busy(request.transport)
             known = ids.of(request)
             try:
-                if known is None:
-                    metrics.record_rejection("bad_request")
-                    response: web.StreamResponse = responses.bad_request_id()
+                if known is None:  # answered here: the layers inside need the identity
+                    response: web.StreamResponse = errors.answer(BadRequestId())
                 else:
                     request[IDENTITY] = known
                     response = await handler(request)
@@ -129,27 +130,26 @@ class Edge:
         return in_span
 
     def _answered(self, handler: Handler, info: RouteInfo) -> Handler:
-        """Domain errors answered; the key checked (a closed route, a key configured); the
-        request's scope: its run under ``/runs/<run>/`` (``UnknownRun`` if no one declared it;
-        each answer counted for the run), else the bare path's."""
-        errors, metrics, runs = self._errors, self._metrics, self._runs
+        """Domain errors answered (under a run, in its names); the key checked (a closed
+        route, a key configured: ``Unauthorized``); the request's run: the one declared under
+        ``/runs/<run>/`` (``UnknownRun`` if no one declared it; each answer counted for the
+        run), else the default run."""
+        errors, runs = self._errors, self._runs
         key = None if info.open else self._key
 
         async def answered(request: web.Request) -> web.StreamResponse:
+            run: Run = DEFAULT
             try:
-                if key is not None and not key.allows(request):
-                    metrics.record_rejection("unauthorized")
-                    return key.refusal()
-                if not info.runs:
-                    request[SCOPE] = BARE
-                    return await handler(request)
-                run = runs.get(request.match_info["run"])
-                request[SCOPE] = Scope(run)
+                if key is not None:
+                    key.check(request)
+                if info.runs:
+                    run = runs.get(request.match_info["run"])
+                request[RUN] = run
                 try:
                     return await handler(request)
                 finally:
                     run.answered()
-            except DomainError as exc:
-                return errors.answer(exc)
+            except DomainError as exc:  # the one place a domain error becomes its answer
+                return errors.answer(exc, run)
 
         return answered

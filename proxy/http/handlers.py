@@ -1,21 +1,22 @@
-"""The handlers: read, classify, delegate, answer. One set for every scope.
+"""The handlers: read, classify, delegate, answer. One set for every run.
 
 Route classes: generation (routed to one replica), adapters (the whole fleet), control (TRL's
 pause and resume, answered; a cache reset fanned out), aggregated (answered from the fleet's
 state), passthrough (an allowlist of vLLM's public routes, to one healthy replica), and the
-proxy's own ``/metrics`` and ``/proxy/status``. Each reads its request's scope (``edge.SCOPE``):
-under ``/runs/<run>/`` a model or adapter name is the run's own and is scoped to the replicas'
-(``proxy.runs.scope``); a generation request waits at the run's pause gate; a load past the
-run's share of ``max_loras`` is refused before any replica sees it; ``/v1/models`` lists the run's
-adapters under its own names, ``/server_info`` reports its share. Services return outcomes or
-raise domain errors (``proxy.errors``: answered by ``proxy.http.errors``); outcomes are turned
-into answers through ``proxy.http.responses``.
+proxy's own ``/metrics`` and ``/proxy/status``. Each reads its request's run (``edge.RUN``: the
+default run on the bare path, else the one declared under ``/runs/<run>/``) and asks it what
+differs by run (``proxy.runs.run``): how a model or adapter name and the path look on the
+replicas, whether a generation request waits at a pause gate, whether a load past the run's
+share of ``max_loras`` is refused before any replica sees it, what ``/v1/models`` and
+``/server_info`` show, what TRL's pause and resume do. Services return outcomes or
+raise domain errors (``proxy.errors``); the handlers raise their own refusals
+(``proxy.http.refusals``) the same way, all answered by the edge's one table
+(``proxy.http.errors``); outcomes are turned into answers through ``proxy.http.responses``.
+Bodies are read by the one reader (``proxy.http.bodies``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,30 +26,29 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.adapters.attest.probe import Captured
-from proxy.adapters.calls import LoadRequest, parse_load, parse_unload
+from proxy.adapters.calls import LoadRequest, adapter_name, parse_load, parse_unload
 from proxy.adapters.service import AdapterService
-from proxy.config import ClientSettings
 from proxy.dataplane.fanout import PAUSE_MODES, FanOut
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.resumable import Resumable
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.http import responses
-from proxy.http.bodies import BodyBudget
-from proxy.http.edge import SCOPE
+from proxy.http.bodies import BodyReader
+from proxy.http.edge import RUN
 from proxy.http.identity import IDENTITY
-from proxy.http.responses import Redactor, error_response, json_response
+from proxy.http.refusals import BadPauseMode, NotReported, UnsafeRequest
+from proxy.http.responses import Redactor, json_response
 from proxy.http.server import Guard
 from proxy.http.status import Status
 from proxy.insight.sampler import Sampler
 from proxy.metrics.page import MetricsPage
-from proxy.metrics.recorder import Metrics
-from proxy.routing.facts import Facts, UnknownModel
+from proxy.routing.facts import Facts
 from proxy.routing.peek import Peek, peek_generation
 from proxy.routing.policy import RouteRequest
 from proxy.runs.names import canonical, splice_model
-from proxy.runs.scope import Scope
-from proxy.runs.table import OverShare, Runs
+from proxy.runs.run import Run
+from proxy.runs.table import OverShare
 
 ROUTING_KEY_HEADERS = ("X-Routing-Key", "X-Session-ID")
 
@@ -57,19 +57,38 @@ def _printable_ascii(text: str) -> bool:
     return text.isascii() and text.isprintable()
 
 
-def _unsafe_request(request: web.Request) -> web.Response | None:
-    """A 400 for a request the proxy cannot pass on as it came: a non-ASCII request target or
-    Content-Type (they are forwarded verbatim), or a routing key that is not printable text."""
+def _check_passable(request: web.Request) -> None:
+    """``UnsafeRequest`` for a request the proxy cannot pass on as it came: a non-ASCII request
+    target or Content-Type (they are forwarded verbatim), or a routing key that is not printable
+    text."""
     if not _printable_ascii(request.rel_url.raw_path_qs):
-        return error_response(400, "the request target must be printable ASCII (percent-encode)")
+        raise UnsafeRequest("the request target must be printable ASCII (percent-encode)")
     content_type = request.headers.get("Content-Type", "")
     if not _printable_ascii(content_type):
-        return error_response(400, "the Content-Type header must be printable ASCII")
+        raise UnsafeRequest("the Content-Type header must be printable ASCII")
     for name in ROUTING_KEY_HEADERS:
         value = request.headers.get(name)
         if value is not None and not value.isprintable():
-            return error_response(400, f"the {name} header must be printable text")
-    return None
+            raise UnsafeRequest(f"the {name} header must be printable text")
+
+
+@dataclass(frozen=True, slots=True)
+class FleetControl:
+    """TRL's pause and resume as a run carries them out (``proxy.runs.run.Control``): the
+    fleet's fan-out (or the proxy's own answer), or the run's own answer."""
+
+    fanout: FanOut
+    redactor: Redactor
+
+    async def fan_out(self, path: str, query: str) -> web.StreamResponse:
+        if self.fanout.answers(path):
+            self.fanout.answer(path, query)
+            return responses.answered(path)
+        outcomes = await self.fanout.control(path, query)
+        return self.redactor.control_answer(path, outcomes)
+
+    def answer(self, payload: dict[str, Any]) -> web.StreamResponse:
+        return json_response(200, payload)
 
 
 @dataclass(slots=True)
@@ -78,57 +97,17 @@ class Handlers:
     forwarder: Forwarder
     fanout: FanOut
     adapters: AdapterService
-    metrics: Metrics
     facts: Facts
     status_of: Status
-    client: ClientSettings
     redactor: Redactor
-    bodies: BodyBudget
-    runs: Runs
+    bodies: BodyReader
     queue_timeout_s: float
     guard: Guard
     sampler: Sampler
     page: MetricsPage
     captured: Captured  # the policy probe's ids, taken from the first token-id prompt
+    fleet_control: FleetControl  # what a run's pause and resume act through
     # -- bodies ------------------------------------------------------------------------------
-
-    async def _read(self, request: web.Request) -> bytes | web.Response:
-        """The request body, within the body limit, the body timeout and the memory budget.
-
-        The budget is charged by the bytes received, as they arrive (a declared length alone
-        reserves nothing: declaring 32 MiB and sending nothing costs only the sender; one
-        declared above the body limit is refused at once). The body's bytes stay reserved in
-        ``bodies`` until ``_with_body`` releases them."""
-        limit, length = self.client.max_body_bytes, request.content_length
-        if length is not None and length > limit:
-            self.metrics.record_rejection("too_large")
-            return responses.too_large(limit)
-        if request.content.is_eof():  # all of it came with the head: nothing to time
-            body = await request.read()
-            if not self.bodies.reserve(len(body)):
-                self.metrics.record_rejection("body_budget")
-                return responses.body_budget_full(self.bodies.limit)
-            return body
-        held, chunks, kept = 0, [], False
-        try:
-            async with asyncio.timeout(self.client.body_timeout_s):
-                while chunk := await request.content.readany():
-                    if held + len(chunk) > limit:
-                        self.metrics.record_rejection("too_large")
-                        return responses.too_large(limit)
-                    if not self.bodies.reserve(len(chunk)):
-                        self.metrics.record_rejection("body_budget")
-                        return responses.body_budget_full(self.bodies.limit)
-                    held += len(chunk)
-                    chunks.append(chunk)
-            kept = True
-        except TimeoutError:
-            self.metrics.record_rejection("body_timeout")
-            return responses.body_timeout(self.client.body_timeout_s)
-        finally:
-            if not kept:
-                self.bodies.release(held)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _with_body(
         self,
@@ -137,17 +116,12 @@ class Handlers:
         *,
         forwarded: bool = True,
     ) -> web.StreamResponse:
-        """Read the body (``_read``'s bounds), answer ``use(request, body)``, release the body
-        after. ``forwarded``: the request goes to a replica as it came, so it must be passable
-        (``_unsafe_request``)."""
+        """Read the body (``BodyReader.read``'s bounds), answer ``use(request, body)``, release
+        the body after. ``forwarded``: the request goes to a replica as it came, so it must be
+        passable (``_check_passable``)."""
         if forwarded:
-            bad = _unsafe_request(request)
-            if bad is not None:
-                self.metrics.record_rejection("bad_request")
-                return bad
-        body = await self._read(request)
-        if isinstance(body, web.Response):
-            return body
+            _check_passable(request)
+        body = await self.bodies.read(request)
         try:
             return await use(request, body)
         finally:
@@ -157,39 +131,37 @@ class Handlers:
 
     def generation(self, route: str, prompt_key: bytes) -> Handler:
         async def generate(request: web.Request, body: bytes) -> web.StreamResponse:
-            scope = request[SCOPE]
             headers = request.headers
             key = headers.get(ROUTING_KEY_HEADERS[0]) or headers.get(ROUTING_KEY_HEADERS[1])
             peek = peek_generation(body, prompt_key, self.facts.max_elements)
             if self.captured.ids is None and peek.kind == "tokens":  # once: the policy probe
                 self.adapters.offer_probe(peek.buffer[peek.start : peek.end])
-            if scope.run is not None:
-                body, peek = self._scoped(scope, body, peek, prompt_key)
-            try:
-                facts = self.facts.from_peek(peek, key)
-            except UnknownModel as exc:
-                raise UnknownModel(scope.own_name(exc.model) or exc.model) from None
+            body, peek = self._renamed(request[RUN], body, peek, prompt_key)
+            facts = self.facts.from_peek(peek, key)  # UnknownModel: answered in the run's names
             if peek.stream:  # may be continued elsewhere if its replica fails mid-stream
                 resume, body = self.forwarder.streams.plan(route, body)
                 return await self._forward(request, body, route, facts, resume)
             return await self._forward(request, body, route, facts)
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            scope = request[SCOPE]
-            if scope.run is not None:  # the bare path has no gate: no await on the hot path
-                await scope.admitted(self.queue_timeout_s)
+            gate = request[RUN].admission(self.queue_timeout_s)
+            if gate is not None:  # a paused run's: an open gate costs no await
+                await gate
             return await self._with_body(request, generate)
 
         return handle
 
-    def _scoped(self, scope: Scope, body: bytes, peek: Peek, key: bytes) -> tuple[bytes, Peek]:
-        """A run's request with its ``model`` (any but the base) as the replicas name it: a
-        splice of the bytes the peek indexed (the prompt's span shifted if the model came
-        first), else a canonical rewrite and a new peek (rare)."""
+    def _renamed(self, run: Run, body: bytes, peek: Peek, key: bytes) -> tuple[bytes, Peek]:
+        """The request with its ``model`` (any but the base) as the replicas name it for
+        ``run`` (the default run's are the replicas' own: nothing to do): a splice of the bytes
+        the peek indexed (the prompt's span shifted if the model came first), else a canonical
+        rewrite and a new peek (rare)."""
         model = peek.model
-        if model is None or any(r.base_model == model for r in self.pool):
+        if model is None:
             return body, peek
-        new = scope.replica_name(model)
+        new = run.replica_name(model)
+        if new == model or any(r.base_model == model for r in self.pool):
+            return body, peek
         found = splice_model(body, model, new, (peek.start, peek.end))
         if peek.buffer is not body or found is None:
             rewritten = canonical(body, new)
@@ -207,14 +179,10 @@ class Handlers:
         facts: RouteRequest,
         resume: Resumable | None = None,
     ) -> web.StreamResponse:
-        run = request[SCOPE].run
-        if run is None:  # the bare path: the request's own target, the bare path's slots
-            return await self.forwarder.forward(
-                request, route, body, facts, request[IDENTITY], resume=resume
-            )
-        target = request.rel_url.raw_path_qs.removeprefix(f"/runs/{run.name}")
+        run = request[RUN]
+        target = run.target(request.rel_url.raw_path_qs)
         return await self.forwarder.forward(
-            request, route, body, facts, request[IDENTITY], target, run.name, resume
+            request, route, body, facts, request[IDENTITY], target, run, resume
         )
 
     async def passthrough(self, request: web.Request) -> web.StreamResponse:
@@ -227,66 +195,52 @@ class Handlers:
 
     async def load(self, request: web.Request) -> web.StreamResponse:
         async def load(request: web.Request, body: bytes) -> web.StreamResponse:
-            scope = request[SCOPE]
+            run = request[RUN]
             asked = parse_load(body)
-            self._check_share(scope, asked.name)
-            load = LoadRequest(scope.replica_name(asked.name), asked.path)
-            result = await self.adapters.load(load)
-            return self._own(scope, self.redactor.load_answer(result))
+            name = adapter_name(run.replica_name(asked.name))  # a run's prefix counts too
+            self._check_share(run, name)
+            result = await self.adapters.load(LoadRequest(name, asked.path))
+            return self._own(run, self.redactor.load_answer(result))
 
         return await self._with_body(request, load, forwarded=False)
 
-    def _check_share(self, scope: Scope, name: str) -> None:
-        """``OverShare`` when loading ``name`` would exceed the run's share of ``max_loras``."""
-        max_loras, run = self.adapters.registry.max_loras, scope.run
-        if max_loras is None or run is None:
+    def _check_share(self, run: Run, name: str) -> None:
+        """``OverShare`` when loading ``name`` (replica-side) would make ``run`` hold more
+        adapters than it may (``Run.over_share``)."""
+        max_loras = self.adapters.registry.max_loras
+        if max_loras is None:
             return
-        share = self.runs.share(run.name, max_loras)
-        held = [n for n in self.status_of.held(run.name) if n != scope.replica_name(name)]
-        if len(held) + 1 > share:
-            raise OverShare(
-                f"run {run.name} holds {len(held)} adapters and its share of max_loras is "
-                f"{share} ({max_loras} per replica over {len(self.runs)} runs by weight): unload "
-                "one first (TRL: a lower --max-staleness), or start the replicas with a larger "
-                "--max-loras"
-            )
+        held = [n for n in self.status_of.held(run) if n != name]
+        refused = run.over_share(len(held), max_loras)
+        if refused is not None:
+            raise OverShare(refused)
 
     async def unload(self, request: web.Request) -> web.StreamResponse:
         async def unload(request: web.Request, body: bytes) -> web.StreamResponse:
-            scope = request[SCOPE]
-            result = await self.adapters.unload(scope.replica_name(parse_unload(body)))
-            return self._own(scope, responses.unload_answer(result))
+            run = request[RUN]
+            name = adapter_name(run.replica_name(parse_unload(body)))
+            result = await self.adapters.unload(name)
+            return self._own(run, responses.unload_answer(result))
 
         return await self._with_body(request, unload, forwarded=False)
 
     @staticmethod
-    def _own(scope: Scope, response: web.Response) -> web.Response:
+    def _own(run: Run, response: web.Response) -> web.Response:
         if isinstance(response.body, bytes):
-            response.body = scope.answer(response.body)
+            response.body = run.answer(response.body)
         return response
 
     # -- control ---------------------------------------------------------------------------
 
     async def control(self, request: web.Request) -> web.StreamResponse:
-        bad = _unsafe_request(request)
-        if bad is not None:
-            self.metrics.record_rejection("bad_request")
-            return bad
-        path = request[SCOPE].target(request.path)
+        _check_passable(request)
+        run = request[RUN]
+        path = run.target(request.path)
         mode = request.rel_url.query.get("mode", "abort")
         if path == "/pause" and mode not in PAUSE_MODES:
-            return error_response(400, f"mode must be one of {PAUSE_MODES}", param="mode")
-        run = request[SCOPE].run
-        if run is not None:  # that run's gate only: the replicas and the other runs go on
-            run.pause() if path == "/pause" else run.resume()
-            status = "paused" if path == "/pause" else "resumed"
-            return json_response(200, {"status": status, "run": run.name, "fleet": "generating"})
+            raise BadPauseMode(PAUSE_MODES)
         query = request.rel_url.raw_query_string
-        if self.fanout.answers(path):
-            self.fanout.answer(path, query)
-            return responses.answered(path)
-        outcomes = await self.fanout.control(path, query)
-        return self.redactor.control_answer(path, outcomes)
+        return await run.control(path, query, self.fleet_control)
 
     # -- aggregated views ------------------------------------------------------------------
 
@@ -297,29 +251,14 @@ class Handlers:
     async def server_info(self, request: web.Request) -> web.StreamResponse:
         info = views.server_info(self.pool)
         if info is None:
-            return responses.not_reported("reported its server info")
-        run = request[SCOPE].run
-        if run is not None:  # the run's share of max_loras: what TRL checks its staleness on
-            info = copy.deepcopy(info)
-            config = info.get("vllm_config")
-            lora = config.get("lora_config") if isinstance(config, dict) else None
-            if isinstance(lora, dict) and isinstance(lora.get("max_loras"), int):
-                lora["max_loras"] = self.runs.share(run.name, lora["max_loras"])
-        return json_response(200, info)
+            raise NotReported("reported its server info")
+        return json_response(200, request[RUN].server_info(info))
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         listing = views.models(self.pool, self.adapters.roots())
         if listing is None:
-            return responses.not_reported("listed its models")
-        scope = request[SCOPE]
-        if scope.run is not None:  # the base model, then the run's adapters under its names
-            data: list[dict[str, Any]] = [listing["data"][0]]
-            for entry in listing["data"][1:]:
-                own = scope.own_name(str(entry.get("id")))
-                if own is not None:
-                    data.append({**entry, "id": own})
-            listing = {**listing, "data": data}
-        return json_response(200, listing)
+            raise NotReported("listed its models")
+        return json_response(200, request[RUN].models(listing))
 
     async def metrics_page(self, request: web.Request) -> web.StreamResponse:
         return web.Response(
@@ -333,6 +272,6 @@ class Handlers:
             sampler.advice(),
             sampler.run_advice(),
             client_connections=self.guard.connections,
-            body_bytes_held=self.bodies.held,
+            body_bytes_held=self.bodies.budget.held,
         )
         return json_response(200, page)

@@ -38,5 +38,5 @@ def listening_socket(host: str, port: int) -> socket.socket:
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         return socket.create_server((host, port), family=family, backlog=BACKLOG)
-    except OSError as exc:
+    except OSError as exc:  # the port cannot be had: one line saying why, nothing started
         raise cannot_listen(host, port, exc) from None

@@ -4,7 +4,9 @@ wire``), so that a relay in front of this proxy pushes adapters here as it would
 Authenticated like every other route (``--api-key``, by the route guard); the upload streams
 into the proxy's store through the same core as a replica's (``adapter_receiver.receive``: bounded
 memory, sizes and sha256 checked, atomic publish, per-adapter and store caps). A stored version
-is what a later load naming its path pushes on to the replicas (``AdapterService``).
+is what a later load naming its path pushes on to the replicas (``AdapterService``). A refused
+upload is ``UploadRefused`` (the store's status and words; the connection closes, as the body
+may be unread), answered by the edge's error table.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections.abc import AsyncIterator
 from aiohttp import ClientPayloadError, web
 
 from adapter_receiver.receive import Answer, ClientGone, Receiver
-from proxy.http.edge import SCOPE
+from proxy.http.edge import RUN
+from proxy.http.refusals import UploadRefused
 from proxy.http.responses import json_response
 
 
@@ -28,20 +31,19 @@ class ReceiverRoutes:
     async def upload(self, request: web.Request) -> web.Response:
         """The entry is named as the replicas name the adapter (a run's upload is scoped; the
         answer names the entry's path, which the relay's load then sends as it is)."""
-        name = request[SCOPE].replica_name(request.match_info["name"])
+        name = request[RUN].replica_name(request.match_info["name"])
         chunks = _chunks(request)
         answer = await self.receiver.upload(name, request.content_length, chunks)
-        response = _answer(answer)
         if answer.status >= 400:
-            response.force_close()  # the body may be unread: this connection cannot go on
-        return response
+            raise UploadRefused(answer.status, str(answer.body["error"]["message"]))
+        return _answer(answer)
 
 
 async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
     try:
         async for chunk in request.content.iter_any():
             yield chunk
-    except (ClientPayloadError, ConnectionError) as exc:
+    except (ClientPayloadError, ConnectionError) as exc:  # in the receiver core's words
         raise ClientGone from exc
 
 

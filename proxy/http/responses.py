@@ -1,10 +1,14 @@
-"""Every answer the proxy builds itself, in one place; errors in vLLM's shape.
+"""The answers the proxy builds itself that are not refusals, and vLLM's error shape for those
+that are.
 
-``{"error": {"message", "type", "param", "code"}}``, so clients that parse vLLM errors parse
-ours; ``extra`` adds top-level detail (e.g. the per-replica outcome of a fan-out). Services
-return outcomes and raise domain errors; the handlers call the builders here. Messages must never
-contain a secret: text a replica sent is echoed only through ``Redactor`` (configured secrets
-replaced, at most ``ECHO_LIMIT`` characters).
+A refusal is a domain error (``proxy.errors``), answered by the one table
+(``proxy.http.errors``) in vLLM's shape, ``{"error": {"message", "type", "param", "code"}}``
+(``error_body``), so clients that parse vLLM errors parse ours; its ``details`` are added at the
+top level (e.g. the per-replica outcome of a fan-out). Here: successes (TRL's pause and resume
+answered, a replica's control answer passed on, a load's or an unload's), and ``Redactor``, which
+turns a fan-out's or a load's outcomes into a success or the domain error that says what failed.
+Messages must never contain a secret: text a replica sent is echoed only through ``Redactor``
+(configured secrets replaced, at most ``ECHO_LIMIT`` characters).
 """
 
 from __future__ import annotations
@@ -15,9 +19,17 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.adapters.calls import LoadResult, UnloadResult
-from proxy.adapters.carry import Outcome as LoadOutcome
-from proxy.dataplane.fanout import Outcome as ControlOutcome
+from proxy.adapters.calls import (
+    LoadLagging,
+    LoadRefused,
+    LoadResult,
+    LoadUnreached,
+    UnknownAdapter,
+    UnloadResult,
+)
+from proxy.adapters.carry import LoadOutcome
+from proxy.dataplane.fanout import ControlOutcome
+from proxy.http.refusals import ControlRefused, ControlUnreached
 from proxy.logs import redact
 from proxy.upstream.client import Reply
 
@@ -29,12 +41,14 @@ _TYPES = {
     404: "NotFoundError",
     405: "MethodNotAllowed",
     408: "RequestTimeout",
+    411: "LengthRequired",
     413: "RequestEntityTooLarge",
+    500: "InternalServerError",
     502: "BadGateway",
     503: "ServiceUnavailable",
     504: "GatewayTimeout",
+    507: "InsufficientStorage",
 }
-RETRY_SOON = {"Retry-After": "1"}
 
 
 def error_body(
@@ -52,41 +66,8 @@ def error_body(
     return orjson.dumps(payload)
 
 
-def error_response(
-    status: int,
-    message: str,
-    *,
-    param: str | None = None,
-    extra: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> web.Response:
-    return web.Response(
-        status=status,
-        body=error_body(status, message, param=param, extra=extra),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
 def json_response(status: int, payload: object) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json")
-
-
-def model_not_found(model: str) -> web.Response:
-    """vLLM's own answer for a model the server does not serve."""
-    return error_response(404, f"The model `{model}` does not exist.", param="model")
-
-
-def bad_request_id() -> web.Response:
-    return error_response(
-        400, "X-Request-ID must be printable ASCII, 1 to 200 characters", param="X-Request-ID"
-    )
-
-
-def no_replica() -> web.Response:
-    return error_response(
-        503, "no replica is available; retry when /health answers 200", headers=RETRY_SOON
-    )
 
 
 def answered(path: str) -> web.Response:
@@ -94,58 +75,6 @@ def answered(path: str) -> web.Response:
     does meanwhile (it keeps generating: ``proxy.dataplane.fanout``)."""
     status = "paused" if path == "/pause" else "resumed"
     return json_response(200, {"status": status, "fleet": "generating"})
-
-
-def not_reported(what: str) -> web.Response:
-    """``/server_info`` or ``/v1/models`` before any routable replica reported it."""
-    return error_response(503, f"no routable replica has {what} yet", headers=RETRY_SOON)
-
-
-def too_large(limit: int) -> web.Response:
-    answer = error_response(
-        413, f"request body is larger than the proxy's limit of {limit} bytes (--max-body-bytes)"
-    )
-    answer.force_close()  # the rest of the body is not read: this connection cannot go on
-    return answer
-
-
-def body_timeout(seconds: float) -> web.Response:
-    answer = error_response(
-        408, f"request body did not arrive within {seconds:g} s (--client-body-timeout)"
-    )
-    answer.force_close()
-    return answer
-
-
-def body_budget_full(limit: int) -> web.Response:
-    return error_response(
-        503,
-        f"the proxy holds {limit} bytes of request bodies already "
-        "(--max-body-bytes-in-flight); retry shortly",
-        headers=RETRY_SOON,
-    )
-
-
-def not_found(path_known: bool, method: str) -> web.Response:
-    if path_known:
-        return error_response(405, f"method {method} is not allowed on this route")
-    return error_response(404, "no such route on the proxy (it forwards vLLM's public API only)")
-
-
-def local_resources(message: str) -> web.Response:
-    return error_response(503, message, headers=RETRY_SOON)
-
-
-def rejected(message: str, retry_after_s: int) -> web.Response:
-    return error_response(503, message, headers={"Retry-After": str(retry_after_s)})
-
-
-def no_answer(detail: str) -> web.Response:
-    return error_response(502, f"no replica could answer: {detail}", headers=RETRY_SOON)
-
-
-def upstream_timeout(message: str) -> web.Response:
-    return error_response(504, message)
 
 
 def passthrough(reply: Reply) -> web.Response:
@@ -172,12 +101,14 @@ class Redactor:
     # -- fan-out of /pause, /resume, /reset_prefix_cache ------------------------------------
 
     def control_answer(self, path: str, outcomes: list[ControlOutcome]) -> web.Response:
+        """The first replica's answer when every replica answered 200; else ``ControlRefused``
+        (some refused) or ``ControlUnreached`` (none answered)."""
         failed = [o for o in outcomes if o.reply is not None and o.status != 200]
         if failed:
-            return self._control_error(path.lstrip("/"), outcomes, failed)
+            raise self._control_error(path.lstrip("/"), outcomes, failed)
         done = [o.reply for o in outcomes if o.reply is not None]
         if not done:
-            return error_response(502, f"no replica could be reached for {path}")
+            raise ControlUnreached(path)
         return passthrough(done[0])
 
     def _control_outcome(self, outcome: ControlOutcome) -> dict[str, Any]:
@@ -191,18 +122,16 @@ class Redactor:
 
     def _control_error(
         self, action: str, outcomes: list[ControlOutcome], failed: list[ControlOutcome]
-    ) -> web.Response:
+    ) -> ControlRefused:
         statuses = Counter(o.status for o in failed if o.status is not None)
-        status = statuses.most_common(1)[0][0] if statuses else 502
         first = self._control_outcome(failed[0])
         detail = first.get("body") or first.get("error")
         message = (
             f"{action} failed on {len(failed)} of {len(outcomes)} replicas; "
             f"{first['replica']} answered {first['status']}: {detail}"
         )
-        return error_response(
-            status, message, extra={"replicas": [self._control_outcome(o) for o in outcomes]}
-        )
+        details = {"replicas": [self._control_outcome(o) for o in outcomes]}
+        return ControlRefused(message, _most_common(statuses), details)
 
     # -- adapter loads and unloads -------------------------------------------------------
 
@@ -220,8 +149,9 @@ class Redactor:
         return out
 
     def load_answer(self, result: LoadResult) -> web.Response:
-        """200 only when every routable replica has the version; 504 (never 404) for a mount
-        that never caught up; the replicas' own status for a refusal (after rollback)."""
+        """200 only when every routable replica has the version; else ``LoadRefused`` (the
+        replicas' own status, after rollback), ``LoadLagging`` (504, never 404: a mount that
+        never caught up) or ``LoadUnreached``."""
         outcomes, version = result.outcomes, result.version
         took = [o for o in outcomes if o.status == "ok"]
         failed = [o for o in outcomes if o.status == "failed"]
@@ -230,14 +160,13 @@ class Redactor:
         rolled = f" (rolled back on {len(took)})" if took and (failed or lagging) else ""
         if failed:
             statuses = Counter(o.reply.status for o in failed if o.reply is not None)
-            status = statuses.most_common(1)[0][0] if statuses else 502
             first = self._load_outcome(failed[0])
             message = (
                 f"load_lora_adapter failed on {len(failed)} of {len(outcomes)} "
                 f"replicas{rolled}; {first['replica']} answered {first['status']}: "
                 f"{first.get('body', '')}"
             )
-            return error_response(status, self.text(message), extra=details)
+            raise LoadRefused(message, details, _most_common(statuses))
         if lagging:
             message = (
                 f"adapter {version.name} did not become visible at {version.path} on "
@@ -245,15 +174,18 @@ class Redactor:
                 f"(their bucket mount lags){rolled}; retry the load, or raise "
                 "--adapter-load-deadline"
             )
-            return error_response(504, self.text(message), extra=details)
+            raise LoadLagging(message, details)
         if not took:
-            return error_response(
-                502, "no replica could be reached to load the adapter", extra=details
-            )
+            raise LoadUnreached("no replica could be reached to load the adapter", details)
         return web.Response(text=f"Success: LoRA adapter '{version.name}' added successfully.")
+
+
+def _most_common(statuses: Counter[int]) -> int | None:
+    """The status most replicas answered (None: none answered; the table says what then)."""
+    return statuses.most_common(1)[0][0] if statuses else None
 
 
 def unload_answer(result: UnloadResult) -> web.Response:
     if not result.known:
-        return error_response(404, f"The lora adapter '{result.name}' cannot be found.")
+        raise UnknownAdapter(result.name)
     return web.Response(text=f"Success: LoRA adapter '{result.name}' removed successfully.")

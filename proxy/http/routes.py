@@ -3,9 +3,10 @@ bare path and for each run under ``/runs/{run}`` (the edge gives each route its 
 
 Only an allowlist of vLLM's public routes is registered, and the adapter receiver's (a relay
 pushes adapters into this proxy as into a replica); anything else (vLLM's dev-mode control
-routes included) is answered 404. A few routes are the bare path's alone: the cache reset (it
-would touch every run's requests), the POST passthroughs (their ``model`` is not scoped) and the
-admin API (its own key).
+routes included) is answered 404 (``UnknownRoute``; 405, ``WrongMethod``, for a path served
+with another method). A few routes are the bare path's alone: the cache reset (it would touch
+every run's requests), the POST passthroughs (their ``model`` is not scoped) and the admin API
+(its own key).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from adapter_receiver.wire import PREFIX as RECEIVER_PREFIX
-from proxy.http import responses
 from proxy.http.admin import Admin
 from proxy.http.edge import Edge, RouteInfo
 from proxy.http.handlers import Handlers
 from proxy.http.receiver import ReceiverRoutes
+from proxy.http.refusals import UnknownRoute, WrongMethod
 from proxy.http.run_admin import RunAdmin
-from proxy.runs.scope import PREFIX as RUN_PREFIX
+from proxy.runs.run import PREFIX as RUN_PREFIX
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
 PASSTHROUGH_POST = ("/tokenize", "/detokenize", "/ping")
@@ -94,7 +95,9 @@ def add_routes(
 
     async def not_found(request: web.Request) -> web.StreamResponse:
         """Every other path (405 for a known path asked with another method)."""
-        return responses.not_found(request.path in known, request.method)
+        if request.path in known:
+            raise WrongMethod(request.method)
+        raise UnknownRoute
 
     # Last, so it only catches what no route above takes (aiohttp tries resources in order).
     router.add_route("*", "/{tail:.*}", edge.wrap(not_found, RouteInfo("not_found", open=True)))

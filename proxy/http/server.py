@@ -1,35 +1,40 @@
 """Serving the app: what a client connection may cost, and how bad input is logged.
 
 aiohttp parses and answers; this module bounds what one client (or many) can hold:
-- ``max_connections`` client connections that have sent something at once; the next one is
-  answered 503 and closed (``rollout_proxy_rejections_total{reason="too_many_connections"}``).
-  Connections that have sent nothing yet are not counted (``SILENT_PER_CAP`` times the cap of
-  them at most, for the descriptors' sake): they cannot lock clients out;
+- ``max_connections`` client connections that have sent something at once. At the cap, a new
+  one takes the place of the oldest keep-alive connection idle for ``IDLE_YIELD_S`` at least
+  (between requests it holds nothing; it is closed, as its keep-alive timeout would close it);
+  only when none is, the new one is answered 503 and closed before aiohttp reads a request from
+  it: the bytes of the error table's answer to ``TooManyConnections``, each refusal counted by
+  the table (``proxy.http.errors.ErrorAnswers.refusal``). So a client pool left open after a
+  burst never locks the trainer out, and the cap still holds. The idle connections are kept in
+  the order they went idle: finding the oldest costs O(1). Connections that have sent nothing
+  yet are not counted (``SILENT_PER_CAP`` times the cap of them at most, for the descriptors'
+  sake): they cannot lock clients out;
 - ``head_timeout_s``: a request head must be complete in time, measured from its first byte, or
   from the connection's opening for its first request (a connection that sends nothing is closed
-  then, not at the keep-alive timeout); checked by a sweep every ``head_timeout_s / 2``;
+  then, not at the keep-alive timeout), without an answer (a head that never ended is no
+  request to answer; ``Guard.head_timeouts`` counts them); checked by a sweep every
+  ``head_timeout_s / 2``;
 - ``keepalive_timeout_s``: an idle connection is closed (aiohttp's own timer, which also closes
   a connection that never completes a head);
 - ``send_timeout_s``: a client that stops reading its answer (the socket's send buffer stays full
   this long) is disconnected, which frees its slot and cancels its generation; nothing is timed
   while a client reads (the timer runs only between the transport's ``pause_writing`` and
   ``resume_writing``);
-- the body timeout and byte budgets are the handlers' (``handlers.Handlers._read``, the memory
-  budget in ``bodies.BodyBudget``);
-- a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind per
-  ``BAD_INPUT_LOG_EVERY_S``, without a traceback, and counted
-  (``rollout_proxy_bad_client_requests_total{kind}``); our own errors keep their tracebacks.
+- the body limit, timeout and memory budget are the body reader's (``bodies.BodyReader``);
+- a bad request from a client (aiohttp's parse errors) is logged at WARNING once per kind,
+  without a traceback, and counted (``client_log``); our own errors keep their tracebacks.
 
 Every connection goes through a ``GuardedConnection``, a thin protocol in front of aiohttp's
 (one extra call and a clock read per read); handlers tell it when a request starts and ends
-(``Guard.busy``).
+(``Guard.busy``). The guard tells time by the proxy's ``Clock`` (tests drive it).
 
 Only aiohttp's public API is used (no private name; tests/unit/test_aiohttp_surface.py checks
 what the guard relies on, naming the aiohttp version when an upgrade changes it): the runner's
 ``server`` is the protocol factory aiohttp documents for ``loop.create_server`` (its low-level
 server), and ``serving`` makes the listening socket itself with the guard in front, instead of
-an aiohttp site (a site builds its listener from ``runner.server`` with no way to wrap it). The
-client-error log is the ``logger`` aiohttp's handlers are given, with a ``logging`` filter.
+an aiohttp site (a site builds its listener from ``runner.server`` with no way to wrap it).
 """
 
 from __future__ import annotations
@@ -39,99 +44,24 @@ import logging
 import resource
 import socket
 import ssl
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 from aiohttp import web
-from aiohttp.http_exceptions import (
-    BadHttpMessage,
-    BadHttpMethod,
-    BadStatusLine,
-    ContentLengthError,
-    HttpProcessingError,
-    InvalidHeader,
-    InvalidURLError,
-    LineTooLong,
-    TransferEncodingError,
-)
 
+from proxy.clock import Clock, Timer
 from proxy.config import ClientSettings
 from proxy.http.listen import BACKLOG, cannot_listen
-from proxy.logs import redact_tokens
 
 log = logging.getLogger("proxy.server")
 
 LINGER_S = 2.0  # after refusing a body, read (and drop) what the client still sends, this long
-BAD_INPUT_LOG_EVERY_S = 60.0
 SILENT_PER_CAP = 2  # connections that sent nothing yet, at most, per --max-client-connections
-_REFUSAL = (
-    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
-)
-_REFUSAL_BODY = (
-    b'{"error":{"message":"the proxy has too many client connections; retry shortly",'
-    b'"type":"ServiceUnavailable","param":null,"code":503}}'
-)
-# Bad client input, by kind (``proxy.metrics.BAD_INPUT_KINDS``, the metric's label values).
-_BAD_INPUT: tuple[tuple[type[HttpProcessingError], str], ...] = (
-    (LineTooLong, "too_long"),
-    (BadHttpMethod, "bad_method"),
-    (BadStatusLine, "bad_request_line"),
-    (InvalidURLError, "bad_target"),
-    (InvalidHeader, "bad_header"),
-    (TransferEncodingError, "bad_framing"),
-    (ContentLengthError, "bad_framing"),
-    (BadHttpMessage, "bad_message"),
-)
-
-
-def bad_input_kind(exc: BaseException) -> str:
-    for cls, kind in _BAD_INPUT:
-        if isinstance(exc, cls):
-            return kind
-    return "other"
-
-
-class ClientErrorLog(logging.Logger):
-    """aiohttp's server logger (``AppRunner(logger=...)``): bad client input is a counted
-    WARNING once per kind per interval, with no traceback; everything else (our own bugs) is
-    logged as usual.
-
-    aiohttp reports a request it could not parse as an ERROR record whose exception is an
-    ``HttpProcessingError``; a filter on this logger drops that record and counts (and, once per
-    interval, reports) the kind instead. Whichever ``Logger`` method aiohttp calls, the filter
-    sees the record."""
-
-    def __init__(self, count: Callable[[str], None], clock: Callable[[], float]) -> None:
-        super().__init__("proxy.clients")
-        self.parent = logging.getLogger("proxy")
-        self._count = count
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: dict[str, int] = {}
-        self.addFilter(self._client_error)
-
-    def _client_error(self, record: logging.LogRecord) -> bool:
-        """False (drop the record) for aiohttp's report of a client's bad input."""
-        exc = record.exc_info[1] if record.exc_info else None
-        if record.levelno < logging.ERROR or not isinstance(exc, HttpProcessingError):
-            return True
-        self._bad_input(exc)
-        return False
-
-    def _bad_input(self, exc: HttpProcessingError) -> None:
-        kind = bad_input_kind(exc)
-        self._count(kind)
-        now = self._clock()
-        if now - self._last.get(kind, float("-inf")) < BAD_INPUT_LOG_EVERY_S:
-            self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-            return
-        self._last[kind] = now
-        more = self._suppressed.pop(kind, 0)
-        detail = redact_tokens(repr(str(exc.message)[:200]))
-        note = f" ({more} more since the last report)" if more else ""
-        self.warning("bad request from a client (%s): %s%s", kind, detail, note)
+# At the cap, a keep-alive connection idle this long yields to a new client. Shorter races a
+# request already in the kernel's buffer (TRL's load_lora_adapter is a POST, never retried).
+IDLE_YIELD_S = 1.0
 
 
 class GuardedConnection(asyncio.Protocol):
@@ -145,13 +75,13 @@ class GuardedConnection(asyncio.Protocol):
     def __init__(self, guard: Guard, inner: asyncio.Protocol) -> None:
         self._guard = guard
         self._inner = inner
-        self._now = asyncio.get_running_loop().time
+        self._now = guard.clock.monotonic
         self._busy = 0  # requests being handled on this connection
         self.head_at = self._now()  # when a request head began arriving (0: none is); the
         # first one's clock starts at the connection's opening
         self.spoke = False  # it has sent a byte (it counts against the cap from then on)
         self._refused = False  # its first bytes found the cap full: answered 503, closing
-        self._stalled: asyncio.TimerHandle | None = None  # the client is not reading
+        self._stalled: Timer | None = None  # the client is not reading
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -174,6 +104,7 @@ class GuardedConnection(asyncio.Protocol):
             self.spoke = True
         if not self._busy and not self.head_at:
             self.head_at = self._now()
+            self._guard.working(self)
         self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -181,8 +112,8 @@ class GuardedConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self._stalled is None:
-            loop = asyncio.get_running_loop()
-            self._stalled = loop.call_later(self._guard.send_timeout_s, self._send_expired)
+            guard = self._guard
+            self._stalled = guard.clock.call_later(guard.send_timeout_s, self._send_expired)
         self._inner.pause_writing()
 
     def resume_writing(self) -> None:
@@ -199,9 +130,12 @@ class GuardedConnection(asyncio.Protocol):
     def started(self) -> None:
         self._busy += 1
         self.head_at = 0.0
+        self._guard.working(self)
 
     def finished(self) -> None:
         self._busy -= 1
+        if not self._busy and not self.head_at:
+            self._guard.idle(self, self._now())
 
     def head_overdue(self, deadline: float) -> bool:
         """A request head that began before ``deadline`` and is still not complete."""
@@ -209,23 +143,32 @@ class GuardedConnection(asyncio.Protocol):
 
 
 class Guard:
-    """Client connections: the cap, the head timeout, and a request's way back to its
-    connection. Heads are timed by one sweep every ``head_timeout_s / 2`` over the open
-    connections (O(connections), off the request path), not by a timer per request."""
+    """Client connections: the cap (and who yields at it), the head timeout, and a request's
+    way back to its connection. Heads are timed by one sweep every ``head_timeout_s / 2`` over
+    the open connections (O(connections), off the request path), not by a timer per request."""
 
-    def __init__(self, settings: ClientSettings, reject: Callable[[str], None]) -> None:
+    def __init__(self, settings: ClientSettings, refuse: Callable[[], bytes], clock: Clock) -> None:
         self.max_connections = settings.max_connections
         self.head_timeout_s = settings.head_timeout_s
         self.send_timeout_s = settings.send_timeout_s
-        self._reject = reject
+        self.clock = clock
+        self._refuse = refuse  # counts a refusal, gives its answer's bytes
         self._open: dict[asyncio.BaseTransport, GuardedConnection] = {}
         self._speaking = 0  # open connections that have sent something
-        self._sweeper: asyncio.TimerHandle | None = None
+        # Speaking connections between requests, oldest idle first: connection -> since when.
+        self._idle: OrderedDict[GuardedConnection, float] = OrderedDict()
+        self._sweeper: Timer | None = None
         self.head_timeouts = 0
+        self.yielded = 0  # idle connections closed for a new client at the cap
 
     @property
     def connections(self) -> int:
         return len(self._open)
+
+    @property
+    def idle_connections(self) -> int:
+        """Speaking connections between requests (those that may yield at the cap)."""
+        return len(self._idle)
 
     @property
     def speaking(self) -> int:
@@ -233,7 +176,7 @@ class Guard:
         return self._speaking
 
     def start(self) -> None:
-        self._sweeper = asyncio.get_running_loop().call_later(self.head_timeout_s / 2, self._sweep)
+        self._sweeper = self.clock.call_later(self.head_timeout_s / 2, self._sweep)
 
     def stop(self) -> None:
         if self._sweeper is not None:
@@ -241,41 +184,68 @@ class Guard:
             self._sweeper = None
 
     def _sweep(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() - self.head_timeout_s
+        deadline = self.clock.monotonic() - self.head_timeout_s
         for connection in list(self._open.values()):
             if connection.head_overdue(deadline) and connection.transport is not None:
                 self.head_timeouts += 1
                 connection.transport.close()
-        self._sweeper = loop.call_later(self.head_timeout_s / 2, self._sweep)
+        self._sweeper = self.clock.call_later(self.head_timeout_s / 2, self._sweep)
 
     def factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         def make() -> asyncio.Protocol:
             silent = len(self._open) - self._speaking
-            if self._speaking >= self.max_connections or (
-                silent >= SILENT_PER_CAP * self.max_connections
-            ):
-                self._reject("too_many_connections")
-                return _Refusal()
+            full = self._speaking >= self.max_connections and not self._yield()
+            if full or silent >= SILENT_PER_CAP * self.max_connections:
+                return _Refusal(self._refuse())
             return GuardedConnection(self, inner())
 
         return make
+
+    def idle(self, connection: GuardedConnection, since: float) -> None:
+        """``connection`` is between requests from ``since`` on."""
+        if connection.spoke:
+            self._idle[connection] = since
+
+    def working(self, connection: GuardedConnection) -> None:
+        """A request began arriving on ``connection``, or is being handled."""
+        self._idle.pop(connection, None)
+
+    def _yield(self) -> bool:
+        """At the cap: close the oldest connection idle for ``IDLE_YIELD_S`` at least, its
+        place taken at once; False when none has been."""
+        if not self._idle:
+            return False
+        connection, since = next(iter(self._idle.items()))
+        if self.clock.monotonic() - since < IDLE_YIELD_S:
+            return False
+        self._idle.pop(connection)
+        self._forget(connection)
+        self.yielded += 1
+        if connection.transport is not None:
+            connection.transport.close()
+        return True
 
     def opened(self, connection: GuardedConnection) -> None:
         assert connection.transport is not None
         self._open[connection.transport] = connection
 
     def spoke(self, connection: GuardedConnection) -> bool:
-        """``connection`` sent its first bytes: counted (True), or answered 503 and closed."""
-        if self._speaking >= self.max_connections:
-            self._reject("too_many_connections")
+        """``connection`` sent its first bytes: counted (True; an idle one yields it a place at
+        the cap), or answered 503 and closed."""
+        if self._speaking >= self.max_connections and not self._yield():
+            answer = self._refuse()
             if connection.transport is not None:
-                _Refusal().connection_made(connection.transport)
+                _Refusal(answer).connection_made(connection.transport)
             return False
         self._speaking += 1
         return True
 
     def closed(self, connection: GuardedConnection) -> None:
+        self._idle.pop(connection, None)
+        self._forget(connection)
+
+    def _forget(self, connection: GuardedConnection) -> None:
+        """No longer counted (closed, or closing to yield its place): once only."""
         if connection.transport is None:
             return
         gone = self._open.pop(connection.transport, None)
@@ -291,10 +261,13 @@ class Guard:
 
 
 class _Refusal(asyncio.Protocol):
-    """Answers 503 and closes: the connection cap is reached."""
+    """Writes ``answer`` (the cap's refusal) and closes."""
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        cast(asyncio.Transport, transport).write(_REFUSAL % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+        cast(asyncio.Transport, transport).write(self._answer)
         cast(asyncio.Transport, transport).close()
 
 
@@ -349,11 +322,11 @@ async def serving(
         listener = await asyncio.get_running_loop().create_server(
             guard.factory(handler), ssl=ssl_context, backlog=BACKLOG, start_serving=False, **where
         )
-    except OSError as exc:
+    except OSError as exc:  # the port cannot be had: one line saying why, nothing started
         raise cannot_listen(host, port, exc) from None
     try:
         await runner.setup()
-    except BaseException:
+    except BaseException:  # the app did not start: the listener is ours to close
         listener.close()
         raise
     try:
@@ -376,6 +349,6 @@ def raise_fd_limit() -> tuple[int, int]:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
             soft = target
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError) as exc:  # refused by the system: run with what it has
             log.warning("could not raise the open-files limit from %d: %s", soft, exc)
     return soft, hard

@@ -18,7 +18,7 @@ from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
-from proxy.dataplane.rollouts import BARE, RolloutCounts
+from proxy.dataplane.rollouts import RolloutCounts
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.shares import RunShares
@@ -27,6 +27,7 @@ from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics
 from proxy.routing.policy import Policy
+from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import Runs, RunView
 from proxy.supervise import restarts_so_far
 
@@ -68,8 +69,8 @@ class Status:
             pushing=self.adapters.pushing,
             runs={
                 run.name: RunSample(
-                    self.limiter.inflight_of(run.name),
-                    self.limiter.queued_of(run.name),
+                    self.limiter.inflight_of(run),
+                    self.limiter.queued_of(run),
                     run.requests,
                     rollouts[run.name].tokens,
                     rollouts[run.name].stale_tokens,
@@ -77,8 +78,8 @@ class Status:
                 )
                 for run in self.runs
             },
-            rollout_tokens=rollouts[BARE].tokens,
-            stale_tokens=rollouts[BARE].stale_tokens,
+            rollout_tokens=rollouts[DEFAULT.name].tokens,
+            stale_tokens=rollouts[DEFAULT.name].stale_tokens,
             requests=totals["requests"],
             paused_s=self.fleet.paused_seconds(),
             prompt_tokens=totals["prompt"],
@@ -108,7 +109,7 @@ class Status:
         }
 
     def rollouts(self) -> dict[str, RolloutCounts]:
-        """Rollouts answered and the stale ones: the bare path's (``""``) and each run's."""
+        """Rollouts answered and the stale ones: the default run's (``""``) and each run's."""
         return self.forwarder.rollouts.runs(run.name for run in self.runs)
 
     def inflight_by_version(self) -> dict[str, int]:
@@ -145,10 +146,10 @@ class Status:
             for name, entry in versions.items()
         ]
 
-    def held(self, run: str) -> list[str]:
+    def held(self, run: Run) -> list[str]:
         """The run's adapters the fleet is to hold (replica-side names)."""
         registry = self.adapters.registry
-        return [name for name in registry.versions if registry.scope_of(name) == run]
+        return [name for name in registry.versions if registry.run_of(name) is run]
 
     def run_views(self, advice: dict[str, Advice]) -> list[RunView]:
         """Each declared run as ``/metrics`` and ``/proxy/status`` show it (``advice``: the
@@ -161,11 +162,11 @@ class Status:
                 run.weight,
                 run.paused,
                 run.pauses,
-                len(self.held(run.name)),
-                self.runs.share(run.name, max_loras) if max_loras is not None else None,
+                len(self.held(run)),
+                run.share(max_loras) if max_loras is not None else None,
                 run.requests,
-                self.limiter.inflight_of(run.name),
-                self.limiter.queued_of(run.name),
+                self.limiter.inflight_of(run),
+                self.limiter.queued_of(run),
                 advice[run.name].as_dict() if run.name in advice else None,
                 short.get(run.name),
             )

@@ -49,7 +49,7 @@ def _sdk() -> tuple[Any, Any, Any, Any]:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:
+    except ImportError as exc:  # the optional extra: say what to install
         raise OtelMissing(
             f"--otel-spans needs the otel extra: {install_hint('otel')} ({exc.name} is missing)"
         ) from None

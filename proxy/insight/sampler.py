@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from proxy.clock import Clock, Failed, run_every
+from proxy.clock import Clock, TaskFailed, run_every
 from proxy.insight.advisor import Advice, Sample, advise, advise_run
 
 SAMPLES = 60
@@ -19,7 +19,7 @@ SAMPLES = 60
 
 class Sampler:
     def __init__(
-        self, clock: Clock, read: Callable[[], Sample], window_s: float, failed: Failed
+        self, clock: Clock, read: Callable[[], Sample], window_s: float, failed: TaskFailed
     ) -> None:
         self._clock = clock
         self._read = read

@@ -3,8 +3,7 @@
 Holds the fixed label sets and bucket bounds (``labels``), every family as a row of data
 (``families``), the lock-free request-path counters and histograms (``tally``), the gauges read
 at scrape time (``collector``) and ``Metrics`` (``recorder``): the one ``record_*`` API every
-room calls, and the page ``/metrics`` renders; the adapter push's figures (``push``, at
-``Metrics.push``).
+room calls (the adapter push's and mirror's figures too), and the page ``/metrics`` renders.
 
 Rules: records what it is told and reads state at scrape time; never decides anything. May
 import the standard library, prometheus_client, ``proxy.fleet`` (replica state to export) and

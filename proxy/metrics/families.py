@@ -30,10 +30,15 @@ from proxy.metrics.labels import (
     CONTROL_ACTIONS,
     CONTROL_BUCKETS,
     LATENCY_BUCKETS,
+    MIRROR_BUCKETS,
+    MIRROR_FAILURE_CAUSES,
     OVERHEAD_BUCKETS,
     PAUSE_BUCKETS,
     PREFIX,
+    PUSH_BUCKETS,
+    PUSH_FALLBACK_CAUSES,
     REJECTION_REASONS,
+    SYNC_PATHS,
     SYNC_WINDOW_BUCKETS,
 )
 from proxy.metrics.tally import Spread, Tally
@@ -219,6 +224,47 @@ FAMILIES = (
         "requests there wait for",
         buckets=ADAPTER_LOAD_BUCKETS,
     ),
+    Family(
+        "adapter_push_bytes",
+        "counter",
+        "Adapter bytes pushed into each replica's receiver (completed pushes)",
+        ("replica",),
+    ),
+    Family(
+        "adapter_push_seconds",
+        "histogram",
+        "Time of one completed push to one replica (upload, checks, publish)",
+        ("replica",),
+        PUSH_BUCKETS,
+    ),
+    Family(
+        "adapter_push_fallbacks",
+        "counter",
+        "Replica loads that fell back to the bucket mount, by cause",
+        ("cause",),
+        zeros=_each(PUSH_FALLBACK_CAUSES),
+    ),
+    Family(
+        "adapter_fleet_sync_seconds",
+        "histogram",
+        "From a load request to the version on every routable replica, by how they got it",
+        ("path",),
+        PUSH_BUCKETS,
+        _each(SYNC_PATHS),
+    ),
+    Family(
+        "adapter_mirror_seconds",
+        "histogram",
+        "From a version first seen on the trainer's disk to its copy landed in the bucket",
+        buckets=MIRROR_BUCKETS,
+    ),
+    Family(
+        "adapter_mirror_failures",
+        "counter",
+        "Adapter mirror failures, by cause (a copy attempt is retried; nothing is dropped)",
+        ("cause",),
+        zeros=_each(MIRROR_FAILURE_CAUSES),
+    ),
 )
 
 
@@ -240,6 +286,10 @@ class Children(dict[tuple[str, ...], M], Generic[M]):
     def __missing__(self, values: tuple[str, ...]) -> M:
         child = self[values] = self.metric.labels(*values)
         return child
+
+    def bind(self, values: tuple[str, ...]) -> None:
+        """Export ``values``' child from now on, at 0 until it counts."""
+        self[values]  # ``__missing__`` binds it
 
 
 Made = Tally | Spread | Counter | Histogram | Children[Counter] | Children[Histogram]

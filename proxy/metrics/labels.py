@@ -9,6 +9,7 @@ from __future__ import annotations
 
 PREFIX = "rollout_proxy_"
 # Fixed label sets, exported from the start (at 0) so dashboards and alerts always find them.
+# The reasons of the error table's rows (``proxy.http.errors.ANSWERS``), each used by one or more.
 REJECTION_REASONS = (
     "queue_full",
     "queue_timeout",
@@ -25,6 +26,17 @@ REJECTION_REASONS = (
     "unknown_run",
     "run_paused",
     "run_share",
+    "admin_disabled",
+    "host_not_allowed",
+    "unknown_route",
+    "wrong_method",
+    "unknown_replica",
+    "unknown_adapter",
+    "not_reported",
+    "replica_refused",
+    "mount_lagging",
+    "upstream_timeout",
+    "upload_refused",
 )
 BAD_INPUT_KINDS = (
     "too_long",
@@ -38,6 +50,14 @@ BAD_INPUT_KINDS = (
 )
 CONTROL_ACTIONS = ("pause", "resume", "reset_prefix_cache")
 BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters", "mirror", "advisor", "load")
+# Why a replica loaded from the mount instead of a pushed copy (proxy.adapters.push).
+PUSH_FALLBACK_CAUSES = ("no_receiver", "refused", "unreachable", "unreadable")
+# How the replicas of one fleet sync got the version: all pushed, all from the mount, or both.
+SYNC_PATHS = ("push", "mount", "mixed")
+# What went wrong (proxy.adapters.mirror.FAILURE_CAUSES): a snapshot not taken, one copy
+# attempt failed (retried), a version given up after its attempts, the backlog past its bound
+# (nothing dropped), a bucket copy not pruned, the local directory not listed (nothing pruned).
+MIRROR_FAILURE_CAUSES = ("snapshot", "copy", "gave_up", "backlog", "prune", "listing")
 # Bucket bounds, each named once (the families in proxy.metrics.families refer to them).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 OVERHEAD_BUCKETS = (
@@ -56,6 +76,8 @@ OVERHEAD_BUCKETS = (
 )
 ADAPTER_ATTEMPT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 500)
 ADAPTER_LOAD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+PUSH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+MIRROR_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 CONTROL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PAUSE_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 # A sync window with the pause answered is the adapter load alone: tens of milliseconds.

@@ -26,8 +26,6 @@ from prometheus_client import (
 from proxy import __version__
 from proxy.fleet.pool import ReplicaPool
 from proxy.metrics.families import FAMILIES, Children, create
-from proxy.metrics.mirror import MirrorMetrics
-from proxy.metrics.push import PushMetrics
 from proxy.metrics.tally import Spread, Tally, TallyCollector
 
 # No ``<counter>_created`` / ``<histogram>_created`` series: a timestamp per child, most of an
@@ -70,6 +68,12 @@ class Metrics:
     _reconciliations: Counter
     _probe_seconds: Histogram
     _policy_wait_seconds: Histogram
+    _adapter_push_bytes: Children[Counter]
+    _adapter_push_seconds: Children[Histogram]
+    _adapter_push_fallbacks: Children[Counter]
+    _adapter_fleet_sync_seconds: Children[Histogram]
+    _adapter_mirror_seconds: Histogram
+    _adapter_mirror_failures: Children[Counter]
 
     def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -82,8 +86,9 @@ class Metrics:
             setattr(self, "_" + family.name, metric)
             if isinstance(metric, Tally | Spread):
                 tallies.append(metric)
-        self.push = PushMetrics(self.registry, (replica.id for replica in pool))
-        self.mirror = MirrorMetrics(self.registry)
+        for replica in pool:  # the replicas the pool starts with are exported at 0
+            self._adapter_push_bytes.bind((replica.id,))
+            self._adapter_push_seconds.bind((replica.id,))
         # The request path's metrics: lock-free, rendered at scrape time (see proxy.metrics.tally).
         self.registry.register(TallyCollector(tallies))
 
@@ -153,6 +158,23 @@ class Metrics:
 
     def record_policy_wait(self, seconds: float) -> None:
         self._policy_wait_seconds.observe(seconds)
+
+    def record_push(self, replica: str, size: int, seconds: float) -> None:
+        self._adapter_push_bytes[replica,].inc(size)
+        self._adapter_push_seconds[replica,].observe(seconds)
+
+    def record_push_fallback(self, cause: str) -> None:
+        self._adapter_push_fallbacks[cause,].inc()
+
+    def record_fleet_sync(self, path: str, seconds: float) -> None:
+        """A fleet load's time, by how its replicas got the version (``SYNC_PATHS``)."""
+        self._adapter_fleet_sync_seconds[path,].observe(seconds)
+
+    def record_mirror_landed(self, seconds: float) -> None:
+        self._adapter_mirror_seconds.observe(seconds)
+
+    def record_mirror_failure(self, cause: str) -> None:
+        self._adapter_mirror_failures[cause,].inc()
 
     def record_decision(self, reason: str) -> None:
         self._routing_decisions.add((reason,))

@@ -1,4 +1,5 @@
-"""The runs one proxy serves: their names, weights, pause gates and shares of ``max_loras``.
+"""The runs one proxy serves (declared ones; the default run is ``run.DEFAULT``): their names,
+weights, pause gates and shares of ``max_loras``.
 
 Declared with ``--runs NAME[=WEIGHT],...`` (weight 1 when omitted) or the admin API, at most
 ``MAX_RUNS`` of them (every per-run label and map is bounded by this). The table is the one
@@ -17,12 +18,15 @@ owner of each run's state:
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from proxy.errors import DomainError
-from proxy.runs.names import BadRunName, check_run_name
+from proxy.runs.names import BadRunName, check_run_name, run_of, scoped, unscope_text, unscoped
+from proxy.runs.run import DEFAULT, Control, R, Run
 
 MAX_RUNS = 32
 MAX_WEIGHT = 1000.0
@@ -57,16 +61,22 @@ class OverShare(DomainError):
     param = "lora_name"
 
 
-@dataclass(eq=False, slots=True)
-class Run:
-    name: str
-    weight: float = 1.0
-    _open: asyncio.Event = field(default_factory=asyncio.Event)
-    pauses: int = 0  # pauses answered, for status
-    requests: int = 0  # answered under /runs/<run>/ (gone with the run when it is removed)
+class DeclaredRun(Run):
+    """A run declared with ``--runs`` or the admin API (``run.Run``'s module docstring says what
+    a run decides). Its table (``Runs``) owns it: its weight, its gate, its share of the
+    table's total weight."""
 
-    def __post_init__(self) -> None:
+    def __init__(self, name: str, weight: float, table: Runs) -> None:
+        self.name = name
+        self.weight = weight
+        self._table = table
+        self._open = asyncio.Event()
         self._open.set()
+        self.pauses = 0  # pauses answered, for status
+        self.requests = 0  # answered under /runs/<run>/ (gone with the run when it is removed)
+
+    def __repr__(self) -> str:
+        return f"DeclaredRun({self.name!r}, {self.weight:g})"
 
     @property
     def paused(self) -> bool:
@@ -83,16 +93,70 @@ class Run:
     def answered(self) -> None:
         self.requests += 1
 
-    async def admitted(self, timeout_s: float) -> bool:
-        """Until the run is not paused (True), or False after ``timeout_s``."""
-        if not self.paused:
-            return True
+    def replica_name(self, name: str) -> str:
+        return scoped(self.name, name)
+
+    def own_name(self, name: str) -> str | None:
+        return unscoped(self.name, name)
+
+    def target(self, path_qs: str) -> str:
+        return path_qs.removeprefix(f"/runs/{self.name}")
+
+    def answer(self, body: bytes) -> bytes:
+        return unscope_text(body, self.name)
+
+    def admission(self, timeout_s: float) -> Awaitable[None] | None:
+        return None if not self.paused else self._admitted(timeout_s)
+
+    async def _admitted(self, timeout_s: float) -> None:
+        """Until the gate opens; ``RunPaused`` after ``timeout_s``."""
         try:
             async with asyncio.timeout(timeout_s):
                 await self._open.wait()
         except TimeoutError:
-            return False
-        return True
+            raise RunPaused(self.name, timeout_s) from None
+
+    def share(self, amount: int) -> int:
+        """Its weighted share of ``amount``, at least 1 (a run removed keeps its last one)."""
+        return self._table.share_of(self, amount)
+
+    def over_share(self, held: int, max_loras: int) -> str | None:
+        share = self.share(max_loras)
+        if held + 1 <= share:
+            return None
+        return (
+            f"run {self.name} holds {held} adapters and its share of max_loras is {share} "
+            f"({max_loras} per replica over {len(self._table)} runs by weight): unload one "
+            "first (TRL: a lower --max-staleness), or start the replicas with a larger "
+            "--max-loras"
+        )
+
+    def server_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Its share of ``max_loras``: what TRL checks its staleness on."""
+        info = copy.deepcopy(info)
+        config = info.get("vllm_config")
+        lora = config.get("lora_config") if isinstance(config, dict) else None
+        if isinstance(lora, dict) and isinstance(lora.get("max_loras"), int):
+            lora["max_loras"] = self.share(lora["max_loras"])
+        return info
+
+    def models(self, listing: dict[str, Any]) -> dict[str, Any]:
+        """The base model, then its adapters under its own names."""
+        data: list[dict[str, Any]] = [listing["data"][0]]
+        for entry in listing["data"][1:]:
+            own = self.own_name(str(entry.get("id")))
+            if own is not None:
+                data.append({**entry, "id": own})
+        return {**listing, "data": data}
+
+    async def control(self, path: str, query: str, fleet: Control[R]) -> R:
+        """Its own gate only: the replicas and the other runs go on."""
+        if path == "/pause":
+            self.pause()
+        else:
+            self.resume()
+        status = "paused" if path == "/pause" else "resumed"
+        return fleet.answer({"status": status, "run": self.name, "fleet": "generating"})
 
 
 def parse_runs(spec: str) -> dict[str, float]:
@@ -129,14 +193,14 @@ def check_weight(name: str, weight: float) -> None:
 
 class Runs:
     def __init__(self, weights: dict[str, float] | None = None) -> None:
-        self._runs: dict[str, Run] = {}
+        self._runs: dict[str, DeclaredRun] = {}
         for name, weight in (weights or {}).items():
             self.declare(name, weight)
 
     def __bool__(self) -> bool:
         return bool(self._runs)
 
-    def __iter__(self) -> Iterator[Run]:
+    def __iter__(self) -> Iterator[DeclaredRun]:
         return iter(tuple(self._runs.values()))
 
     def __len__(self) -> int:
@@ -145,13 +209,20 @@ class Runs:
     def __contains__(self, name: object) -> bool:
         return name in self._runs
 
-    def get(self, name: str) -> Run:
+    def get(self, name: str) -> DeclaredRun:
         run = self._runs.get(name)
         if run is None:
             raise UnknownRun(name, self._runs)
         return run
 
-    def declare(self, name: str, weight: float = 1.0) -> Run:
+    def of_adapter(self, name: str) -> Run:
+        """The run a replica-side adapter name belongs to: a declared run's, else the default
+        run's (a removed run's names too)."""
+        declared = run_of(name)
+        found = self._runs.get(declared) if declared is not None else None
+        return found if found is not None else DEFAULT
+
+    def declare(self, name: str, weight: float = 1.0) -> DeclaredRun:
         """Add a run, or change its weight; ValueError when the name, weight or count is bad."""
         try:
             check_run_name(name)
@@ -162,11 +233,11 @@ class Runs:
         if run is None:
             if len(self._runs) >= MAX_RUNS:
                 raise ValueError(f"this proxy already serves {MAX_RUNS} runs, the most it may")
-            run = self._runs[name] = Run(name, weight)
+            run = self._runs[name] = DeclaredRun(name, weight, self)
         run.weight = weight
         return run
 
-    def remove(self, name: str) -> Run:
+    def remove(self, name: str) -> DeclaredRun:
         run = self.get(name)
         del self._runs[name]
         run.resume()  # nothing waits on a run that is gone
@@ -178,8 +249,15 @@ class Runs:
     def share(self, name: str, amount: int) -> int:
         """``name``'s weighted share of ``amount`` (a replica's ``max_loras``, the queue's
         size), at least 1."""
-        total = sum(run.weight for run in self._runs.values())
-        return max(1, math.floor(amount * self.get(name).weight / total))
+        return self.share_of(self.get(name), amount)
+
+    def share_of(self, run: DeclaredRun, amount: int) -> int:
+        """``run``'s weighted share of ``amount`` among the declared runs (its own weight alone
+        counted when it was removed), at least 1."""
+        total = sum(r.weight for r in self._runs.values())
+        if run.name not in self._runs:
+            total += run.weight
+        return max(1, math.floor(amount * run.weight / total))
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,9 @@ async def test_unsafe_file_names_are_refused_and_nothing_is_written(
     assert not _names(await listing(replica.session, replica.url), name)
 
 
-@pytest.mark.parametrize("target", ["..", "%2E%2E", "a%2Fb", ".tmp", "-x", "a b"])
+@pytest.mark.parametrize(
+    "target", ["..", "%2E%2E", "a%2Fb", ".tmp", "-x", "a b", "a..b", "%2E%2E%2Fx", "x" * 200]
+)
 async def test_unsafe_adapter_names_are_refused(replica: Replica, target: str) -> None:
     before = await listing(replica.session, replica.url)
     body = upload_body({"adapter_config.json": b"{}"})

@@ -71,7 +71,16 @@ def test_every_exported_family_is_on_the_metrics_page() -> None:
 def test_every_error_answer_and_alert_is_listed() -> None:
     text = error_pages.render()
     for kind, answer in ANSWERS.items():
-        assert f"| {answer.status} | `{kind.__module__}.{kind.__name__}` |" in text
+        where = f" | `{kind.__module__}.{kind.__name__}` | "
+        (row,) = [line for line in text.splitlines() if where in line]
+        status, _, reason, closes, retry = (c.strip() for c in row.strip("| ").split(" | ")[:5])
+        assert status.split()[0] == str(answer.status), row
+        assert reason.startswith("`") or reason == "the error's own", row
+        assert (closes, retry) == (
+            "yes" if answer.closes else "no",
+            "yes" if answer.retry else "no",
+        )
+        assert row.endswith(f" | {cli_pages.cell(answer.remedy)} |"), row
     assert "argument --replica-urls: give at least one URL" in text  # a message of the trainer
     monitoring = monitoring_pages.render()
     for rule in monitoring_pages.alerts():

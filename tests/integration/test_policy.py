@@ -182,3 +182,89 @@ async def test_an_in_place_replace_is_routed_only_where_the_new_content_is_held(
         await routed(stack, slow, "trl-policy-v2")
         assert stack.pool.get(slow).digests["trl-policy-v2"] == after  # type: ignore[union-attr]
         assert len(await served_by(stack, "trl-policy-v2", first=100)) == 2  # new keys
+
+
+async def _load_with_rollouts(stack: Stack, tmp_path: Path, n: int) -> None:
+    """Load ``trl-policy-vN`` while 12 rollouts for it wait at the proxy (TRL's first requests
+    of a new version race its probes); all answered."""
+    name = f"trl-policy-v{n}"
+    loading = asyncio.create_task(load(stack, write_version(tmp_path, n, reference=False)))
+    await wait_for(lambda: stack.proxy_app[PROXY].adapters.service.knows(name), what="loading")
+    rollouts = [
+        post(stack, "/v1/completions", completion(name, prompt=[key, 9, 8, 7]),
+             headers={"X-Routing-Key": f"r{n}-{key}"})
+        for key in range(12)
+    ]  # fmt: skip
+    answers = await asyncio.gather(*rollouts)
+    await loading
+    assert [status for status, _, _ in answers] == [200] * 12, answers[0][1]
+    await settled(stack)
+
+
+def _rollouts_served(stack: Stack, i: int, names: set[str]) -> list[str | None]:
+    """The completions replica ``i`` served for ``names``, its probes (top logprobs) aside."""
+    return [
+        r.model
+        for r in stack.sims[i].state.records
+        if r.path == "/v1/completions" and r.model in names and not r.top_logprobs
+    ]
+
+
+async def test_a_replica_that_lost_trust_serves_no_rollout_of_a_later_version(
+    tmp_path: Path,
+) -> None:
+    """Without a reference, once the replica serving the base is withheld (its third suspicion),
+    it serves no rollout of any later version, though its probe answers before the honest
+    replica's (here 0.2 s slower): its answer alone proves nothing, so it waits (``pending``) for
+    the honest one's, and is judged, and withheld, then. Fails on a judge that calls nobody
+    suspect while only the distrusted replica has answered (the liar was routed until the
+    honest replica's probe came in)."""
+    slow_honest: dict[str, Any] = {"faults": {"delay_s": 0.2}}
+    async with run_stack(sims=[slow_honest, SERVES_BASE]) as stack:
+        honest, faulty = (sim.id for sim in stack.sims)
+        assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
+        for n in (1, 2, 3):
+            await load(stack, write_version(tmp_path, n, reference=False))
+            await routed(stack, honest, f"trl-policy-v{n}")
+            await settled(stack)
+        later = {f"trl-policy-v{n}" for n in (4, 5, 6)}
+        for n in (4, 5, 6):
+            await _load_with_rollouts(stack, tmp_path, n)
+        assert _rollouts_served(stack, 1, later) == []
+        assert len(_rollouts_served(stack, 0, later)) == 36
+        policy = (await status_of(stack))["adapters"]["policy"]
+        assert {policy["replicas"][faulty][v]["state"] for v in later} == {"withheld"}
+        assert policy["alarm"]
+
+
+async def test_a_replica_that_lost_trust_earns_each_version_on_the_others_answer(
+    tmp_path: Path,
+) -> None:
+    """The cost to a replica that lost trust and answers honestly again (here: the liar mended
+    in place): each version is routed there only once another replica's answer for it is in,
+    then judged ``ok``; while it waits it shows ``pending``. When no other replica can answer
+    (the other drained), it is served on its own answer: training never stalls."""
+    async with run_stack(sims=[HONEST, SERVES_BASE]) as stack:
+        honest, mended = (sim.id for sim in stack.sims)
+        assert (await post(stack, "/v1/completions", completion(prompt=PROBE_IDS)))[0] == 200
+        for n in (1, 2, 3):
+            await load(stack, write_version(tmp_path, n, reference=False))
+            await settled(stack)
+        url = stack.sims[1].url + "/sim/faults"
+        async with stack.session.post(url, json={"policy": "honest"}) as answer:
+            assert answer.status == 200
+        await load(stack, write_version(tmp_path, 4, reference=False))
+        await routed(stack, mended, "trl-policy-v4")
+        await settled(stack)
+        policy = (await status_of(stack))["adapters"]["policy"]
+        assert policy["replicas"][mended]["trl-policy-v4"]["state"] == "ok"
+        assert await served_by(stack, "trl-policy-v4", requests=24) == {honest, mended}
+        # Alone (the honest replica drained): served on its own answer, the alarm stays.
+        other = stack.pool.get(honest)
+        assert other is not None
+        stack.pool.drain(other, True)
+        await load(stack, write_version(tmp_path, 5, reference=False))
+        await routed(stack, mended, "trl-policy-v5")
+        policy = (await status_of(stack))["adapters"]["policy"]
+        assert policy["replicas"][mended]["trl-policy-v5"]["state"] == "ok"
+        assert policy["alarm"]

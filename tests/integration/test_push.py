@@ -129,19 +129,32 @@ async def test_a_refused_push_falls_back_for_that_replica_only(tmp_path: Path) -
         assert metric(text, "rollout_proxy_adapter_push_fallbacks_total", cause="refused") == 1
 
 
-@pytest.mark.parametrize("name", ["../../v1/completions", "a#frag", "a?x=1", "v1\r\nforged"])
-async def test_a_name_the_receivers_would_refuse_is_never_put_into_a_url(
+@pytest.mark.parametrize(
+    "name",
+    ["../../v1/completions", "../x", "a..b", "a#frag", "a?x=1", "v1\r\nforged", "x" * 10_000],
+)
+async def test_a_name_the_receivers_would_refuse_is_refused_at_the_edge(
     name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Every adapter name from outside is held to the receivers' rule where it arrives (one
+    path component: ``adapter_receiver.wire.NAME_RULE``): its load and its unload are 400,
+    naming the rule, and no replica hears of it (no load, no PUT into a URL)."""
     caplog.set_level(logging.INFO, logger="proxy")
     async with run_stack(2) as stack:
         path = write_adapter(tmp_path, "plain-dir")
-        await load(stack, load_body(name, path))
-        for index in (0, 1):  # nothing was PUT anywhere: not the upload, not another route
-            assert not [r for r in await records(stack, index) if r["method"] == "PUT"]
+        for route, body in (
+            ("/v1/load_lora_adapter", load_body(name, path)),
+            ("/v1/unload_lora_adapter", {"lora_name": name}),
+        ):
+            status, answer, _ = await post(stack, route, body)
+            assert status == 400, answer
+            error = orjson.loads(answer)["error"]
+            assert error["param"] == "lora_name" and "one path component" in error["message"]
+        for index in (0, 1):
+            asked = [r for r in await records(stack, index) if r["method"] == "PUT" or
+                     r["path"] in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")]  # fmt: skip
+            assert not asked
             assert not await stored(stack, stack.sims[index])
-        text = await metrics_text(stack)
-        assert metric(text, "rollout_proxy_adapter_push_fallbacks_total", cause="refused") == 2
     # A CR/LF in a name forges no log line: names that are not printable are logged as repr.
     assert not [r for r in caplog.records if "\n" in r.getMessage() or "\r" in r.getMessage()]
 

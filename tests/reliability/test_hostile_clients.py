@@ -18,8 +18,11 @@ import pytest
 
 from proxy.app import PROXY
 from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.http.server import IDLE_YIELD_S
 from tests.support.calls import completion, metric_value, metrics_text, post
+from tests.support.clock import FakeClock
 from tests.support.fleet import Stack, run_stack
+from tests.support.refusals import raw_answer
 from tests.support.waiting import eventually
 
 QUICK_S = 5.0  # "at once", with room for a busy machine
@@ -320,3 +323,53 @@ async def test_an_admin_body_that_never_arrives_is_answered_408() -> None:
         answer = await closed_within(reader, QUICK_S)
         assert answer.startswith(b"HTTP/1.1 408")
         assert b"--client-body-timeout" in answer
+
+
+async def _one_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``GET /health`` on a kept-alive connection, its answer read whole."""
+    writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), QUICK_S)
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    await asyncio.wait_for(reader.readexactly(length), QUICK_S)
+
+
+async def test_at_the_cap_an_idle_keep_alive_yields_to_a_new_client() -> None:
+    """64 connections at a cap of 64, each kept alive after one ``GET /health``: once they have
+    been idle for ``IDLE_YIELD_S`` (the proxy's clock, driven here), a new client's completion
+    is answered at once and the oldest idle connection is closed in its place, so the cap still
+    holds; before that, the new client is refused (a request may be on its way on a connection
+    that only looks idle), and a connection in the middle of a request never yields. Fails on a
+    guard that counts an idle keep-alive like a busy one (it locked new clients out for the
+    keep-alive timeout: 74.5 s, 38 refusals in a row)."""
+    clock = FakeClock()
+    async with (
+        run_stack(1, max_client_connections=64, clock=clock) as stack,
+        contextlib.AsyncExitStack() as held,
+    ):
+        guard = stack.proxy_app[PROXY].edge.guard
+        kept = [await held.enter_async_context(raw(stack)) for _ in range(64)]
+        for reader, writer in kept:
+            await _one_request(reader, writer)
+        assert guard.speaking == 64
+        status, body, _ = await raw_answer(stack, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 503, body  # idle for less than IDLE_YIELD_S: the cap holds
+        busy_reader, busy = kept[1]
+        busy.write(b"POST /v1/completions HTTP/1.1\r\n")  # a head begun: in use, never yields
+        await eventually(lambda: _working(stack, 63), timeout=QUICK_S, what="the head counted")
+        clock.advance(IDLE_YIELD_S)
+        started = time.monotonic()
+        status, body, _ = await post(stack, "/v1/completions", completion())
+        took = time.monotonic() - started
+        assert status == 200, body
+        assert took < QUICK_S, took
+        assert guard.speaking == 64 and guard.yielded == 1
+        assert await closed_within(kept[0][0], QUICK_S) == b""  # the oldest idle one
+        assert not busy_reader.at_eof()
+
+
+async def _working(stack: Stack, idle: int) -> bool:
+    return stack.proxy_app[PROXY].edge.guard.idle_connections == idle

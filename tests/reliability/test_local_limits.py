@@ -16,8 +16,10 @@ from contextlib import asynccontextmanager
 
 import orjson
 
+from proxy.upstream.errors import LocalResourceError
 from tests.support.calls import completion
 from tests.support.fleet import run_sim
+from tests.support.refusals import SHAPE, provokes
 from tests.support.servers import free_port
 from tests.support.waiting import eventually
 
@@ -89,6 +91,7 @@ async def routable(client: Client) -> None:
     await eventually(healthy, timeout=QUICK_S, what="the replica admitted", interval=0.1)
 
 
+@provokes(LocalResourceError)
 async def test_out_of_file_descriptors_is_a_503_and_no_replica_pays() -> None:
     async with run_sim() as sim, starved_proxy(sim.url) as port:
         first = await connect(port)
@@ -103,6 +106,8 @@ async def test_out_of_file_descriptors_is_a_503_and_no_replica_pays() -> None:
         status, answer = await probe.ask("POST", "/v1/completions", body)
         assert status == 503, answer
         assert b"cannot open a connection" in answer
+        error = orjson.loads(answer)["error"]
+        assert set(error) == SHAPE and error["code"] == 503
         await asyncio.sleep(1.0)  # several probe rounds, every one of them starved
         status, raw = await probe.ask("GET", "/proxy/status")
         replicas = orjson.loads(raw)["replicas"]

@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from proxy.supervise import Backoff, child_argv
+from proxy.supervise import RestartDelay, child_argv
 from tests.support.calls import completion
 from tests.support.fleet import run_sim
 from tests.support.servers import free_port
@@ -28,7 +28,7 @@ GAP_TIMEOUT = aiohttp.ClientTimeout(total=RESTART_BOUND_S)  # a request sent in 
 
 
 def test_backoff_doubles_while_children_die_young_and_resets_after_a_healthy_run() -> None:
-    backoff = Backoff(first_s=0.5, max_s=4.0, healthy_s=60.0)
+    backoff = RestartDelay(first_s=0.5, max_s=4.0, healthy_s=60.0)
     assert [backoff.delay(1.0) for _ in range(5)] == [0.5, 1.0, 2.0, 4.0, 4.0]
     assert backoff.delay(120.0) == 0.5
 
@@ -128,7 +128,7 @@ async def test_a_request_sent_while_the_proxy_restarts_waits_for_it_instead_of_b
     None
 ):
     """The supervisor holds the listening socket across its children: a client that connects in
-    the gap (the child SIGKILLed, the next one not started: at least ``Backoff.first_s``) waits
+    the gap (the child SIGKILLed, the next one not started: at least ``RestartDelay.first_s``) waits
     in the accept queue and is answered by the next child, where a closed port would refuse it."""
     async with (
         run_sim() as sim,

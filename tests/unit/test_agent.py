@@ -19,7 +19,7 @@ from typing import Any, cast
 from proxy.adapters.agent import RETRY, Agent, Tools
 from proxy.adapters.attest.check import ServedPolicyCheck
 from proxy.adapters.attest.verdict import Verdict
-from proxy.adapters.carry import Carrier, Outcome
+from proxy.adapters.carry import Carrier, LoadOutcome
 from proxy.adapters.registry import Registry, Version
 from proxy.adapters.spec import Spec
 from proxy.adapters.status import ReplicaStatus, Statuses
@@ -68,11 +68,11 @@ class FakeCarrier:
 
     async def deliver(
         self, replica: Replica, version: Version, deadline: float, **kwargs: Any
-    ) -> Outcome:
+    ) -> LoadOutcome:
         await self._call(replica, "load", version.name)
         if version.name in self.loads_fail:
-            return Outcome(replica, "failed")
-        return Outcome(replica, "ok", None, 1, at=version.where)
+            return LoadOutcome(replica, "failed")
+        return LoadOutcome(replica, "ok", None, 1, at=version.where)
 
 
 class ScriptedCheck:
@@ -84,14 +84,16 @@ class ScriptedCheck:
         self.withheld_from: list[str] = []
         self.registry: Registry | None = None
 
-    def checks(self, status: ReplicaStatus) -> list[Version]:
+    def checks(self, status: ReplicaStatus, fleet: Iterable[Any]) -> list[Version]:
         """Each held version not judged yet (what ``attest.check`` judges is its own test's)."""
         if not self.probing or self.registry is None:
             return []
         return [v for n, v in self.registry.versions.items()
                 if status.same(v) and n not in status.verdicts]  # fmt: skip
 
-    async def verify(self, replica: Replica, version: Version) -> Verdict | None:
+    async def verify(
+        self, replica: Replica, version: Version, fleet: Iterable[Any]
+    ) -> Verdict | None:
         scripted = self.answers.get(version.name)
         return scripted.pop(0) if scripted else Verdict.OK
 

@@ -10,6 +10,7 @@ import pytest
 from proxy.config import LimitSettings
 from proxy.dataplane.limiter import Limiter, Placement, Rejected
 from proxy.fleet.pool import ReplicaPool
+from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import Runs
 from tests.support.clock import FakeClock
 
@@ -20,7 +21,8 @@ class Fleet:
     def __init__(self, runs: dict[str, float], slots: int, queue_size: int = 100) -> None:
         clock = FakeClock()
         settings = LimitSettings(max_inflight_per_replica=slots, queue_size=queue_size)
-        self.limiter = Limiter(settings, clock, runs=Runs(runs))
+        self.runs = Runs(runs)
+        self.limiter = Limiter(settings, clock)
         self.pool = ReplicaPool(
             ["http://127.0.0.1:9000"], clock=clock, followers=(self.limiter.follow,)
         )
@@ -34,8 +36,18 @@ class Fleet:
         (replica,) = self.pool.routable()
         return Placement(replica, "only") if replica.inflight < self.limiter.per_replica else None
 
+    def run(self, name: str | None) -> Run:
+        """The declared run ``name``; None: the default run (the bare path)."""
+        return DEFAULT if name is None else self.runs.get(name)
+
+    def inflight_of(self, name: str) -> int:
+        return self.limiter.inflight_of(self.run(name))
+
+    def queued_of(self, name: str) -> int:
+        return self.limiter.queued_of(self.run(name))
+
     async def take(self, run: str | None) -> None:
-        placed = await self.limiter.acquire(self.pick, run)
+        placed = await self.limiter.acquire(self.pick, self.run(run))
         self.held.append(placed)
         self.granted.append(run)
 
@@ -47,7 +59,7 @@ class Fleet:
 
     async def release(self, run: str | None) -> None:
         """End one running request of ``run``; the slot's next holder has its grant on return."""
-        placed = next(p for p in self.held if p.run == run)
+        placed = next(p for p in self.held if p.run is self.run(run))
         self.held.remove(placed)
         before, waiting = len(self.granted), self.limiter.queued
         self.limiter.release(placed)
@@ -67,7 +79,7 @@ async def test_a_burst_does_not_starve_a_run_that_arrives_later() -> None:
     await fleet.send("a", 4)  # a takes every slot, then queues more
     await fleet.send("a", 6)
     await fleet.send("b", 2)
-    assert (fleet.limiter.inflight_of("a"), fleet.limiter.queued_of("a")) == (4, 6)
+    assert (fleet.inflight_of("a"), fleet.queued_of("a")) == (4, 6)
     fleet.granted.clear()
     for _ in range(4):
         await fleet.release("a")
@@ -90,14 +102,14 @@ async def test_slots_split_by_weight_while_both_runs_wait() -> None:
     for run in ("a", "b", "a", "a", "b"):
         await fleet.release(run)
     assert fleet.granted == ["a", "b", "a", "a", "b"]
-    assert (fleet.limiter.inflight_of("a"), fleet.limiter.inflight_of("b")) == (6, 2)
+    assert (fleet.inflight_of("a"), fleet.inflight_of("b")) == (6, 2)
     await fleet.close()
 
 
 async def test_an_idle_runs_share_is_used_by_the_others() -> None:
     fleet = Fleet({"a": 1, "b": 1}, slots=6)
     await fleet.send("a", 6)  # b declared but idle: a uses all six
-    assert fleet.limiter.inflight_of("a") == 6
+    assert fleet.inflight_of("a") == 6
     await fleet.send("a", 3)
     fleet.granted.clear()
     for _ in range(3):
@@ -111,9 +123,9 @@ async def test_each_runs_queue_bound_is_its_share_of_the_queue() -> None:
     fleet = Fleet({"a": 1, "b": 1}, slots=1, queue_size=4)
     await fleet.send("a", 3)  # one running, two queued: a's share of the queue
     with pytest.raises(Rejected, match="run a's wait queue is full \\(2 requests"):
-        await fleet.limiter.acquire(fleet.pick, "a")
+        await fleet.limiter.acquire(fleet.pick, fleet.run("a"))
     await fleet.send("b", 2)  # a's burst left b its own room
-    assert (fleet.limiter.queued_of("a"), fleet.limiter.queued_of("b")) == (2, 2)
+    assert (fleet.queued_of("a"), fleet.queued_of("b")) == (2, 2)
     await fleet.close()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from proxy.adapters.carry import Outcome, Status
+from proxy.adapters.carry import LoadOutcome, Status
 from proxy.adapters.intent import Intent
 from proxy.adapters.registry import Load, Unload, Version
 from proxy.adapters.retries import RetryQueue
@@ -28,14 +28,14 @@ async def intent_over(n: int) -> tuple[Intent, Statuses, tuple[Replica, ...]]:
     for replica in targets:
         statuses.new(replica)
     counts = Intent.counts(statuses, targets, V1.name)
-    done: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[list[LoadOutcome]] = asyncio.get_running_loop().create_future()
     return Intent(V1, None, targets, counts, 60.0, 0.0, done), statuses, targets
 
 
 def loaded(statuses: Statuses, replica: Replica, status: Status, version: Version = V1) -> None:
     record = statuses.get(replica.id)
     assert record is not None
-    record.ended(version.name, (version, Outcome(replica, status, None, 1)))
+    record.ended(version.name, (version, LoadOutcome(replica, status, None, 1)))
 
 
 def ids(targets: tuple[Replica, ...]) -> set[str]:
@@ -59,7 +59,7 @@ async def test_the_first_outcome_counts_and_what_came_before_the_intent_does_not
     statuses, (a,) = Statuses(), replicas(1)
     statuses.new(a)
     loaded(statuses, a, "failed")  # before the intent began
-    done: asyncio.Future[list[Outcome]] = asyncio.get_running_loop().create_future()
+    done: asyncio.Future[list[LoadOutcome]] = asyncio.get_running_loop().create_future()
     intent = Intent(V1, None, (a,), Intent.counts(statuses, (a,), V1.name), 60.0, 0.0, done)
     assert not intent.settle(statuses, {a.id}, superseded=False)
     loaded(statuses, a, "ok")

@@ -22,7 +22,7 @@ from proxy.adapters.mirror import FAILURE_CAUSES, MAX_ATTEMPTS, MAX_BACKLOG, Mir
 from proxy.adapters.registry import Version
 from proxy.adapters.sources import DirectorySource
 from proxy.fleet.pool import ReplicaPool
-from proxy.metrics.mirror import MIRROR_FAILURE_CAUSES
+from proxy.metrics.labels import MIRROR_FAILURE_CAUSES
 from proxy.upstream.client import Reply, UpstreamClient
 from tests.support.clock import FakeClock
 from tests.support.waiting import wait_for

@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 
 from proxy.adapters.push import FALLBACK_CAUSES, FallbackCause, Link, Tee, Unreadable
-from proxy.metrics.push import PUSH_FALLBACK_CAUSES
+from proxy.metrics.labels import PUSH_FALLBACK_CAUSES
 from tests.support.clock import FakeClock
 
 PIECES = [bytes([n]) * 10 for n in range(40)]

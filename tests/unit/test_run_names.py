@@ -17,7 +17,8 @@ from proxy.runs.names import (
     unscope_text,
     unscoped,
 )
-from proxy.runs.table import MAX_RUNS, Runs, UnknownRun, parse_runs
+from proxy.runs.run import DEFAULT
+from proxy.runs.table import MAX_RUNS, RunPaused, Runs, UnknownRun, parse_runs
 
 
 def _splice(body: bytes, new: str) -> bytes:
@@ -102,15 +103,36 @@ def test_shares_of_max_loras_follow_the_weights() -> None:
 
 async def test_a_paused_run_admits_after_resume_and_times_out_otherwise() -> None:
     run = Runs({"a": 1.0}).get("a")
-    assert await run.admitted(0.0)
+    assert run.admission(0.0) is None  # an open gate: nothing to await
     run.pause()
-    assert not await run.admitted(0.01)
-    waiting = asyncio.create_task(run.admitted(30.0))
+    gate = run.admission(0.01)
+    assert gate is not None
+    with pytest.raises(RunPaused, match="run a stayed paused"):
+        await gate
+    gate = run.admission(30.0)
+    assert gate is not None
+    waiting = asyncio.ensure_future(gate)
     await asyncio.sleep(0)
     assert not waiting.done()
     run.resume()
-    assert await waiting
+    await waiting
     assert run.pauses == 1
+
+
+def test_the_default_run_changes_nothing_and_a_declared_run_namespaces() -> None:
+    """One handler path for both: what differs is each run's methods."""
+    listing = {"data": [{"id": "base"}, {"id": "a.trl-policy-v1"}, {"id": "b.trl-policy-v1"}]}
+    info = {"vllm_config": {"lora_config": {"max_loras": 6}}}
+    assert DEFAULT.replica_name("x") == "x" and DEFAULT.target("/v1/models") == "/v1/models"
+    assert DEFAULT.models(listing) is listing and DEFAULT.server_info(info) is info
+    assert DEFAULT.admission(1.0) is None and DEFAULT.share(6) == 6
+    assert DEFAULT.over_share(6, 6) is None  # its window trims instead
+    a = Runs({"a": 1.0, "b": 2.0}).get("a")
+    assert a.replica_name("x") == "a.x" and a.target("/runs/a/v1/models") == "/v1/models"
+    assert [e["id"] for e in a.models(listing)["data"]] == ["base", "trl-policy-v1"]
+    assert a.server_info(info)["vllm_config"]["lora_config"]["max_loras"] == 2
+    assert info["vllm_config"]["lora_config"]["max_loras"] == 6  # the fleet's, untouched
+    assert a.over_share(1, 6) is None and "share of max_loras is 2" in (a.over_share(2, 6) or "")
 
 
 def test_each_runs_versions_keep_their_own_window_in_the_registry() -> None:

@@ -14,6 +14,7 @@ from proxy.dataplane.limiter import Limiter, Placement, Rejected
 from proxy.fleet.outage import Outage
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Listing, Replica
+from proxy.runs.run import DEFAULT
 from tests.support.clock import FakeClock
 
 GRACE_S = 10.0
@@ -46,7 +47,7 @@ class Fleet:
         return pick
 
     async def ask(self, model: str | None) -> Placement:
-        return await self.limiter.acquire(self.pick(model), None, Asks(model))
+        return await self.limiter.acquire(self.pick(model), DEFAULT, Asks(model))
 
     def queue(self, model: str | None) -> asyncio.Task[Placement]:
         return asyncio.create_task(self.ask(model))

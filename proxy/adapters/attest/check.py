@@ -13,7 +13,10 @@ replica is routed for it, and ``servable`` says what routing may use. Its words 
 - Without one (plain TRL): the probe's token ids are taken from the first token-id prompt the
   trainer sends (``captured``); each replica's answers for its base model and each version go to
   the comparative ``judge.Judge``, which raises the alarm at the first suspicion and withholds a
-  replica only after it repeats (``repeat`` versions).
+  replica only after it repeats (``repeat`` versions). Such a replica has lost its trust: on
+  every later version its answer is ``pending`` (not routed) until another replica's answer
+  exists to compare it with, and judged then; when no other replica can answer (none routable),
+  it is served, the alarm raised already: training never stalls.
 - A version loaded before anything could probe it (plain TRL's first version comes before its
   first prompt) is ``unchecked`` and served; it is checked once a probe can be made.
 A probe has its own deadline (``timeout_s``); one that fails leaves the version unchecked on
@@ -47,6 +50,9 @@ class Held(Protocol):
 
     @property
     def replica_id(self) -> str: ...
+
+    @property
+    def routable(self) -> bool: ...
 
     @property
     def verdicts(self) -> Mapping[str, Verdict]: ...
@@ -102,8 +108,11 @@ class ServedPolicyCheck:
         dtype = model.get("dtype") if isinstance(model, dict) else None
         return default_tolerance(dtype if isinstance(dtype, str) else None)
 
-    async def verify(self, replica: Replica, version: Version) -> Verdict | None:
-        """``replica``'s verdict on ``version``, loaded there: see the module docstring."""
+    async def verify(
+        self, replica: Replica, version: Version, fleet: Iterable[Held]
+    ) -> Verdict | None:
+        """``replica``'s verdict on ``version``, loaded there (``fleet``: every replica's
+        status): see the module docstring."""
         if not self.can_probe(version):
             return Verdict.UNCHECKED
         reference, tolerance = version.reference, self.tolerance(replica)
@@ -134,8 +143,21 @@ class ServedPolicyCheck:
                       "while another replica's answer moved: suspect %d time(s) (withheld from "
                       "%d on)", suspect, shown(version.name), self.judge.suspicions(suspect),
                       self.settings.repeat)  # fmt: skip
-        withheld = self.judge.withheld(replica.id, version.name)
-        return Verdict.MISMATCH if withheld else Verdict.OK
+        if self.judge.withheld(replica.id, version.name):
+            return Verdict.MISMATCH
+        if self._waits(replica.id, version.name, fleet):
+            log.info("replica %s: %s waits for another replica's answer to be judged (its "
+                     "trust was lost)", replica.id, shown(version.name))  # fmt: skip
+            return Verdict.PENDING
+        return Verdict.OK
+
+    def _waits(self, replica: str, name: str, fleet: Iterable[Held]) -> bool:
+        """A distrusted replica's answer for ``name`` has nothing to be compared with yet, and
+        another replica can give it."""
+        judge = self.judge
+        if not judge.distrusted(replica) or judge.compared(replica, name):
+            return False
+        return any(h.replica_id != replica and h.routable for h in fleet)
 
     async def _ask(
         self, replica: Replica, model: str, probe: tuple[tuple[int, ...], tuple[int, ...]]
@@ -161,21 +183,26 @@ class ServedPolicyCheck:
         """``replica`` restarted (its listing lost what it held): its answers are gone."""
         self.judge.forget(replica.id)
 
-    def checks(self, held: Held) -> list[Version]:
+    def checks(self, held: Held, fleet: Iterable[Held]) -> list[Version]:
         """The wanted versions ``held`` holds whose served policy is to be probed: not yet, or
-        judged before a probe could be made, or passed before its replica's suspicions reached
-        ``repeat`` (then each version it was suspect for is probed again, and withheld)."""
+        judged before a probe could be made, or pending and comparable now, or passed before its
+        replica's suspicions reached ``repeat`` (then each version it was suspect for is probed
+        again, and withheld). ``fleet``: every replica's status."""
         return [
             version
             for name, version in self._registry.versions.items()
-            if held.same(version) and self._due(held, version, held.verdicts.get(name))
+            if held.same(version) and self._due(held, version, held.verdicts.get(name), fleet)
         ]
 
-    def _due(self, held: Held, version: Version, verdict: Verdict | None) -> bool:
+    def _due(
+        self, held: Held, version: Version, verdict: Verdict | None, fleet: Iterable[Held]
+    ) -> bool:
         if verdict is None:
             return True
         if verdict is Verdict.UNCHECKED:
             return self.can_probe(version)
+        if verdict is Verdict.PENDING:
+            return not self._waits(held.replica_id, version.name, fleet)
         return verdict is Verdict.OK and self.judge.withheld(held.replica_id, version.name)
 
     def status(self, held: Mapping[str, Held]) -> dict[str, Any]:
@@ -215,7 +242,9 @@ class ServedPolicyCheck:
             return False  # other or unknown content under a name now wanted: replaced first
         if verdict is None:
             return not self.can_probe(wanted)  # a probe is due: the replica waits for it
-        return verdict is not Verdict.WITHHELD or nobody_agrees(name, held)
+        if verdict is Verdict.WITHHELD:
+            return nobody_agrees(name, held)
+        return verdict.served
 
 
 def nobody_agrees(name: str, held: Iterable[Held]) -> bool:

@@ -10,7 +10,10 @@ follow (it answers the base model, or an older version, under the new name).
 One comparison must never withhold an honest replica: under the published recipe (lr 4e-5, rank
 1) a version moves the logprobs less than bf16 noise between two replicas. So the first
 suspicion raises the fleet's alarm, and a replica is withheld only once it has been suspect for
-``repeat`` versions: from then on, from each version it is suspect for. Pure: no I/O, no clock.
+``repeat`` versions: from then on (it is ``distrusted``), from each version it is suspect for,
+and its answer alone proves nothing: it is judged on a version only once another replica's
+answer for it exists (``compared``), since an answer that moved nowhere yet cannot be told from
+one that never will. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -63,6 +66,14 @@ class Judge:
         """``replica`` is not to be routed for ``version``."""
         suspect = self._suspect.get(replica, set())
         return version in suspect and len(suspect) >= self.repeat
+
+    def distrusted(self, replica: str) -> bool:
+        """``replica`` has been suspect for ``repeat`` versions (suspicions stay on restart)."""
+        return len(self._suspect.get(replica, ())) >= self.repeat
+
+    def compared(self, replica: str, version: str) -> bool:
+        """Another replica's answer for ``version`` exists to compare ``replica``'s with."""
+        return any(rid != replica for rid in self._answers.get(version, {}))
 
     def suspicions(self, replica: str) -> int:
         return len(self._suspect.get(replica, ()))

@@ -7,6 +7,10 @@ A ``Verdict`` is what a replica's copy of a version was judged (``check.ServedPo
 - ``unchecked``: no probe could be made yet (plain TRL's first version comes before its first
   prompt): served, and checked once a probe can be made;
 - ``unverifiable``: the replica cannot answer a probe at all (an HTTP error): served unchecked;
+- ``pending``: a replica that lost the fleet's trust (withheld for ``repeat`` versions, without a
+  reference) answered, and no other replica's answer for the version exists yet to compare it
+  with: not routed for it until one does (or until no other replica can answer: then served,
+  the alarm raised already), so trust is earned again version by version;
 - ``mismatch``: one probe disagreed: the version is loaded once more there and probed again;
 - ``withheld``: it disagreed again (or, without a reference, the replica has been suspect for
   ``repeat`` versions): never routed for that version, unless no replica agrees.
@@ -26,13 +30,14 @@ class Verdict(enum.StrEnum):
     OK = "ok"
     UNCHECKED = "unchecked"
     UNVERIFIABLE = "unverifiable"
+    PENDING = "pending"
     MISMATCH = "mismatch"
     WITHHELD = "withheld"
 
     @property
     def served(self) -> bool:
         """A copy judged so may be routed for (``withheld`` only when no replica agrees)."""
-        return self is not Verdict.WITHHELD and self is not Verdict.MISMATCH
+        return self in (Verdict.OK, Verdict.UNCHECKED, Verdict.UNVERIFIABLE)
 
 
 PROBING = "probing"  # loaded, not judged yet

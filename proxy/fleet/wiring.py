@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from proxy.clock import Clock, Failed
+from proxy.clock import Clock, TaskFailed
 from proxy.config import Settings
 from proxy.fleet.breaker import Breaker
 from proxy.fleet.discovery import Discovery, Resolver, resolve
@@ -61,7 +61,7 @@ def build_fleet(
     members: Members,
     adapters: AdapterWindow,
     clock: Clock,
-    failed: Failed,
+    failed: TaskFailed,
     record_load_scrape: Callable[[str], None],
     resolver: Resolver = resolve,
 ) -> Fleet:

@@ -34,10 +34,10 @@ from proxy.adapters.service import AdapterService
 from proxy.adapters.sources import BucketSource, DirectorySource, Source
 from proxy.adapters.state import Saved, StateFile
 from proxy.adapters.watcher import Watcher
-from proxy.clock import Clock, Failed
+from proxy.clock import Clock, TaskFailed
 from proxy.config import AdapterSettings, Settings, split_bucket
 from proxy.fleet.replica import Replica
-from proxy.fleet.room import Members
+from proxy.fleet.wiring import Members
 from proxy.metrics.recorder import Metrics
 from proxy.runs.table import Runs
 
@@ -89,7 +89,7 @@ def build_adapters(
     members: Members,
     clock: Clock,
     metrics: Metrics,
-    failed: Failed,
+    failed: TaskFailed,
     runs: Runs,
 ) -> Adapters:
     config = settings.adapters
@@ -109,13 +109,13 @@ def build_adapters(
 
     def pushed(replica: Replica, outcome: Pushed) -> None:
         if outcome.path is not None:
-            metrics.push.record_push(replica.id, outcome.bytes, outcome.seconds)
+            metrics.record_push(replica.id, outcome.bytes, outcome.seconds)
         elif outcome.cause is not None:
-            metrics.push.record_fallback(outcome.cause)
+            metrics.record_push_fallback(outcome.cause)
 
     mirror = None
     if config.local is not None and config.mirror is not None:
-        events = MirrorEvents(metrics.mirror.record_landed, metrics.mirror.record_failure)
+        events = MirrorEvents(metrics.record_mirror_landed, metrics.record_mirror_failure)
         interval = config.watch_interval_s or 0.5
         mirror = Mirror(config.local, config.mirror, clock, failed, interval_s=interval,
                         events=events)  # fmt: skip

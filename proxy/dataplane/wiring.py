@@ -10,7 +10,7 @@ from proxy.config import Settings
 from proxy.dataplane.fanout import FanOut
 from proxy.dataplane.forward import Forwarder, OutOfStep, Tracing
 from proxy.dataplane.limiter import Limiter
-from proxy.fleet.room import Fleet
+from proxy.fleet.wiring import Fleet
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
 from proxy.routing.factory import build_policy

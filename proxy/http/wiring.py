@@ -9,24 +9,26 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from proxy.adapters.room import Adapters
+from proxy.adapters.wiring import Adapters
 from proxy.clock import Clock
 from proxy.config import Settings
-from proxy.dataplane.room import DataPlane
+from proxy.dataplane.wiring import DataPlane
 from proxy.fleet.hosts import HostAllowlist
-from proxy.fleet.room import Fleet
+from proxy.fleet.wiring import Fleet
 from proxy.http.admin import Admin
 from proxy.http.auth import KeyCheck
-from proxy.http.bodies import BodyBudget
+from proxy.http.bodies import BodyBudget, BodyReader
+from proxy.http.client_log import ClientErrorLog
 from proxy.http.edge import Edge
 from proxy.http.errors import ErrorAnswers
-from proxy.http.handlers import Handlers
+from proxy.http.handlers import FleetControl, Handlers
 from proxy.http.identity import Identities
 from proxy.http.receiver import ReceiverRoutes
+from proxy.http.refusals import TooManyConnections
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.run_admin import RunAdmin
-from proxy.http.server import ClientErrorLog, Guard
+from proxy.http.server import Guard
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
 from proxy.insight.sampler import Sampler
@@ -63,35 +65,34 @@ def build_edge(
 ) -> HttpRoom:
     fleet, adapters, dataplane = parts
     client = settings.client
-    guard = Guard(client, metrics.record_rejection)
     redactor = Redactor(secret_values(settings))
-    bodies = BodyBudget(client.max_body_bytes_in_flight)
+    errors = ErrorAnswers(metrics, redactor)
+    guard = Guard(client, errors.refusal(TooManyConnections()), clock)
+    bodies = BodyReader(client, BodyBudget(client.max_body_bytes_in_flight))
     handlers = Handlers(
         pool=fleet.pool,
         forwarder=dataplane.forwarder,
         fanout=dataplane.fanout,
         adapters=adapters.service,
-        metrics=metrics,
         facts=dataplane.facts,
         status_of=status,
-        client=client,
         redactor=redactor,
         bodies=bodies,
-        runs=runs,
         queue_timeout_s=settings.limits.queue_timeout_s,
         guard=guard,
         sampler=sampler,
         page=page,
         captured=adapters.service.check.captured,
+        fleet_control=FleetControl(dataplane.fanout, redactor),
     )
     hosts = HostAllowlist.of(settings)
-    admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, client.body_timeout_s)
-    run_admin = RunAdmin(runs, status, sampler, adapters.service, client.body_timeout_s)
+    admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, bodies)
+    run_admin = RunAdmin(runs, status, sampler, adapters.service, bodies)
     edge = Edge(
         metrics,
         guard,
         Identities(),
-        ErrorAnswers(metrics, redactor),
+        errors,
         KeyCheck(settings.api_key, "API"),
         runs,
         spans=spans,
