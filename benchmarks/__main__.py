@@ -33,7 +33,13 @@ from pathlib import Path
 from benchmarks import report
 from benchmarks.suites import SUITES, run
 from benchmarks.suites.ab.flags import add_flags as add_ab_flags
-from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from proxy.config.deprecated import DeprecatedNames
+from proxy.config.programs import (
+    OneLineParser,
+    RawDescriptionDefaultsFormatter,
+    help_text,
+    version_flag,
+)
 from proxy.config.units import DurationArg
 
 PROG = "python -m benchmarks"
@@ -92,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The suites' parser, ``ab``'s group included (``fleet`` and ``learn`` have their own:
     ``--help`` after them)."""
     parser = OneLineParser(
-        prog=PROG, description=__doc__, formatter_class=RawDescriptionDefaultsFormatter
+        prog=PROG, description=help_text(__doc__), formatter_class=RawDescriptionDefaultsFormatter
     )
     version_flag(parser, PROG)
     add = parser.add_argument
@@ -108,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--replica-urls",
         "--replicas",
+        action=DeprecatedNames,
+        deprecated={"--replicas": "--replicas is a count of replica jobs in rollout-deploy"},
         dest="replicas",
         type=_urls,
         default=[],

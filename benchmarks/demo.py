@@ -17,7 +17,8 @@ import aiohttp
 from benchmarks.harness.loadgen import LoadGenerator, LoadResult
 from benchmarks.harness.procs import Child, children, start_child, start_proxy, stop_child
 from benchmarks.harness.trace import TraceShape
-from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter
+from proxy.config.deprecated import DeprecatedNames
+from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, help_text
 from replica_entry.sim.loopback import free_port
 
 # Simulated replica speed: 0.05 ms per uncached prompt token, 4 ms per generated token, with a
@@ -120,12 +121,13 @@ async def run(replicas: int, shape: TraceShape, concurrency: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(
         prog="python -m benchmarks.demo",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=RawDescriptionDefaultsFormatter,
     )
     add = parser.add_argument
-    add("--replica-count", "--replicas", dest="replicas", type=int, default=3, metavar="N",
-        help="simulated replicas behind the proxy")  # fmt: skip
+    add("--replica-count", "--replicas", action=DeprecatedNames, dest="replicas", type=int,
+        deprecated={"--replicas": "--replicas is a list of replica URLs in rollout-proxy"},
+        default=3, metavar="N", help="simulated replicas behind the proxy")  # fmt: skip
     add("--prompts", type=int, default=96, help="GRPO prompts in the trace")
     add("--group-size", type=int, default=8, help="rollouts per prompt")
     add("--turns", type=int, default=3, help="turns of each rollout (1: single-turn)")

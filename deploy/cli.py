@@ -4,7 +4,8 @@ up|status|down`` (also ``python -m deploy``).
 ``up`` takes the trainer's own flags after ``--``. Every command talks to the Hub through
 ``HfApi(endpoint=--hub-endpoint or $HF_ENDPOINT, token=<your HF token>)``, once the Hub answers
 at all (``deploy.reach``: no network is said in seconds, as the network); ``up --dry-run``
-prints the job specs as JSON and needs neither a token nor the network.
+prints the job specs as JSON on stdout and what they cost on stderr (per hour, and the bound the
+jobs' time caps set), and needs neither a token nor the network.
 
 Exit codes: 0 done, 1 a failure explained on stderr (with what to do next), 2 bad flags (ours,
 or a job's: ``up`` reads every job's flags with its entry point's parser first), 130 interrupted.
@@ -35,6 +36,7 @@ from deploy.logs import print_logs
 from deploy.plan import RunPlan
 from deploy.plan_jobs import dry_run_specs
 from deploy.preflight import BadFlags
+from deploy.prices import plan_cost
 from deploy.reach import network_error, reachable
 from deploy.rehearsal.run import Rehearsal, host_refusal
 from deploy.specs import ROLES
@@ -65,7 +67,8 @@ class Runtime:
 
 
 LIFETIME_ARG = DurationArg(bare=LIFETIME, positive=True)  # a bare 10 meant minutes, not seconds
-TOKEN = "Your HF token: HF_TOKEN, else the one `hf auth login` saved (not for --dry-run)."
+TOKEN = "Your HF token: HF_TOKEN, else the one `hf auth login` saved."
+PLAN_TOKEN = f"{TOKEN[:-1]} (not for --dry-run)."  # the commands that have a --dry-run
 EPILOG = f"{TOKEN} Each command lists its flags: rollout-deploy up --help."
 
 
@@ -94,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
             help="launch a run (trainer flags after --)",
             formatter_class=DefaultsFormatter,
-            epilog=TOKEN,
+            epilog=PLAN_TOKEN,
         )
     )
     rehearse = commands.add_parser(
@@ -173,7 +176,7 @@ def _fleet_commands(
     )
     sub = fleet.add_subparsers(dest="fleet_command", required=True)
     up = sub.add_parser(
-        "up", parents=[common], formatter_class=DefaultsFormatter, epilog=TOKEN,
+        "up", parents=[common], formatter_class=DefaultsFormatter, epilog=PLAN_TOKEN,
         help="launch the fleet's replicas and its proxy job",
     )  # fmt: skip
     add_up_flags(up, fleet=True)
@@ -210,9 +213,11 @@ def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> 
 def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     # Every job's flags read by its own entry point before anything is launched or printed.
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
-    if args.dry_run:
-        specs = [spec.describe(plan.namespace) for spec in dry_run_specs(plan)]
+    if args.dry_run:  # the specs on stdout (JSON for tools), what they cost on stderr
+        planned = dry_run_specs(plan)
+        specs = [spec.describe(plan.namespace) for spec in planned]
         print(json.dumps(specs, indent=2), file=runtime.out)
+        print(plan_cost(planned), file=runtime.err)
         return 0
     token = _token(runtime)
     jobs = _hub(args, token, plan.namespace)

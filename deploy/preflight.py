@@ -12,7 +12,6 @@ them but not below what the trainer needs (refused, naming both flags).
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, NoReturn
 from deploy.errors import DeployError
 from deploy.plan import RunPlan, alias_address
 from deploy.plan_jobs import replica_argv, trainer_argv
+from proxy.config.programs import OneLineParser, did_you_mean
 from replica_entry import vllm_backend
 from trainer_entry import flags, freeze
 from trainer_entry.options import TrainerOptions, World
@@ -34,11 +34,12 @@ class BadFlags(DeployError):
     """A flag the job's entry point would refuse; the command exits 2, as for its own flags."""
 
 
-class _Refusing(argparse.ArgumentParser):
-    """An entry point's parser that raises where it would print usage and exit."""
+class _Refusing(OneLineParser):
+    """An entry point's parser that raises where it would print usage and exit (taking no
+    abbreviation, and naming the closest flag of one it does not know, as the entry point)."""
 
     def error(self, message: str) -> NoReturn:
-        raise BadFlags(message)
+        raise BadFlags(did_you_mean(message, self.readers()))
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         raise BadFlags(message or "--help is not a flag of a job (run the entry point for it)")

@@ -5,8 +5,8 @@ naming the flag), and read into the ``RunPlan`` they describe.
 Durations are read by ``proxy.config.units`` (``30m``, ``90s``, plain seconds; a bare number
 under 60 is refused as a job's lifetime: ``--timeout 6`` meant hours); a flavor is one of
 huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than at the Hub.
-A count of replica jobs is ``--replica-count`` (``--replicas`` still works: it was the name before
-``--replica-urls`` became every program's list of replica URLs).
+A count of replica jobs is ``--replica-count``; ``--replicas``, its name before ``--replica-urls``
+became every program's list of replica URLs, is deprecated (``proxy.config.deprecated``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from deploy.clock import Clock
 from deploy.durations import whole_seconds
 from deploy.install import default_source, install_for
 from deploy.plan import Flavors, Images, RunPlan
+from proxy.config.deprecated import DeprecatedNames
 from proxy.config.units import LIFETIME, DurationArg
 
 # HF Jobs' flavors as huggingface_hub knows them (`hf jobs hardware` lists the live ones).
@@ -35,6 +36,8 @@ FLEET_RUN_MAX = ALIAS_MAX - len("-trainer")
 FLEET_MAX_LORAS = 12  # a fleet's replicas: e.g. 4 runs at max_staleness 1 (a share of 3 each)
 FLEET_MAX_LORA_RANK = 16
 BUCKET = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+# ``--replicas``: the count's earlier name, a list of URLs in the other programs.
+REPLICAS_DEPRECATED = {"--replicas": "--replicas is a list of replica URLs in rollout-proxy"}
 
 
 def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
@@ -48,6 +51,8 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
         add(
             "--replica-count",
             "--replicas",
+            action=DeprecatedNames,
+            deprecated=REPLICAS_DEPRECATED,
             dest="replicas",
             type=int,
             help="number of vLLM replica jobs (required, but with --fleet)",
@@ -143,7 +148,11 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
         help="runs in all HF Jobs gives each job that fails (1: no retry; default: %(default)s)",
     )
     add("--keep", action="store_true", help="on failure, leave launched jobs running")
-    add("--dry-run", action="store_true", help="print the job specs as JSON, launch nothing")
+    add(
+        "--dry-run",
+        action="store_true",
+        help="print the job specs as JSON and what they cost (per hour, at most), launch nothing",
+    )
 
 
 def fleet_lora_args(max_loras: int, max_lora_rank: int) -> tuple[str, ...]:
@@ -157,6 +166,8 @@ def _fleet_up_flags(up: argparse.ArgumentParser) -> None:
     add(
         "--replica-count",
         "--replicas",
+        action=DeprecatedNames,
+        deprecated=REPLICAS_DEPRECATED,
         dest="replicas",
         type=int,
         required=True,

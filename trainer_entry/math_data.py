@@ -9,13 +9,13 @@ cache has whole blocks to hit on the rollouts of a group.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from proxy.config.programs import OneLineParser, help_text
 from trainer_entry.prompts import THINK_ANSWER
 
 SYSTEM = f"You are a careful assistant who solves arithmetic problems. {THINK_ANSWER}"
@@ -41,7 +41,7 @@ def write_jsonl(path: Path, count: int, seed: int = 0) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer_entry.math_data", description=__doc__)
+    parser = OneLineParser(prog="python -m trainer_entry.math_data", description=help_text(__doc__))
     parser.add_argument("out", type=Path)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)

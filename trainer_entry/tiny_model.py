@@ -13,15 +13,17 @@ a fast tokenizer that TRL's AsyncGRPOTrainer and vLLM's CPU build both accept:
 
 ``--adapter DIR`` also writes a real PEFT LoRA adapter of that model (for tests that need vLLM to
 load one). Same seed, same bytes: the corpus comes from ``random.Random(seed)`` and BPE training is
-deterministic for a fixed corpus. Takes a few seconds on one core.
+deterministic for a fixed corpus. ``python -m trainer_entry.tiny_model`` takes 6-17 s on 2 cores,
+torch's import most of it.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from proxy.config.programs import OneLineParser, help_text
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 SYSTEM_PROMPT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -137,7 +139,9 @@ def build_adapter(model_dir: Path, out_dir: Path, rank: int = 8, seed: int = 0) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer_entry.tiny_model", description=__doc__)
+    parser = OneLineParser(
+        prog="python -m trainer_entry.tiny_model", description=help_text(__doc__)
+    )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vocab-size", type=int, default=1024)

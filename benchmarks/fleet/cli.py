@@ -14,7 +14,9 @@ takes seconds (``0.3``) or a unit (``300ms``). ``--run-count K`` (one layout, on
 ``--shared-replica-count``) and ``--shared-grid`` (K 2, 4, 8 x 1..``--max-replica-count``)
 compare K runs sharing one fleet with K separate fleets (``sharing.py``, issue #25). A count of
 replicas or runs is ``-replica-count``/``-run-count`` here as in ``rollout-deploy``; the earlier
-names (``--max-replicas``, ``--runs``, ...) still work.
+names (``--max-replicas``, ...) still work, and those that mean something else in another
+program are deprecated (``proxy.config.deprecated``): the run count's, the model shape's and
+TRL's in-flight count's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from benchmarks.fleet.waste_study import study
 from benchmarks.fleet.whatif import PROJECT_SYNC, Costs, chart, lines, what_if
 from benchmarks.fleet.workloads import WORKLOADS
 from benchmarks.references import legend, marked
-from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from proxy.config.deprecated import DeprecatedNames
+from proxy.config.programs import (
+    OneLineParser,
+    RawDescriptionDefaultsFormatter,
+    help_text,
+    version_flag,
+)
 from proxy.config.units import DurationArg, SizeArg
 
 # GPU: memory (GB), HBM bandwidth (TB/s), dense bf16 peak (TFLOP/s); vendor data sheets.
@@ -95,7 +103,7 @@ def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> 
     """A flag per field of ``cls`` (absent: None, so ``build`` keeps the base's value)."""
     group = parser.add_argument_group(cls.__name__)
     for field in dataclasses.fields(cls):
-        dest = _dest(prefix, field.name)
+        dest, meta = _dest(prefix, field.name), field.metadata
         default: Any = field.default
         kind: Any = {int: int, float: float, str: str}.get(type(default), float)
         shown = "none" if default is None else str(default)
@@ -103,9 +111,11 @@ def _add_fields(parser: argparse.ArgumentParser, cls: Any, prefix: str = "") -> 
             kind, shown = yes_no, "yes" if default else "no"
         elif field.name.endswith("_s"):
             kind, shown = SECONDS, "none" if default is None else SECONDS.show(default)
-        group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None,
-                           choices=field.metadata.get("choices"),
-                           help=f"(default: {shown})")  # fmt: skip
+        flag = "--" + meta.get("flag", dest).replace("_", "-")
+        old = meta.get("deprecated", {})
+        group.add_argument(flag, *old, action=DeprecatedNames, deprecated=old, dest=dest,
+                           type=kind, default=None, choices=meta.get("choices"),
+                           help=f"{meta['help']} (default: {shown})")  # fmt: skip
 
 
 def build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None) -> Any:
@@ -122,7 +132,7 @@ def build(cls: Any, args: argparse.Namespace, prefix: str = "", base: Any = None
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m benchmarks fleet",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=RawDescriptionDefaultsFormatter,
     )
     version_flag(parser, "python -m benchmarks")
@@ -142,8 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N", default=3, help="waste study: the fleet's replicas")  # fmt: skip
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
     add("--gpu", choices=sorted(GPUS), help="what-if: scale the replica model to this GPU")
-    add("--model", choices=sorted(MODELS), default="qwen2.5-1.5b", help="what-if: model shape")
-    add("--run-count", "--runs", dest="runs", type=int, metavar="N",
+    add("--model-shape", "--model", action=DeprecatedNames, dest="model", choices=sorted(MODELS),
+        deprecated={"--model": "--model is a Hub id or a folder in the other programs"},
+        default="qwen2.5-1.5b",
+        help="what-if: the model's shape (its parameters, KV bytes per token)")  # fmt: skip
+    add("--run-count", "--runs", action=DeprecatedNames, dest="runs", type=int, metavar="N",
+        deprecated={"--runs": "--runs names the runs sharing a fleet in rollout-proxy"},
         help="sharing: K runs on one fleet of --shared-replica-count (#25)")  # fmt: skip
     add("--share-run-count", "--share-runs", dest="share_runs", type=int, metavar="N",
         help="what-if: whether K runs of this shape should share a fleet (advice.py)")  # fmt: skip
@@ -166,9 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="what-if: the published sync (a frozen fleet, mount loads) as the base of the "
         "sync flags instead of this project's (a push, the fleet generating through it)",
     )
-    add("--params-b", type=float, help="what-if: model parameters, billions (default: --model's)")
+    add("--params-b", type=float,
+        help="what-if: model parameters, billions (default: the model shape's)")  # fmt: skip
     add("--kv-bytes-per-token", type=SizeArg(),
-        help="what-if: KV cache bytes per token (default: --model's)")  # fmt: skip
+        help="what-if: KV cache bytes per token (default: the model shape's)")  # fmt: skip
     _add_fields(parser, GpuModel)
     _add_fields(parser, TrainerModel)
     _add_fields(parser, SyncModel, "sync_")

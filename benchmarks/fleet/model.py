@@ -1,4 +1,6 @@
-"""The constants of the fleet simulator, each a flag (``python -m benchmarks fleet --help``).
+"""The constants of the fleet simulator, each a flag (``python -m benchmarks fleet --help``):
+a field's ``metadata`` holds its help line (``help``), and where the flag is not the field's
+name, the flag's name (``flag``) and its deprecated earlier one (``deprecated``).
 
 Defaults: Qwen2.5-Math-1.5B (bf16) served by vLLM on one H200 per replica, TRL's
 AsyncGRPOTrainer as in the published run
@@ -21,6 +23,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def knob(default: Any, what: str, **more: Any) -> Any:
+    """A field with its flag's help line (and ``choices``, ``flag``, ``deprecated``)."""
+    return field(default=default, metadata={"help": what, **more})
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +36,15 @@ class GpuModel:
     """One replica: a vLLM engine on one GPU. Step time = ``step_s`` + ``prefill_token_s`` x
     prefill tokens + ``seq_s`` x sequences in the step + ``kv_token_s`` x context tokens read."""
 
-    step_s: float = 0.0085
-    prefill_token_s: float = 7.7e-6
-    seq_s: float = 3.1e-5
-    kv_token_s: float = 6.0e-9
-    kv_blocks: int = 250_000
-    block_size: int = 16
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 1024
-    max_loras: int = 6
+    step_s: float = knob(0.0085, "a step's fixed cost (scheduler, launch, sampler)")
+    prefill_token_s: float = knob(7.7e-6, "time per prefilled (uncached) prompt token")
+    seq_s: float = knob(3.1e-5, "time per sequence of a step (sampling, LoRA, output)")
+    kv_token_s: float = knob(6.0e-9, "time per context token a step reads from the KV cache")
+    kv_blocks: int = knob(250_000, "KV cache blocks of one replica")
+    block_size: int = knob(16, "tokens per KV block")
+    max_num_batched_tokens: int = knob(8192, "vLLM's token budget of one step")
+    max_num_seqs: int = knob(1024, "vLLM's sequences of one step at most")
+    max_loras: int = knob(6, "adapters a replica holds at once (vLLM's --max-loras)")
 
     def step_time(self, prefill: int, seqs: int, context: int) -> float:
         return (
@@ -63,18 +71,18 @@ class SyncModel:
     whole sync, measured (it overrides the phases). ``barrier_s`` is TRL's accelerator barriers
     (GPU-side: the ranks meet), ``unload_s`` the time until the unload is answered."""
 
-    every: int = 2  # weight_sync_steps
-    pause_s: float = 0.3
-    barrier_s: float = 0.0
-    save_s: float = 1.1
-    resume_s: float = 0.1
-    unload_s: float = 0.0
-    mode: str = field(default="mount", metadata={"choices": SYNC_MODES})
-    mount_lag_s: float = 3.0
-    retry_s: float = 0.25
-    push_s: float = 1.0
-    sync_s: float | None = None  # the whole sync, measured (overrides the model)
-    frozen: bool = True  # the fleet stops generating while the sync runs
+    every: int = knob(2, "training steps between weight syncs (TRL's weight_sync_steps)")
+    pause_s: float = knob(0.3, "TRL's pause of the replicas")
+    barrier_s: float = knob(0.0, "the ranks' accelerator barriers")
+    save_s: float = knob(1.1, "saving the adapter")
+    resume_s: float = knob(0.1, "TRL's resume of the replicas")
+    unload_s: float = knob(0.0, "until the oldest version's unload is answered")
+    mode: str = knob("mount", "how a version reaches the replicas", choices=SYNC_MODES)
+    mount_lag_s: float = knob(3.0, "mount: until a new adapter appears on a replica's mount")
+    retry_s: float = knob(0.25, "mount: the load's retry interval")
+    push_s: float = knob(1.0, "push: the push and its load")
+    sync_s: float | None = knob(None, "the whole sync, measured (overrides the phases)")
+    frozen: bool = knob(True, "whether the fleet stops generating while a sync runs")
 
     def __post_init__(self) -> None:
         if self.mode not in SYNC_MODES:
@@ -118,16 +126,23 @@ class TrainerModel:
     ``max_inflight`` rollouts in flight, a step consumes ``groups_per_step`` groups and takes
     ``train_s`` of trainer time; samples more than ``max_staleness`` versions old are dropped."""
 
-    group_size: int = 8
-    groups_per_step: int = 16
-    max_inflight: int = 384
-    train_s: float = 3.5
-    max_staleness: int = 4
-    max_tokens: int = 2048
-    tool_s: float = 0.0  # multi-turn: time between a turn's answer and the next request
+    group_size: int = knob(8, "rollouts per prompt (TRL's num_generations)")
+    groups_per_step: int = knob(16, "groups a training step consumes")
+    max_inflight: int = knob(
+        384,
+        "rollouts in flight at most (TRL's max_inflight_tasks, as rollout-trainer's flag)",
+        flag="max_inflight_tasks",
+        deprecated={
+            "--max-inflight": "--max-inflight is the proxy's in-flight cap in rollout-proxy"
+        },
+    )
+    train_s: float = knob(3.5, "trainer time of one step (measure it on your trainer)")
+    max_staleness: int = knob(4, "versions a sample may lag before it is dropped")
+    max_tokens: int = knob(2048, "completion tokens of a rollout at most")
+    tool_s: float = knob(0.0, "multi-turn: between a turn's answer and the next request")
     # TRL's rollout buffer (samples; its default 1024) and score queue (16 groups): with both
     # full the rollout worker starts nothing until the trainer consumes (backpressure).
-    queue_maxsize: int = 1024
+    queue_maxsize: int = knob(1024, "TRL's rollout buffer, in samples")
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,5 +150,5 @@ class ProxyModel:
     """The proxy in front of the fleet: its per-replica in-flight cap (excess waits in its
     queue) and how often it reads the replicas' /metrics."""
 
-    per_replica_cap: int = 128
-    scrape_s: float = 0.5
+    per_replica_cap: int = knob(128, "the proxy's in-flight cap per replica")
+    scrape_s: float = knob(0.5, "how often the proxy reads the replicas' /metrics")

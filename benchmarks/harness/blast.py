@@ -13,7 +13,6 @@ it is a 200 that ends in ``data: [DONE]``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
@@ -23,6 +22,7 @@ import time
 
 import orjson
 
+from proxy.config.programs import OneLineParser
 from proxy.upstream.connpool import ConnectionPool
 from proxy.upstream.errors import WireError
 
@@ -123,13 +123,15 @@ async def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.blast")
+    parser = OneLineParser(prog="python -m benchmarks.harness.blast")
     parser.add_argument("--url", required=True)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--tokens", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default=MODEL, help="the model name the replicas serve")
+    parser.add_argument(
+        "--served-model-name", dest="model", default=MODEL, help="the model name the replicas serve"
+    )
     parser.add_argument("--vocab", type=int, default=VOCAB, help="prompt token ids stay below")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens asked per request")
     parser.add_argument("--stream", action="store_true", help="ask for streamed answers")

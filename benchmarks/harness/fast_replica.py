@@ -242,7 +242,9 @@ async def serve(ports: list[int], delay_s: float, stream_chunks: int = 40) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.fast_replica")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.harness.fast_replica", allow_abbrev=False
+    )
     parser.add_argument("--port", type=int, required=True, nargs="+")
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument(

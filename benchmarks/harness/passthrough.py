@@ -68,7 +68,9 @@ async def serve(port: int, upstreams: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.passthrough")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.harness.passthrough", allow_abbrev=False
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument(
         "--upstream", required=True, help="URL[,URL...]: more than one are taken in turn"

@@ -24,7 +24,12 @@ from benchmarks.learn.legs import DIRECT, FLEET, LegFailed, Outcome, run_leg
 from benchmarks.learn.task import dataset_rows
 from benchmarks.learn.verdict import KL_BOUND, judge
 from proxy.config.paths import directory_problem
-from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, version_flag
+from proxy.config.programs import (
+    OneLineParser,
+    RawDescriptionDefaultsFormatter,
+    help_text,
+    version_flag,
+)
 
 LEGS = {"fleet": FLEET, "direct": DIRECT}
 # The recipe both legs train with: it lifts the reward from ~0.36 to ~0.77 in 30 steps (at lr
@@ -98,7 +103,7 @@ def plot(path: Path, outcomes: list[Outcome]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="python -m benchmarks learn",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=RawDescriptionDefaultsFormatter,
     )
     version_flag(parser, "python -m benchmarks")

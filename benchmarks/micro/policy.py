@@ -2,12 +2,11 @@
 and the memory of its tracked state. No sockets: the request body is scanned by the proxy's own
 reader, keyed and placed exactly as on the request path.
 
-    python -m benchmarks.micro.policy [--replicas 8] [--decisions 20000]
+    python -m benchmarks.micro.policy [--replica-count 8] [--decisions 20000]
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 import tracemalloc
@@ -16,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from proxy.config.deprecated import DeprecatedNames
+from proxy.config.programs import OneLineParser
 from proxy.routing.cost import CostModel
 from proxy.routing.facts import Facts
 from proxy.routing.peek import peek_generation
@@ -112,8 +113,16 @@ def state_memory(prompts: int, max_tracked: int = 65_536) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.micro.policy")
-    parser.add_argument("--replicas", type=int, default=8)
+    parser = OneLineParser(prog="python -m benchmarks.micro.policy")
+    parser.add_argument(
+        "--replica-count",
+        "--replicas",
+        action=DeprecatedNames,
+        deprecated={"--replicas": "--replicas is a list of replica URLs in rollout-proxy"},
+        dest="replicas",
+        type=int,
+        default=8,
+    )
     parser.add_argument("--decisions", type=int, default=20_000)
     parser.add_argument("--memory-prompts", type=int, default=200_000)
     args = parser.parse_args(argv)

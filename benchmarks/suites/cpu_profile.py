@@ -25,6 +25,7 @@ import proxy
 from benchmarks import report
 from benchmarks.harness.procs import children, start_child, stop_child
 from benchmarks.suites.overhead import Case, blast
+from proxy.config.programs import OneLineParser
 from replica_entry.sim.loopback import free_port
 
 _SITE = re.compile(r"site-packages/(.+)\.py$")
@@ -133,7 +134,7 @@ def suite(args: argparse.Namespace) -> tuple[list[dict[str, Any]], str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Child entry: run ``python -m proxy ARGS`` under cProfile; write the profile on exit."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.suites.cpu_profile")
+    parser = OneLineParser(prog="python -m benchmarks.suites.cpu_profile")
     parser.add_argument("--out", type=Path, required=True)
     args, proxy_args = parser.parse_known_args(argv)
     from proxy.cli import main as proxy_main

@@ -68,7 +68,7 @@ async def blast(
             str(case.tokens),
             "--seed",
             str(seed + i),
-            "--model",
+            "--served-model-name",
             case.model,
             "--vocab",
             str(case.vocab),

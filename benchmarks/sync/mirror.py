@@ -11,7 +11,6 @@ bucket mount's write rate adds to "landed" only, never to "snapshot".
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 from proxy.adapters.mirror import Mirror
 from proxy.adapters.registry import Version
 from proxy.clock import RealClock
+from proxy.config.programs import OneLineParser, help_text
 
 
 def _write(local: Path, name: str, size: int) -> None:
@@ -68,7 +68,7 @@ def _line(what: str, values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.sync.mirror", description=__doc__)
+    parser = OneLineParser(prog="python -m benchmarks.sync.mirror", description=help_text(__doc__))
     parser.add_argument("--versions", type=int, default=50)
     parser.add_argument("--size-mb", type=float, default=5.0)
     parser.add_argument("--dir", type=Path, default=None, help="where (default: a temp dir)")

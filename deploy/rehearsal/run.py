@@ -323,12 +323,7 @@ class Rehearsal:
             raise self.failure(job, f"exited with code {job.exit_code()}")
 
     def failure(self, job: jobs.LocalJob, what: str) -> DeployError:
-        tail = "\n".join(f"  | {line}" for line in job.tail())
-        return DeployError(
-            f"rehearsal failed: {job.spec.name} {what}; the last lines of its log:\n{tail}\n"
-            f"all of it: {job.log_path}. A real launch would fail the same way: fix the cause "
-            "above, then rehearse again"
-        )
+        return failed(job.spec.name, what, job.tail(), job.log_path)
 
     def stop(self, group: Group) -> None:
         for job in self.started:
@@ -343,6 +338,18 @@ class Rehearsal:
         for job in self.started:
             with contextlib.suppress(*QUIET):
                 job.process.wait(5)
+
+
+def failed(name: str, what: str, tail: Sequence[str], log_path: Path) -> DeployError:
+    """A rehearsed job's failure, with the last lines of its log. What it says of a real launch
+    is only what a rehearsal shows: the job ran here with stand-ins (a tiny model and dataset,
+    CPU flags), so a cause in the plan would stop a launch too, one in a stand-in would not."""
+    lines = "\n".join(f"  | {line}" for line in tail)
+    return DeployError(
+        f"rehearsal failed: {name} {what}; the last lines of its log:\n{lines}\n"
+        f"all of it: {log_path}. The job ran here with the rehearsal's stand-ins (a tiny model "
+        "and dataset, CPU flags): fix the cause its log shows, then rehearse again"
+    )
 
 
 def _wanted(proxy: jobs.LocalJob, key: str) -> list[str]:

@@ -11,7 +11,10 @@ Modules: ``sections`` (what each component receives), ``settings`` (``Settings``
 names), ``units``, ``specs`` (discovery specs, bucket paths, replica URLs), ``sources`` (the
 environment and the file), ``errors`` (messages), ``flags`` (``rollout-proxy``'s parser),
 ``programs`` (what every program's command line shares: help with defaults and variables,
-``--version``), ``paths`` (the directories named, checked before start). It may import only
+``--version``, no abbreviations, "did you mean", the install hint), ``spelling`` (the closest
+known name to a misspelt one), ``deprecated`` (earlier names that mean something else elsewhere:
+warned for a release, then refused), ``service_links`` (Kubernetes' variables that look like
+settings), ``paths`` (the directories named, checked before start). It may import only
 ``proxy.routing`` of the proxy (and its ``__version__``).
 """
 

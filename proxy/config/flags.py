@@ -4,8 +4,11 @@ field's ``description``, its metavar and default read off the field's type, unit
 Written once, next to the setting, so ``--help``, the README's claims and the code cannot drift:
 a boolean is a ``--x/--no-x`` pair because its field is ``bool``; a ``Seconds`` field shows
 ``SECONDS`` and ``60 s``; a None default shows the field's ``unset`` words, else ``none``. A
-setting's earlier names (``settings.ALIASES``) are more option strings of its flag, after its own
-(``--replica-urls URLS, --replicas URLS``), and named in its help.
+setting's earlier names (``settings.ALIASES``) are more option strings of its flag, after its own,
+named in its help; one that means something else in another program (``settings.DEPRECATED``:
+``--replicas``, a count in ``rollout-deploy``) is left out of the help and warned when given
+(``deprecated.DeprecatedNames``). A flag is never taken by a prefix of its name, and an unknown
+one is answered with the closest setting's flag (``programs.OneLineParser``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from proxy.config.programs import version_flag
-from proxy.config.settings import aliases_of, env_name, field_of, flat_fields
+from proxy.config.deprecated import CanonicalFormatter, DeprecatedNames
+from proxy.config.programs import OneLineParser, did_you_mean, version_flag
+from proxy.config.settings import DEPRECATED, aliases_of, env_name, field_of, flat_fields
 from proxy.config.units import BYTES_FORMS, QUICK, SECONDS_FORMS, Unit
 
 EPILOG = (
@@ -99,18 +103,20 @@ def default(info: FieldInfo) -> str:
 
 def help_line(flat: str) -> str:
     info, unit = field_of(flat), _unit(field_of(flat))
-    earlier = "".join(f"; earlier name: {old}" for old in aliases_of(flat))
+    kept = [old for old in aliases_of(flat) if old not in DEPRECATED]
+    earlier = "".join(f"; earlier name: {old}" for old in kept)
     if unit is not None and unit.bare.high < math.inf:
         earlier += f"; a bare number: at most {unit.bare.high:g} s"
     text = f"{info.description or ''}{earlier} (default: {default(info)}) [env {env_name(flat)}]"
     return text.replace("%", "%%").strip()
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(OneLineParser):
     """A bad flag is one line, not the usage of some seventy flags above it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (rollout-proxy --help lists the flags)\n")
+        explained = did_you_mean(message, [self])
+        self.exit(2, f"{self.prog}: {explained} (rollout-proxy --help lists the flags)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,19 +128,29 @@ def build_parser() -> argparse.ArgumentParser:
         "variable (PROXY_<NAME>) and a config-file setting. Also: rollout-proxy top [URL], a live "
         "view of a running proxy.",
         epilog=EPILOG,
+        formatter_class=CanonicalFormatter,
     )
     version_flag(parser)
     for name in flat_fields():
-        flags, info = (
-            ["--" + flat.replace("_", "-") for flat in [name, *aliases_of(name)]],
-            field_of(name),
-        )
+        flags, info = [_flag(flat) for flat in [name, *aliases_of(name)]], field_of(name)
         if info.annotation is bool:
             parser.add_argument(
                 *flags, action=argparse.BooleanOptionalAction, default=None, help=help_line(name)
             )
         else:
             parser.add_argument(
-                *flags, dest=name, default=None, metavar=metavar(info), help=help_line(name)
+                *flags,
+                action=DeprecatedNames,
+                deprecated={
+                    _flag(old): why for old, why in DEPRECATED.items() if _flag(old) in flags
+                },
+                dest=name,
+                default=None,
+                metavar=metavar(info),
+                help=help_line(name),
             )
     return parser
+
+
+def _flag(flat: str) -> str:
+    return "--" + flat.replace("_", "-")

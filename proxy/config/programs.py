@@ -14,8 +14,15 @@ argparse's ``ArgumentDefaultsHelpFormatter`` shows a default only where a flag h
 
 ``version_flag`` is the one ``--version``: ``proxy.__version__``, read from the installed
 distribution's metadata. ``OneLineParser`` answers a bad flag in one line naming it and where the
-flags are listed, not under the usage of some forty flags. Imports the standard library and
-``proxy.config.units`` only: every program's parser, and ``top``'s, is built on it.
+flags are listed, not under the usage of some forty flags; a flag it does not know with the
+closest one it does (``did you mean``, as a ``PROXY_*`` variable or a config key is answered:
+``spelling``); and it takes no abbreviation (argparse's ``allow_abbrev`` off, for every program
+and subcommand): ``--replica-url`` is refused, not read as ``--replica-urls``, so a flag added
+later can never change what an old command line means. ``install_hint`` words how to install an
+extra once, for every message that needs one: the project is installed from a checkout, it is
+not published on PyPI. ``help_text`` makes a module docstring a ``--help`` description.
+Imports the standard library and ``proxy.config``'s ``units``, ``spelling`` and ``deprecated``
+only: every program's parser, and ``top``'s, is built on it.
 """
 
 from __future__ import annotations
@@ -26,16 +33,71 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from proxy import __version__
+from proxy.config.deprecated import CanonicalFormatter, canonical
+from proxy.config.spelling import closest
 from proxy.config.units import DurationArg, SizeArg
 
 DEFAULT_MARK = "default:"
+UNRECOGNIZED = "unrecognized arguments: "
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """A bad flag: ``PROG: error: MESSAGE (PROG --help lists the flags)``, exit 2."""
+    """A bad flag: ``PROG: error: MESSAGE (PROG --help lists the flags)``, exit 2; an unknown
+    flag's message ends with the closest flag of the parsers that read the command line (this
+    one and the subcommands it went into). No abbreviations, unless a caller asks for them; its
+    help names each flag under its names in use only (``CanonicalFormatter``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", CanonicalFormatter)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Subcommands)
+
+    def readers(self) -> list[argparse.ArgumentParser]:
+        """This parser and the subcommands' it went into (each one of a level it did not reach)."""
+        found: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, _Subcommands):
+                chosen = action.chosen
+                for sub in [chosen] if chosen is not None else list(action.choices.values()):
+                    found += sub.readers() if isinstance(sub, OneLineParser) else [sub]
+        return found
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+        explained = did_you_mean(message, self.readers())
+        self.exit(2, f"{self.prog}: error: {explained} ({self.prog} --help lists the flags)\n")
+
+
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """argparse's subcommands, keeping the one last chosen (``OneLineParser.readers``)."""
+
+    chosen: argparse.ArgumentParser | None = None
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        self.chosen = self.choices.get(values[0])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def did_you_mean(message: str, parsers: Sequence[argparse.ArgumentParser]) -> str:
+    """argparse's ``unrecognized arguments: ...`` with the closest known flag of each unknown
+    one (``--replcia-urls`` -> ``--replica-urls``); any other message as it is."""
+    if not message.startswith(UNRECOGNIZED):
+        return message
+    known = [name for parser in parsers for action in parser._actions for name in canonical(action)]
+    words = message.removeprefix(UNRECOGNIZED).split()
+    flags = [word.split("=", 1)[0] for word in words if word[:2] == "--" and len(word) > 2]
+    near = {flag: found for flag in flags if (found := closest(flag, known)) is not None}
+    if not near:
+        return message
+    if len(near) == 1:
+        return f"{message}: did you mean {next(iter(near.values()))}?"
+    return f"{message}: did you mean " + ", ".join(f"{n} for {f}" for f, n in near.items()) + "?"
 
 
 class EnvDefault(argparse._StoreAction):
@@ -61,9 +123,10 @@ class EnvDefault(argparse._StoreAction):
         super().__init__(option_strings, dest, **kwargs)
 
 
-class DefaultsFormatter(argparse.HelpFormatter):
+class DefaultsFormatter(CanonicalFormatter):
     """Every option's help with its default and its variable, as the module docstring says; a
-    duration's or a size's value named ``SECONDS``, ``BYTES`` (or its flag's unit)."""
+    duration's or a size's value named ``SECONDS``, ``BYTES`` (or its flag's unit); a flag under
+    its names in use only (``deprecated.canonical``)."""
 
     def _get_default_metavar_for_optional(self, action: argparse.Action) -> str:
         if isinstance(action.type, DurationArg | SizeArg):
@@ -112,3 +175,15 @@ def version_flag(parser: argparse.ArgumentParser, name: str | None = None) -> No
         version=f"{name} {__version__}",
         help="print the program's name and version, and exit",
     )
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra`` (``trainer``, ``top``, ...), said the one way every message says
+    it: rollout-proxy is installed from its checkout, not from PyPI, where it is not published."""
+    return f"pip install -e '.[{extra}]' in a checkout of rollout-proxy (it is not on PyPI)"
+
+
+def help_text(doc: str | None) -> str:
+    """A module docstring as a ``--help`` description: reStructuredText's ````literal```` marks
+    as the single backticks every help line uses."""
+    return (doc or "").replace("``", "`")

@@ -5,11 +5,13 @@ in the file): a section field's alias, a policy field's own name (``_FLAT``, rea
 models). ``field_of`` finds the field behind a flat name, for ``--help`` and error messages.
 
 ``ALIASES``: earlier names of settings renamed for one vocabulary across the programs (a list of
-replica URLs is ``replica_urls`` everywhere; ``--replicas`` is a count in ``rollout-deploy``).
+replica URLs is ``replica_urls`` everywhere; a count of replicas is ``--replica-count``).
 They keep working as flags, variables and file keys: each source renames them as it reads
 (``sources.rename_aliases``), so a source's precedence holds whichever name it used (a library
 alias would be resolved after the sources are merged: ``PROXY_REPLICAS`` would lose to a file's
-``replica_urls``); giving both names in one source is refused.
+``replica_urls``); giving both names in one source is refused. ``DEPRECATED``: those of them that
+mean something else in another program, each with what it means there: warned at start
+(``proxy.config.deprecated``), refused from its release on.
 """
 
 from __future__ import annotations
@@ -227,6 +229,8 @@ ALIASES = {
     "replicas": "replica_urls",
     "adapter_store_max_adapter_bytes": "adapter_max_bytes",
 }
+# Earlier names that mean something else elsewhere -> what (see the module docstring).
+DEPRECATED = {"replicas": "--replicas is a count of replica jobs in rollout-deploy"}
 _SECTIONS = {section for section, _ in _FLAT.values()}
 _FLAT_BY_PLACE = {place: flat for flat, place in _FLAT.items()}
 

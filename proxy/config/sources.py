@@ -4,13 +4,14 @@ Both are read by flat name (or a setting's earlier name, renamed as read: ``rena
 checked the same way: a name that is no setting stops start-up
 (exit 2) with the closest setting's name. An error, not a warning: a misspelled ``PROXY_POLCY``
 ignored would leave the default running where the user asked for something else, as a
-misspelled key in the file would. The values stay as written (strings, TOML's types) for
-``Settings`` to validate, as a flag's are.
+misspelled key in the file would. Kubernetes' service links (``service_links``: ``PROXY_PORT=
+tcp://...`` and the like, from a Service named ``proxy``) are no settings and no typos: left out
+of both. The values stay as written (strings, TOML's types) for ``Settings`` to validate, as a
+flag's are.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import tomllib
@@ -21,23 +22,29 @@ from typing import Any
 from pydantic import create_model
 from pydantic_settings import BaseSettings, EnvSettingsSource
 
+from proxy.config.deprecated import deprecation
+from proxy.config.service_links import is_service_link
+from proxy.config.spelling import closest
+
 PREFIX = "PROXY_"
 
 
 def _unknown(kind: str, given: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(given, list(known), n=1)
-    hint = f"did you mean {close[0]}?" if close else "rollout-proxy --help lists the settings"
+    close = closest(given, known)
+    hint = f"did you mean {close}?" if close else "rollout-proxy --help lists the settings"
     return f"unknown {kind} {given}: {hint}"
 
 
 def unknown_variables(names: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
     """Each ``PROXY_*`` variable of ``environ`` that names no setting, with its line (the
-    closest setting's name)."""
+    closest setting's name); Kubernetes' service links are not among them."""
     known = [PREFIX + name.upper() for name in names]
     return {
         variable: _unknown("environment variable", variable, known)
         for variable in sorted(environ)
-        if variable.startswith(PREFIX) and variable not in known
+        if variable.startswith(PREFIX)
+        and variable not in known
+        and not is_service_link(variable, environ[variable])
     }
 
 
@@ -78,9 +85,14 @@ class FlatEnvSource(EnvSettingsSource):
         super().__init__(model, env_prefix=PREFIX, case_sensitive=True)
 
     def as_written(self) -> dict[str, Any]:
-        """The variables by the flat name they were given under (earlier names not renamed)."""
+        """The variables by the flat name they were given under (earlier names not renamed),
+        less Kubernetes' service links (``PROXY_PORT=tcp://...``)."""
         check_environment(self.names)
-        return {name.lower(): value for name, value in super().__call__().items()}
+        return {
+            name.lower(): value
+            for name, value in super().__call__().items()
+            if not (isinstance(value, str) and is_service_link(PREFIX + name, value))
+        }
 
     def __call__(self) -> dict[str, Any]:
         return rename_aliases(self.as_written(), self.aliases, lambda name: PREFIX + name.upper())
@@ -131,3 +143,23 @@ def read_config_file(
         return rename_aliases(data, aliases, str)
     except ValueError as exc:
         raise ValueError(f"config file {path}: {exc}") from None
+
+
+def deprecated_uses(
+    environ: Mapping[str, str],
+    config: Path | None,
+    names: Iterable[str],
+    aliases: Mapping[str, str],
+    deprecated: Mapping[str, str],
+) -> list[str]:
+    """A line for each ``deprecated`` earlier name (-> what it means elsewhere) that a variable of
+    ``environ`` or a key of the settings file ``config`` (read again, unrenamed) gives."""
+    keys = read_config_file(config, names, aliases, rename=False) if config else {}
+    lines = []
+    for old, why in deprecated.items():
+        new, variable = aliases[old], PREFIX + old.upper()
+        if variable in environ:
+            lines.append(deprecation("rollout-proxy", variable, PREFIX + new.upper(), why))
+        if old in keys:
+            lines.append(deprecation("rollout-proxy", f"{old} in {config}", new, why))
+    return lines

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from proxy.config.programs import install_hint
 from proxy.console.figures import Samples, figures, parse
 from proxy.console.flags import build_parser
 from proxy.console.view import Snapshot, live_view, plain
@@ -183,7 +184,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         import rich  # noqa: F401
     except ImportError:
-        print("rollout-proxy top: the live view needs rich: pip install 'rollout-proxy[top]' "
-              "(or use --once)", file=sys.stderr)  # fmt: skip
+        print(f"rollout-proxy top: the live view needs rich: {install_hint('top')}, or use "
+              "--once", file=sys.stderr)  # fmt: skip
         return 2
     return asyncio.run(_live(reader, args.interval))

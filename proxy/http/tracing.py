@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from proxy.config.programs import install_hint
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
@@ -49,8 +51,7 @@ def _sdk() -> tuple[Any, Any, Any, Any]:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:  # the optional extra: say what to install
         raise OtelMissing(
-            "--otel-spans needs the otel extra: pip install 'rollout-proxy[otel]' "
-            f"({exc.name} is missing)"
+            f"--otel-spans needs the otel extra: {install_hint('otel')} ({exc.name} is missing)"
         ) from None
     return OTLPSpanExporter, Resource, TracerProvider, BatchSpanProcessor
 

@@ -31,7 +31,7 @@ from tests.support.clock import SteppingClock as FakeClock
 
 VERSION = metadata.version(DISTRIBUTION)
 INFO = f"rollout_proxy-{VERSION}.dist-info"
-UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "1")
+UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replica-count", "1")
 
 
 def _record_line(name: str, data: bytes) -> str:

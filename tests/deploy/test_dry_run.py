@@ -1,4 +1,5 @@
-"""``deploy up --dry-run``: every job spec as JSON, checked field by field; no call, no token."""
+"""``deploy up --dry-run``: every job spec as JSON, checked field by field, and what the plan costs;
+no call, no token."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 
 from deploy.cli import Runtime, main
 from deploy.install import project_version
+from deploy.prices import plan_cost
+from deploy.specs import JobSpec
 from proxy import __version__
 from replica_entry.vllm_backend import build_parser, options_from_args, split_passthrough
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS
 from tests.support.clock import SteppingClock as FakeClock
 
-ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
+ARGS = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replica-count", "2")
 
 
 def _no_token() -> str | None:
@@ -306,3 +309,30 @@ def test_in_topology_job_replicas_also_outlive_the_proxy_wait(
 def test_attempts_apply_to_every_job(monkeypatch: pytest.MonkeyPatch) -> None:
     specs = dry_run("--topology", "job", "--attempts", "1", monkeypatch=monkeypatch)
     assert [spec["attempts"] for spec in specs] == [1, 1, 1, 1]
+
+
+def test_the_dry_run_says_what_the_plan_costs_per_hour_and_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's $25.00 per hour and $157.50 at most, reproduced without a launch (issue 49,
+    point 6): the specs stay JSON on stdout, the cost line goes to stderr."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    out, err = io.StringIO(), io.StringIO()
+    runtime = Runtime(clock=FakeClock(), token=_no_token, publish=_no_publish, out=out, err=err)
+    argv = ["up", "--bucket", "team/rl", "--model", "m", "--replica-count", "3", "--dry-run",
+            *TRAINER_ARGS]  # fmt: skip
+    assert main(argv, runtime) == 0
+    assert len(json.loads(out.getvalue())) == 4
+    assert err.getvalue() == (
+        "this plan costs $25.00 per hour (3 x h200, 1 x h200x2); its time caps bound it at "
+        "$157.50 if nobody stops it (each job run once for its whole timeout)\n"
+    )
+
+
+def test_a_plan_with_a_flavor_without_a_price_sets_no_bound() -> None:
+    specs = [JobSpec("r", "replica", "i", (), "h200", "1h", (), {}),
+             JobSpec("t", "trainer", "i", (), "b300", "1h", (), {})]  # fmt: skip
+    assert plan_cost(specs) == (
+        "this plan costs $5.00 per hour (1 x h200, 1 x b300), plus b300 (no price here: `hf jobs "
+        "hardware` lists it); no bound without every flavor's price"
+    )

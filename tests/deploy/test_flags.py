@@ -14,6 +14,7 @@ from proxy.config.units import DurationArg
 from tests.deploy.conftest import TRAINER_ARGS
 from tests.deploy.test_dry_run import ARGS, dry_run
 from tests.support.clock import SteppingClock as FakeClock
+from tests.support.programs import walk
 
 DURATION_FLAGS = (
     ("up", "--timeout"),
@@ -99,3 +100,12 @@ def test_the_known_flavors_are_huggingface_hubs() -> None:
     assert set(FLAVORS) == {flavor.value for flavor in JobHardware}
     for flavor in ("h200", "h200x2", "cpu-upgrade"):  # the defaults are among them
         assert flavor in FLAVORS
+
+
+def test_only_the_commands_with_a_dry_run_say_it_needs_no_token() -> None:
+    """``status``, ``logs`` and ``down --help`` ended with "(not for --dry-run)", a flag they do
+    not have (issue 49, point 11)."""
+    for parser in walk(build_parser()):
+        flags = {name for action in parser._actions for name in action.option_strings}
+        text = parser.format_help()
+        assert ("--dry-run" in text) == ("--dry-run" in flags), parser.prog

@@ -19,7 +19,7 @@ from tests.deploy.test_dry_run import _no_publish, _no_token
 from tests.support.clock import SteppingClock as FakeClock
 
 BUCKET = ("--bucket", "alice/rl", "--model", "Qwen/Qwen2.5-Math-1.5B")
-FLEET_UP = ("fleet", "up", "--fleet", "f1", *BUCKET, "--replicas", "2")
+FLEET_UP = ("fleet", "up", "--fleet", "f1", *BUCKET, "--replica-count", "2")
 
 
 def run(stand: Stand, *argv: str) -> Result:
@@ -87,14 +87,17 @@ def test_a_run_on_a_fleet_is_its_trainer_alone_at_its_own_path(
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (("up", "--fleet", "f1", *BUCKET, "--replicas", "2"), "--replica-count: not with --fleet"),
+        (
+            ("up", "--fleet", "f1", *BUCKET, "--replica-count", "2"),
+            "--replica-count: not with --fleet",
+        ),
         (("up", "--fleet", "f1", *BUCKET, "--topology", "job"), "--topology: not with --fleet"),
         (("up", "--fleet", "f1", *BUCKET, "--network", "public"), "--network: a shared fleet"),
         (("up", "--fleet", "f1", *BUCKET, "--run-name", "a" * 27), "at most 26 characters"),
         (("up", *BUCKET), "--replica-count: required (but with --fleet"),
         ((*FLEET_UP, "--network", "public"), "--network: a shared fleet"),
         ((*FLEET_UP, "--max-loras", "1"), "--max-loras: at least 2 (got 1)"),
-        (("fleet", "up", "--fleet", "F1", *BUCKET, "--replicas", "1"), "--fleet: 1-40 lower"),
+        (("fleet", "up", "--fleet", "F1", *BUCKET, "--replica-count", "1"), "--fleet: 1-40 lower"),
     ],
 )
 def test_bad_fleet_flags_are_one_line_naming_the_flag(

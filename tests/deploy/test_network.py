@@ -108,7 +108,7 @@ def test_private_up_puts_every_job_in_the_runs_group_with_a_key_of_its_own(
     urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
     proxy_url = stand.proxy("r1-proxy", urls)
 
-    result = stand.cli(*UP, "--replicas", "2", "--topology", "job")
+    result = stand.cli(*UP, "--replica-count", "2", "--topology", "job")
 
     assert result.code == 0, result.err
     specs = {job.name: job.spec for job in stand.hub.jobs.values()}
@@ -133,7 +133,7 @@ def test_private_up_puts_every_job_in_the_runs_group_with_a_key_of_its_own(
     assert "[network r1 as replica]" in status.out
     assert "[network r1 as proxy]" in status.out
     # A second run gets a key of its own.
-    second = stand.cli(*UP, "--replicas", "1", "--run-name", "r2", "--ready-timeout", "10")
+    second = stand.cli(*UP, "--replica-count", "1", "--run-name", "r2", "--ready-timeout", "10")
     assert second.code == 1  # its replica has no exposed app here; only its spec matters
     assert stand.hub.named("r2-replica-0").spec["secrets"]["VLLM_API_KEY"] != key
 
@@ -142,7 +142,7 @@ def test_up_waits_for_every_trainer_node(stand: Stand) -> None:
     stand.fleet(1)
     stand.hub.script("r1-trainer-1", Step("SCHEDULING", seconds=40), "RUNNING")
 
-    result = stand.cli(*UP, "--replicas", "1", "--trainer-nodes", "2")
+    result = stand.cli(*UP, "--replica-count", "1", "--trainer-nodes", "2")
 
     assert result.code == 0, result.err
     node = stand.hub.named("r1-trainer-1")

@@ -20,7 +20,7 @@ from replica_entry.vllm_backend import build_parser, options_from_args, split_pa
 from tests.support.clock import SteppingClock
 from tests.support.docs import deploy_commands
 
-UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replicas", "2")
+UP = ("up", "--bucket", "team/rl", "--model", "Qwen/Qwen2.5-Math-1.5B", "--replica-count", "2")
 ROOT = source_root() or Path()
 
 

@@ -13,7 +13,7 @@ from deploy.errors import DeployError
 from deploy.install import VLLM_IMAGE
 from deploy.rehearsal.images import _layer, stand_in
 from deploy.rehearsal.network import Group, Member
-from deploy.rehearsal.run import _substitute, cpu_trainer_args
+from deploy.rehearsal.run import _substitute, cpu_trainer_args, failed
 from deploy.rehearsal.tunnel import Tunnel
 
 
@@ -101,3 +101,14 @@ def test_substitutions_replace_the_value_and_the_recipe_comes_last() -> None:
     assert _substitute(args, "--dataset", "/w/data.jsonl")[:2] == ("--dataset", "/w/data.jsonl")
     assert _substitute(("--dataset=hub/x",), "--dataset", "/d") == ("--dataset=/d",)
     assert cpu_trainer_args(3)[:2] == ("--max-steps", "3")
+
+
+def test_a_failed_job_is_reported_for_what_the_rehearsal_shows(tmp_path: Path) -> None:
+    """Once said "A real launch would fail the same way", which a rehearsal cannot know: its
+    jobs run with stand-ins (a tiny model, CPU flags), so it names them and the log, no more."""
+    log = tmp_path / "trainer.log"
+    error = str(failed("r1-trainer", "exited with code 1", ["boom"], log))
+    assert error.startswith("rehearsal failed: r1-trainer exited with code 1; the last lines")
+    assert "  | boom\n" in error and f"all of it: {log}." in error
+    assert "stand-ins" in error and "rehearse again" in error
+    assert "real launch" not in error and "the same way" not in error

@@ -17,7 +17,16 @@ def test_sidecar_up_sends_the_specs_and_waits_for_health(stand: Stand) -> None:
     stand.hub.script("r1-replica-1", Step("SCHEDULING", seconds=15), "RUNNING")
 
     result = stand.cli(
-        *UP, "--replicas", "2", "--network", "public", "--", "--dataset", "d", "--max-steps", "500"
+        *UP,
+        "--replica-count",
+        "2",
+        "--network",
+        "public",
+        "--",
+        "--dataset",
+        "d",
+        "--max-steps",
+        "500",
     )
 
     assert result.code == 0, result.err
@@ -72,7 +81,7 @@ def test_sidecar_up_is_not_ready_until_its_proxy_routes_to_every_replica(stand: 
     urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
     trainer_url = stand.proxy("r1-trainer", urls, refused=[urls[1]])
 
-    result = stand.cli(*UP, "--replicas", "2", "--ready-timeout", "60", "--network", "public")
+    result = stand.cli(*UP, "--replica-count", "2", "--ready-timeout", "60", "--network", "public")
 
     assert result.code == 1, result.out
     assert "is up" not in result.out
@@ -94,7 +103,7 @@ def test_job_topology_launches_the_proxy_then_the_trainer_pointed_at_it(stand: S
     urls = [stand.replica(f"r1-replica-{index}") for index in range(2)]
     proxy_url = stand.proxy("r1-proxy", urls)
 
-    result = stand.cli(*UP, "--replicas", "2", "--topology", "job", "--network", "public")
+    result = stand.cli(*UP, "--replica-count", "2", "--topology", "job", "--network", "public")
 
     assert result.code == 0, result.err
     proxy = stand.hub.named("r1-proxy").spec
@@ -135,7 +144,7 @@ def test_a_replica_in_error_cancels_the_others_with_its_logs(stand: Stand) -> No
         logs=["loading model", "torch.OutOfMemoryError: CUDA out of memory"],
     )
 
-    result = stand.cli(*UP, "--replicas", "3")
+    result = stand.cli(*UP, "--replica-count", "3")
 
     assert result.code == 1
     assert "r1-replica-1 (job 000000000000000066500002) ended in ERROR: exit code 1" in result.err
@@ -153,7 +162,7 @@ def test_keep_leaves_the_other_jobs_running(stand: Stand) -> None:
     stand.replica("r1-replica-0")
     stand.hub.script("r1-replica-1", "SCHEDULING", "ERROR")
 
-    result = stand.cli(*UP, "--replicas", "2", "--keep")
+    result = stand.cli(*UP, "--replica-count", "2", "--keep")
 
     assert result.code == 1
     assert "kept 2 job(s) running (--keep)" in result.err
@@ -165,7 +174,7 @@ def test_keep_leaves_the_other_jobs_running(stand: Stand) -> None:
 def test_an_unhealthy_replica_times_out_with_a_clear_message(stand: Stand) -> None:
     stand.replica("r1-replica-0", unhealthy=True)
 
-    result = stand.cli(*UP, "--replicas", "1", "--ready-timeout", "60", "--poll-interval", "5")
+    result = stand.cli(*UP, "--replica-count", "1", "--ready-timeout", "60", "--poll-interval", "5")
 
     assert result.code == 1
     assert "not ready after 60 s (--ready-timeout 60)" in result.err
@@ -178,7 +187,7 @@ def test_an_unhealthy_replica_times_out_with_a_clear_message(stand: Stand) -> No
 def test_the_health_wait_sends_the_bearer_token(stand: Stand) -> None:
     stand.replica("r1-replica-0", token="some-other-token")
 
-    result = stand.cli(*UP, "--replicas", "1", "--ready-timeout", "10")
+    result = stand.cli(*UP, "--replica-count", "1", "--ready-timeout", "10")
 
     assert result.code == 1
     assert "/health not ready yet (HTTP 401 (token refused))" in result.err
@@ -186,9 +195,9 @@ def test_the_health_wait_sends_the_bearer_token(stand: Stand) -> None:
 
 def test_a_run_name_with_active_jobs_is_refused(stand: Stand) -> None:
     stand.fleet(1)
-    assert stand.cli(*UP, "--replicas", "1").code == 0
+    assert stand.cli(*UP, "--replica-count", "1").code == 0
 
-    again = stand.cli(*UP, "--replicas", "1")
+    again = stand.cli(*UP, "--replica-count", "1")
 
     assert again.code == 1
     assert "run 'r1' already has 2 active job(s)" in again.err
@@ -198,7 +207,7 @@ def test_a_run_name_with_active_jobs_is_refused(stand: Stand) -> None:
 
 def test_down_cancels_every_job_of_the_run(stand: Stand) -> None:
     stand.fleet(2)
-    assert stand.cli(*UP, "--replicas", "2").code == 0
+    assert stand.cli(*UP, "--replica-count", "2").code == 0
     stand.hub.jobs[next(iter(stand.hub.jobs))].move_to("ERROR")
 
     result = stand.cli("down", "--run-name", "r1", "--namespace", "alice")
@@ -214,7 +223,7 @@ def test_down_cancels_every_job_of_the_run(stand: Stand) -> None:
 def test_logs_prints_each_jobs_lines(stand: Stand) -> None:
     stand.fleet(1)
     stand.hub.script("r1-replica-0", "RUNNING", logs=[f"line {n}" for n in range(10)])
-    assert stand.cli(*UP, "--replicas", "1").code == 0
+    assert stand.cli(*UP, "--replica-count", "1").code == 0
     # A job's log stream stays open while it runs (the client then reads for 5 s): an ended one.
     stand.hub.named("r1-replica-0").move_to("ERROR", "exit code 1")
 
@@ -227,7 +236,7 @@ def test_logs_prints_each_jobs_lines(stand: Stand) -> None:
 
 
 def test_without_a_token_up_says_how_to_log_in(stand: Stand) -> None:
-    result = stand.cli(*UP, "--replicas", "1", token=None)
+    result = stand.cli(*UP, "--replica-count", "1", token=None)
 
     assert result.code == 1
     assert "hf auth login" in result.err
@@ -235,7 +244,7 @@ def test_without_a_token_up_says_how_to_log_in(stand: Stand) -> None:
 
 
 def test_a_refused_token_names_the_fix(stand: Stand) -> None:
-    result = stand.cli(*UP, "--replicas", "1", token="hf_wrong")
+    result = stand.cli(*UP, "--replica-count", "1", token="hf_wrong")
 
     assert result.code == 1
     assert "the Hub call failed" in result.err and "401" in result.err
@@ -246,7 +255,7 @@ def test_a_refused_token_names_the_fix(stand: Stand) -> None:
 def test_logs_follow_streams_until_the_job_ends(stand: Stand) -> None:
     stand.fleet(1)
     stand.hub.script("r1-trainer", "RUNNING", logs=["step 1", "step 2"])
-    assert stand.cli(*UP, "--replicas", "1").code == 0
+    assert stand.cli(*UP, "--replica-count", "1").code == 0
     stand.hub.named("r1-trainer").move_to("COMPLETED")
 
     result = stand.cli("logs", "--run-name", "r1", "--role", "trainer", "--follow")
@@ -264,7 +273,7 @@ REFUSED = "probe answered HTTP 401 (check --upstream-token)"  # the proxy's reas
 
 def test_status_shows_why_the_sidecar_does_not_reach_the_replicas(stand: Stand) -> None:
     urls = stand.fleet(2)
-    assert stand.cli(*UP, "--replicas", "2").code == 0
+    assert stand.cli(*UP, "--replica-count", "2").code == 0
     # Later the replicas refuse the trainer's token (say, it was revoked): what status shows.
     stand.proxy("r1-trainer", urls, refused=urls)
 
@@ -285,7 +294,7 @@ def test_a_failed_job_runs_again_as_the_same_job_until_its_attempts_are_spent(
     stand: Stand,
 ) -> None:
     urls = stand.fleet(1)
-    assert stand.cli(*UP, "--replicas", "1", "--attempts", "2").code == 0
+    assert stand.cli(*UP, "--replica-count", "1", "--attempts", "2").code == 0
     replica = stand.hub.named("r1-replica-0")
     assert replica.spec["attempts"] == 2
     stand.clock.sleep(60)
@@ -309,7 +318,7 @@ def test_an_existing_public_bucket_is_refused(stand: Stand) -> None:
     stand.fleet(1)
     stand.hub.buckets.create("alice/rl", private=False)
 
-    result = stand.cli(*UP, "--replicas", "1")
+    result = stand.cli(*UP, "--replica-count", "1")
 
     assert result.code == 1
     assert "bucket alice/rl exists and is public" in result.err
@@ -323,7 +332,7 @@ def test_a_public_bucket_is_used_only_when_allowed(stand: Stand) -> None:
     stand.fleet(1)
     stand.hub.buckets.create("alice/rl", private=False)
 
-    result = stand.cli(*UP, "--replicas", "1", "--allow-public-bucket")
+    result = stand.cli(*UP, "--replica-count", "1", "--allow-public-bucket")
 
     assert result.code == 0, result.err
     assert "bucket alice/rl is public (--allow-public-bucket)" in result.out
@@ -332,7 +341,7 @@ def test_a_public_bucket_is_used_only_when_allowed(stand: Stand) -> None:
 
 def test_down_names_the_namespaced_cancel_command_when_a_cancel_fails(stand: Stand) -> None:
     stand.fleet(1)
-    assert stand.cli(*UP, "--replicas", "1").code == 0
+    assert stand.cli(*UP, "--replica-count", "1").code == 0
     trainer = stand.hub.named("r1-trainer")
     stand.hub.uncancellable.add(trainer.id)
 
@@ -347,7 +356,7 @@ def test_a_trainer_job_run_again_resumes_from_the_runs_checkpoints(stand: Stand)
     as resume-from-the-newest-checkpoint in the bucket's run folder (that resume, its adapter
     names continuing, is proven for real in tests/e2e/test_training_ranks.py)."""
     stand.fleet(2)
-    assert stand.cli(*UP, "--replicas", "2").code == 0
+    assert stand.cli(*UP, "--replica-count", "2").code == 0
     trainer = stand.hub.named("r1-trainer")
     planned = json.dumps(trainer.spec, sort_keys=True)
 

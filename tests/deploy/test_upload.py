@@ -12,7 +12,7 @@ from huggingface_hub.utils._xet import abort_xet_session
 
 from tests.deploy.conftest import TOKEN, WHEEL, WHEEL_PATH, Stand
 
-UP = ("up", "--bucket", "alice/rl", "--model", "m", "--run-name", "r1", "--replicas", "1")
+UP = ("up", "--bucket", "alice/rl", "--model", "m", "--run-name", "r1", "--replica-count", "1")
 
 
 def test_the_wheel_reaches_the_bucket_over_http(stand: Stand) -> None:

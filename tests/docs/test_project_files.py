@@ -1,11 +1,13 @@
 """The files a user expects of a project: the license pyproject.toml names, in full; a changelog
 whose newest release is the version; the version written in one place (pyproject.toml), which
-the programs read from the installed package."""
+the programs read from the installed package; quiet installs that are quiet."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 import tomllib
 
 from proxy import __version__
@@ -81,3 +83,27 @@ def test_the_readme_is_a_quickstart_that_links_the_site() -> None:
     for heading in ("make demo", "make test", "rehearse", "HF Jobs", "tiny_model"):
         assert heading in text, f"the quickstart lost {heading!r}"
     assert "docs/" in text
+
+
+def test_the_quiet_installs_drop_setuptools_editable_notice_and_nothing_else() -> None:
+    """``make venv``, ``make e2e-venv`` and ``make hub-floor`` ran pip quietly but printed
+    setuptools' "Editable installation" block, a warning of the build backend pip passes on.
+    Each editable install runs under the Makefile's ``EDITABLE`` filter, which a Python given it
+    applies to that warning's message alone: another warning still shows."""
+    makefile = (ROOT / "Makefile").read_text()
+    installs = [line for line in makefile.splitlines() if re.search(r"pip install .*-e ", line)]
+    assert len(installs) == 3 and all("$(EDITABLE)" in line for line in installs), installs
+    found = re.search(r'^EDITABLE := PYTHONWARNINGS="([^"]+)"$', makefile, re.M)
+    assert found, "the Makefile defines no EDITABLE filter"
+    warn = (
+        "import warnings; "
+        "warnings.warn('Editable installation.\\n!!\\n  careful...', UserWarning); "
+        "warnings.warn('a build backend warning of any other kind', UserWarning)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", warn],
+        env={**os.environ, "PYTHONWARNINGS": found[1]},
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "Editable installation" not in done.stderr
+    assert "a build backend warning of any other kind" in done.stderr

@@ -11,12 +11,17 @@ Read from README.md, the pages under docs/ and the repository pages the site sho
 - a trainer's dataset is checked against the dataset: ``KNOWN_DATASETS`` (a fixed table of the
   public datasets the docs use: their configurations and columns, as the Hub lists them), or
   the rows ``python -m trainer_entry.math_data`` writes when the same block made the file;
-- ``make TARGET`` names a Makefile target; ``pip install`` names extras pyproject.toml has;
+- ``make TARGET`` names a Makefile target; ``pip install`` names extras pyproject.toml has, and
+  never rollout-proxy by name (it is not published on PyPI);
+- a command uses each flag's name in use, never a deprecated one (``proxy.config.deprecated``);
 - Python is compiled; TOML is read, and a proxy's settings file loads through the settings
   loader; JSON and YAML parse;
-- every dollar figure in the prose is one the plan and ``deploy.prices`` make: an hourly cost
-  after a ``deploy`` command is that command's plan's, a price table's row is the price deploy
-  uses, anything else a plan's cap (its jobs' lifetimes at their prices) or a listed price.
+- every dollar figure in the prose is one a command prints or ``deploy.prices`` lists: an hourly
+  cost after a ``deploy`` command is what that command's ``--dry-run`` prints, a price table's
+  row is the price deploy uses, anything else a plan's cap (as its ``--dry-run`` prints it) or a
+  listed price;
+- what ``tests.support.claims`` holds: how long a command takes (one figure wherever it is said),
+  the CPU recipe's sizes, and the repository paths a page names.
 
 Anything else in a block that is not annotated fails the test, so nothing is skipped silently.
 """
@@ -41,12 +46,21 @@ import yaml
 
 from deploy.cli import Runtime
 from deploy.cli import main as deploy_main
-from deploy.prices import DOLLARS_PER_HOUR, cost_per_hour
-from deploy.specs import JobSpec
+from deploy.prices import DOLLARS_PER_HOUR
 from docsgen import parsers
-from proxy.config import parse_seconds
+from proxy.config.deprecated import DeprecatedNames
+from tests.support.claims import (
+    TIMINGS,
+    cpu_recipe_problems,
+    missing_paths,
+    timing_problems,
+    timings_found,
+    unpublished_installs,
+)
 from tests.support.clock import SteppingClock
 from tests.support.docs import ROOT, Block, Command, blocks, commands, doc_files, prose
+from tests.support.programs import walk
+from trainer_entry.recipe import CPU_SIZES
 
 SHELLS = {"bash", "sh", "shell", "console"}
 CHECKED_LANGS = SHELLS | {"python", "toml", "json", "yaml", "mermaid"}
@@ -77,25 +91,29 @@ REWARDS_FOR_FORMAT = {"Answer: N": {"math", "format"}}
 
 @dataclass
 class Plan:
-    """A ``deploy`` command's dry run: where it is written and what it plans."""
+    """A ``deploy`` command's dry run: where it is written, and the cost line it printed after
+    its specs (``deploy.prices.plan_cost``: per hour, and the bound its time caps set)."""
 
     offset: int
-    specs: list[dict[str, Any]]
+    printed: str
 
     def per_hour(self) -> str:
-        flavors = [JobSpec("", s["role"], "", (), s["flavor"], "", (), {}) for s in self.specs]
-        return cost_per_hour(flavors)
+        found = re.search(r"\$[\d,.]+ per hour \([^)]*\)", self.printed)
+        assert found, f"--dry-run printed no cost per hour: {self.printed!r}"
+        return found.group()
 
     def dollars_per_hour(self) -> float:
-        return sum(DOLLARS_PER_HOUR[s["flavor"]] for s in self.specs)
+        return _dollars(self.per_hour())
 
     def cap(self) -> float:
-        """Every job at its price for its whole lifetime (``timeout``): what nobody stopping
-        the run costs."""
-        return sum(
-            DOLLARS_PER_HOUR[s["flavor"]] * float(parse_seconds(s["timeout"])) / 3600
-            for s in self.specs
-        )
+        """What nobody stopping the run costs, as the dry run says."""
+        found = re.search(r"bound it at (\$[\d,.]+)", self.printed)
+        assert found, f"--dry-run printed no bound: {self.printed!r}"
+        return _dollars(found[1])
+
+
+def _dollars(text: str) -> float:
+    return float(text.lstrip("$").split()[0].replace(",", ""))
 
 
 @dataclass
@@ -216,7 +234,7 @@ def check_deploy(words: list[str], offset: int, checked: Checked) -> list[str]:
     if deploy_main(argv, runtime) != 0:
         return [f"its dry run failed: {err.getvalue().strip()}"]
     specs = json.loads(out.getvalue())
-    checked.plans.append(Plan(offset, specs))
+    checked.plans.append(Plan(offset, err.getvalue()))
     planned = planned_trainer(specs)
     return check_trainer(planned, checked, here=False) if planned else []
 
@@ -276,9 +294,13 @@ def check_make(words: list[str]) -> list[str]:
 def check_pip(words: list[str]) -> list[str]:
     with (ROOT / "pyproject.toml").open("rb") as handle:
         extras = set(tomllib.load(handle)["project"]["optional-dependencies"])
-    problems = []
+    problems = [
+        f"{word}: not on PyPI (install from a checkout: pip install -e '.[EXTRA]')"
+        for word in words
+        if re.fullmatch(r"rollout-proxy(?:\[.*\])?", word)
+    ]
     for word in words:
-        found = re.fullmatch(r"(?:rollout-proxy|\.)\[([\w,-]+)\]", word)
+        found = re.fullmatch(r"\.\[([\w,-]+)\]", word)
         if found:
             problems += [
                 f"no extra {x!r} in pyproject.toml" for x in found[1].split(",") if x not in extras
@@ -307,10 +329,38 @@ def check_flag_names(module: str, words: list[str]) -> list[str]:
     return problems
 
 
+def deprecated_words(module: str, words: list[str]) -> list[str]:
+    """The deprecated flag names ``words`` use (the deploy trainer's after ``--`` too)."""
+    split = words.index("--") if "--" in words else len(words)
+    own, after = words[:split], words[split + 1 :]
+    readings = [(parsers.command_parser(module, own).parser, own)]
+    if module == "deploy" and after:
+        readings.append((parsers.trainer_parser(), after))
+    problems = []
+    for parser, said in readings:
+        old = {
+            name: action.option_strings[0]
+            for sub in walk(parser)
+            for action in sub._actions
+            if isinstance(action, DeprecatedNames)
+            for name in action.deprecated
+        }
+        given = [word.split("=", 1)[0] for word in said]
+        problems += [f"{name} is deprecated: use {old[name]}" for name in given if name in old]
+    return problems
+
+
 def check_command(command: Command, block: Block, checked: Checked) -> list[str]:
     words = command.words
+    module, args = _module(words)
+    if module is not None and module.split(".")[0] in parsers.PACKAGES:
+        try:
+            deprecated = deprecated_words(module, args)
+        except (ImportError, LookupError):
+            deprecated = []  # said below, by the check of the command itself
+        if deprecated:
+            return deprecated
     if block.note == "synopsis":
-        module, args = _module(words)
         return check_flag_names(module, args) if module is not None else []
     if words[0] == "make":
         return check_make(words)
@@ -457,6 +507,9 @@ def test_every_block_and_figure_of_the_page_is_true(path: Path) -> None:
     for block in blocks(path):
         checked.problems += [f"{block.where}: {p}" for p in check_block(block, checked)]
     checked.problems += [f"{path.relative_to(ROOT)}: {p}" for p in check_costs(path, checked)]
+    claims = [*timing_problems(path), *cpu_recipe_problems(path, CPU_SIZES)]
+    claims += [f"{p}: no such file in a checkout" for p in missing_paths(path)]
+    checked.problems += [f"{path.relative_to(ROOT)}: {p}" for p in claims]
     assert checked.problems == []
 
 
@@ -492,7 +545,7 @@ def test_a_dataset_without_the_columns_named_is_refused() -> None:
 def test_a_cost_the_plan_does_not_make_is_refused(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "```bash\npython -m deploy up --bucket my-org/rollouts --model m --replicas 3 "
+        "```bash\npython -m deploy up --bucket my-org/rollouts --model m --replica-count 3 "
         "-- --dataset d.jsonl\n```\n\nIt costs about $20 per hour, $127.50 at most.\n"
     )
     checked = Checked()
@@ -530,3 +583,71 @@ def test_a_flag_no_parser_knows_is_refused() -> None:
         Checked(),
     )  # fmt: skip
     assert problems and "unrecognized arguments: --bogus" in problems[0]
+
+
+# Files beside the pages that state how long a command takes: the Makefile's comments on its
+# targets, and the docstrings of the modules the pages run.
+TIMED_SOURCES = ("Makefile", "trainer_entry/tiny_model.py", "benchmarks/learn/cli.py")
+
+
+def test_every_timing_is_said_and_agrees_beyond_the_pages() -> None:
+    """``make docs`` was "about 2 s" on one page and "about 3 s" in the Makefile; each figure of
+    ``TIMINGS`` is now said at least once, and the same wherever it is said."""
+    sources = [ROOT / name for name in TIMED_SOURCES]
+    assert [p for path in sources for p in timing_problems(path)] == []
+    said = timings_found([*doc_files(), *sources])
+    assert [t for t in TIMINGS if (t.name, t.figure) not in said] == []
+
+
+def test_a_figure_said_otherwise_is_refused(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```bash\nmake docs        # the site (about 2 s)\n```\n\nThe tiny run takes about 45 s.\n"
+        "Without CUDA the trainer takes one micro-batch of 16384 tokens.\n\n"
+        "The CPU-sized flags matter: the defaults are the GPU recipe.\n\n"
+        "Every flag, with its default: docs/reference/rollout-proxy.md.\n"
+    )
+    problems = [*timing_problems(page), *cpu_recipe_problems(page, CPU_SIZES)]
+    assert any("'make docs': about 3 s wherever it is said, not 'about 2 s'" in p for p in problems)
+    assert any("'The tiny run takes': 45 s to 3.5 minutes" in p for p in problems)
+    assert any("token_budget is 256, not 16384" in p for p in problems)
+    assert any("said of every machine" in p for p in problems)
+    assert missing_paths(page) == ["docs/reference/rollout-proxy.md"]
+
+
+def test_the_examples_name_only_paths_a_checkout_has() -> None:
+    examples = sorted((ROOT / "examples").iterdir())
+    assert {str(p.relative_to(ROOT)): missing_paths(p) for p in examples} == {
+        str(p.relative_to(ROOT)): [] for p in examples
+    }
+
+
+def test_no_install_hint_names_a_package_pypi_does_not_have() -> None:
+    """rollout-proxy is not published on PyPI: every program's hint says ``pip install -e
+    '.[EXTRA]'`` (``programs.install_hint``), as the pages do."""
+    sources = [p for package in parsers.PACKAGES for p in sorted((ROOT / package).rglob("*.py"))]
+    found = {
+        str(path.relative_to(ROOT)): lines
+        for path in [*sources, *doc_files(), ROOT / "Makefile"]
+        if (lines := unpublished_installs(path.read_text()))
+        and path.name != "CHANGELOG.md"  # it may say what once was
+    }
+    assert found == {}
+    assert check_pip(["pip", "install", "rollout-proxy[trainer]"]) == [
+        "rollout-proxy[trainer]: not on PyPI (install from a checkout: pip install -e '.[EXTRA]')"
+    ]
+
+
+def test_a_deprecated_flag_name_in_a_command_is_refused() -> None:
+    plain = Block(Path("x.md"), 1, 0, "bash", "", None, "")
+    for words, said in [
+        (
+            ["rollout-proxy", "--replicas", "http://a:1"],
+            "--replicas is deprecated: use --replica-urls",
+        ),
+        (["python", "-m", "deploy", "status", "--replicas", "1"], "use --replica-count"),
+        (["rollout-replica", "--backend", "sim", "--model", "m"], "use --served-model-name"),
+        (["python", "-m", "benchmarks", "fleet", "--runs", "2"], "use --run-count"),
+    ]:
+        problems = check_command(Command(words, {}, False, ""), plain, Checked())
+        assert problems and said in problems[0], (words, problems)

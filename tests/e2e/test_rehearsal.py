@@ -45,8 +45,7 @@ def workdir() -> Iterator[Path]:
 
 def _readme_plan(*changes: str) -> list[str]:
     argv = deploy_commands("up", page="docs/deploy.md")[0]  # the run the docs launch first
-    count = next(flag for flag in ("--replica-count", "--replicas") if flag in argv)
-    argv[argv.index(count) + 1] = "1"
+    argv[argv.index("--replica-count") + 1] = "1"
     split = argv.index("--")
     return [*argv[:split], *changes, *argv[split:]]
 

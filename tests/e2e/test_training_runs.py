@@ -94,7 +94,7 @@ def test_two_runs_train_on_one_fleet_each_under_its_own_names(
 ) -> None:
     offsets = [s.log_path.stat().st_size for s in clean_fleet]
     argv = [
-        *(sys.executable, "-m", "proxy", "--replicas", ",".join(s.url for s in clean_fleet)),
+        *(sys.executable, "-m", "proxy", "--replica-urls", ",".join(s.url for s in clean_fleet)),
         *("--host", "127.0.0.1", "--port", str(sidecar.free_port()), "--runs", ",".join(RUNS)),
         *("--block-tokens", "32", "--template-threshold", "8", "--access-log"),
     ]

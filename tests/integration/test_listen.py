@@ -33,7 +33,7 @@ def run_proxy(*args: str) -> subprocess.CompletedProcess[str]:
 def test_a_port_in_use_is_one_line_and_exit_2_never_restarted(
     taken_port: int, supervised: tuple[str, ...]
 ) -> None:
-    args = ("--replicas", "http://127.0.0.1:9", "--port", str(taken_port), *supervised)
+    args = ("--replica-urls", "http://127.0.0.1:9", "--port", str(taken_port), *supervised)
     result = run_proxy(*args)
 
     assert result.returncode == 2, result.stderr

@@ -30,7 +30,7 @@ async def start_proxy(*args: str) -> tuple[asyncio.subprocess.Process, str]:
 
 async def test_sigterm_lets_in_flight_requests_finish() -> None:
     async with run_sim(faults={"delay_s": 1.0}) as sim, aiohttp.ClientSession() as session:
-        proc, url = await start_proxy("--replicas", sim.url)
+        proc, url = await start_proxy("--replica-urls", sim.url)
         try:
 
             async def healthy() -> bool:

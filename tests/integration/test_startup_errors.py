@@ -204,6 +204,12 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (*TRAINER, *SIDECAR, "--model", "{model}", "--dataset", "{tmp}/bad.jsonl"),
         ("its first row is not JSON", "one JSON object per line"),
     ),
+    # Once found after the proxy started and TRL was imported (64 s); torch is not even needed
+    # to be told (without the check, this case would end at the missing extra instead).
+    "trainer dataset without the prompt column": (
+        (*TRAINER, *SIDECAR, "--model", "{model}", "--dataset", "{tmp}/questions.jsonl"),
+        ("--dataset", "no column 'prompt' (it has question, answer)", "--prompt-column"),
+    ),
     "benchmarks unknown suite": (
         ("-m", "benchmarks", "nosuite"),
         ("python -m benchmarks: error: argument suite: invalid choice",),
@@ -231,6 +237,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 def test_a_start_up_failure_is_one_line_and_an_exit_code(place: Place, case: str) -> None:
     argv, says = CASES[case]
     (place.tmp / "bad.jsonl").write_text("prompt,answer\n1+1,2\n")
+    (place.tmp / "questions.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
     assert_one_line(run(place, argv), *says)
 
 

@@ -35,7 +35,7 @@ def _limit_files() -> None:
 async def starved_proxy(replica: str) -> AsyncIterator[int]:
     port = free_port()
     process = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "proxy", "--replicas", replica, "--port", str(port)),
+        *(sys.executable, "-m", "proxy", "--replica-urls", replica, "--port", str(port)),
         *("--health-interval", "0.2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

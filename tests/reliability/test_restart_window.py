@@ -113,7 +113,7 @@ async def test_a_restarted_proxy_gets_its_window_back_onto_restarted_replicas(
         sims = [await stack.enter_async_context(run_sim()) for _ in range(2)]
         session = await stack.enter_async_context(aiohttp.ClientSession())
         argv = [
-            "--replicas", ",".join(s.url for s in sims), "--port", str(port),
+            "--replica-urls", ",".join(s.url for s in sims), "--port", str(port),
             "--health-interval", "0.05", "--health-timeout", "0.5", "--log-level", "warning",
         ]  # fmt: skip
         first = await stack.enter_async_context(proxy_process(argv))

@@ -87,7 +87,7 @@ async def test_a_killed_proxy_comes_back_on_the_same_port() -> None:
     async with (
         run_sim() as sim,
         aiohttp.ClientSession() as session,
-        supervised("--replicas", sim.url, *args) as (sup, url),
+        supervised("--replica-urls", sim.url, *args) as (sup, url),
     ):
         first = await serving(session, url)
         assert first["restarts"] == 0 and first["pid"] != sup.pid
@@ -133,7 +133,7 @@ async def test_a_request_sent_while_the_proxy_restarts_waits_for_it_instead_of_b
     async with (
         run_sim() as sim,
         aiohttp.ClientSession() as session,
-        supervised("--replicas", sim.url, "--health-interval", "0.1") as (_, url),
+        supervised("--replica-urls", sim.url, "--health-interval", "0.1") as (_, url),
     ):
         first = await serving(session, url)
         os.kill(first["pid"], signal.SIGKILL)

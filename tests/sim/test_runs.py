@@ -80,12 +80,12 @@ def test_gpu_hours_add_up_by_hand() -> None:
 def test_the_cli_prints_one_layout_with_its_legend_and_writes_its_row(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--runs 2 --shared-replicas 2`` against separate fleets of 2: one row, every column
-    named in the legend; with ``--max-loras 6`` the same layout is reported infeasible."""
+    """``--run-count 2 --shared-replica-count 2`` against separate fleets of 2: one row, every
+    column named in the legend; with ``--max-loras 6`` the same layout is reported infeasible."""
     out = tmp_path / "runs.json"
-    args = ["fleet", "--runs", "2", "--shared-replicas", "2", "--separate-replicas", "2",
-            "--quick", "--groups-per-step", "4", "--max-inflight", "64", "--max-tokens", "256",
-            "--sync-s", "1.0"]  # fmt: skip
+    args = ["fleet", "--run-count", "2", "--shared-replica-count", "2",
+            "--separate-replica-count", "2", "--quick", "--groups-per-step", "4",
+            "--max-inflight-tasks", "64", "--max-tokens", "256", "--sync-s", "1.0"]  # fmt: skip
     assert main([*args, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     (row,) = json.loads(out.read_text())["results"]["rows"]

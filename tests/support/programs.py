@@ -1,7 +1,8 @@
 """Every parser of the five programs (``rollout-proxy`` and its ``top``, ``rollout-replica`` with
 each backend, ``rollout-trainer``, ``rollout-deploy`` and its subcommands, ``python -m benchmarks``
 with ``fleet`` and ``learn``), built as each program builds it, for the tests that hold them to
-one vocabulary."""
+one vocabulary; and those of the ``python -m`` modules the pages and the suites run (``TOOLS``,
+``CHILDREN``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from benchmarks.__main__ import build_parser as benchmarks_parser
 from benchmarks.fleet.cli import build_parser as fleet_parser
 from benchmarks.learn.cli import build_parser as learn_parser
 from deploy.cli import build_parser as deploy_parser
+from docsgen.parsers import module_parser
 from proxy.config import build_parser as proxy_parser
 from proxy.console.flags import build_parser as top_parser
 from replica_entry.cli import build_parser as sim_parser
@@ -37,6 +39,28 @@ MODULES = {
     "rollout-deploy": "deploy",
     "python -m benchmarks": "benchmarks",
 }
+
+
+# The ``python -m`` tools a user runs (the pages show each), and the children the benchmark
+# suites start (never typed by a user: held to no vocabulary, but to no abbreviation either).
+TOOLS = (
+    "benchmarks.demo",
+    "benchmarks.micro.policy",
+    "benchmarks.sync.mirror",
+    "trainer_entry.math_data",
+    "trainer_entry.tiny_model",
+)
+CHILDREN = (
+    "benchmarks.harness.blast",
+    "benchmarks.harness.fast_replica",
+    "benchmarks.harness.passthrough",
+    "benchmarks.suites.cpu_profile",
+)
+
+
+def tool_parsers(modules: tuple[str, ...] = TOOLS) -> list[argparse.ArgumentParser]:
+    """The parsers of ``modules``, as each module's ``main`` builds it."""
+    return [module_parser(module) for module in modules]
 
 
 def walk(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:

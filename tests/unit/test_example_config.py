@@ -46,7 +46,7 @@ def _deploys_proxy_job() -> Settings:
     runtime = Runtime(clock=SteppingClock(), token=lambda: None, out=out, err=err)
     argv = [
         *("up", "--hub-endpoint", "http://127.0.0.1:9", "--bucket", "team/rl", "--model", "m"),
-        *("--replicas", "2", "--topology", "job", "--run-name", "run-1", "--dry-run"),
+        *("--replica-count", "2", "--topology", "job", "--run-name", "run-1", "--dry-run"),
         *("--", "--dataset", "d.jsonl"),
     ]
     assert deploy_main(argv, runtime) == 0, err.getvalue()

@@ -1,15 +1,35 @@
 """Every ``--help`` of the five programs, subcommands included (``rollout-proxy top`` once showed
 no default), ends each flag's line with its default as a user writes it and names the variables
-the program reads; a variable's value (a key) is never shown; a bad flag is one line."""
+the program reads; a variable's value (a key) is never shown; a bad flag is one line, a prefix of
+a flag is no flag (``--replica-url`` once started a proxy, ``--prompt-colum`` passed a dry run),
+and a flag that is not there is answered with the closest one that is. No help shows
+reStructuredText's double backticks, and every flag says what it is for."""
 
 from __future__ import annotations
 
 import argparse
+import io
+import subprocess
+import sys
 
 import pytest
 
+from deploy.cli import Runtime
+from deploy.cli import main as deploy_main
+from deploy.preflight import _Refusing
 from proxy.config.programs import EnvDefault
-from tests.support.programs import PARSERS, every_parser, options, walk
+from replica_entry.vllm_backend import build_parser as vllm_parser
+from tests.support.clock import SteppingClock
+from tests.support.programs import (
+    CHILDREN,
+    PARSERS,
+    TOOLS,
+    every_parser,
+    options,
+    tool_parsers,
+    walk,
+)
+from trainer_entry.flags import build_parser as trainer_parser
 
 # Variables each program reads, named in its --help (flags' [env NAME], or the closing lines).
 VARIABLES = {
@@ -35,6 +55,7 @@ def test_every_flag_shows_its_default(parser: argparse.ArgumentParser) -> None:
         flag = action.option_strings[0]
         shown = formatter._expand_help(action)
         assert action.help and "\n" not in action.help, f"{parser.prog} {flag}: no help"
+        assert not action.help.startswith("("), f"{parser.prog} {flag}: a default, no help"
         assert "default: " in shown or shown.endswith("(required)"), f"{parser.prog} {flag}"
         assert "None" not in shown, f"{parser.prog} {flag}: {shown}"
         if isinstance(action, EnvDefault):
@@ -86,3 +107,78 @@ def test_a_bad_flag_is_one_line_pointing_at_the_help(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "usage:" not in err, err
     assert err.startswith(f"{parser.prog}: ") and err.endswith(" --help lists the flags)\n")
+
+
+def test_no_help_shows_double_backticks() -> None:
+    for parser in [*every_parser(), *tool_parsers()]:
+        assert "``" not in parser.format_help(), parser.prog
+
+
+def test_no_parser_takes_an_abbreviation() -> None:
+    parsers = [*every_parser(), *tool_parsers((*TOOLS, *CHILDREN))]
+    parsers += [build(_Refusing) for build in (trainer_parser, vllm_parser)]  # deploy's preflight
+    assert [p.prog for p in parsers if p.allow_abbrev] == []
+
+
+TRAINER = [
+    "--model",
+    "m",
+    "--dataset",
+    "d.jsonl",
+    "--output-dir",
+    "o",
+    "--replica-urls",
+    "http://a:1",
+]
+# program, the arguments, the flag the misspelt one is closest to
+MISSPELT = [
+    ("rollout-proxy", ["--replica-url", "x"], "--replica-urls"),
+    ("rollout-proxy", ["--replcia-urls", "x"], "--replica-urls"),
+    ("rollout-proxy top", ["--interva", "2"], "--interval"),
+    ("rollout-replica", ["--backend", "sim", "--por", "1"], "--port"),
+    ("rollout-replica --backend vllm", ["--backend", "vllm", "--model", "m", "--vllm-buil", "vllm"],
+     "--vllm-build"),
+    ("rollout-trainer", [*TRAINER, "--prompt-colum", "q"], "--prompt-column"),
+    ("rollout-deploy", ["up", "--bucket", "a/b", "--model", "m", "--replica-coun", "1"],
+     "--replica-count"),
+    ("rollout-deploy", ["logs", "--run-name", "r", "--folow"], "--follow"),
+    ("python -m benchmarks", ["overhead", "--replica-url", "http://x"], "--replica-urls"),
+    ("python -m benchmarks fleet", ["--max-replica-coun", "4"], "--max-replica-count"),
+    ("python -m benchmarks learn", ["--step", "10"], "--steps"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("program", "argv", "flag"), MISSPELT)
+def test_a_misspelt_or_shortened_flag_is_refused_naming_the_closest(
+    program: str, argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        PARSERS[program]().parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: " in err and f"did you mean {flag}?" in err, err
+
+
+def test_the_proxy_answers_a_mistyped_flag_and_refuses_a_prefix() -> None:
+    """The issue's words: ``rollout-proxy --replcia-urls x`` answers "did you mean
+    --replica-urls"; ``--replica-url x`` is refused (it once started a proxy)."""
+    for typed in ("--replcia-urls", "--replica-url"):
+        done = subprocess.run(
+            [sys.executable, "-m", "proxy", typed, "http://127.0.0.1:9"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"rollout-proxy: unrecognized arguments: {typed} http://127.0.0.1:9: did you mean "
+            "--replica-urls? (rollout-proxy --help lists the flags)\n"
+        )
+
+
+def test_a_shortened_trainer_flag_fails_deploys_dry_run() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    runtime = Runtime(clock=SteppingClock(), token=lambda: None, out=out, err=err)
+    argv = ["up", "--bucket", "a/b", "--model", "m", "--replica-count", "1", "--dry-run", "--",
+            "--dataset", "openai/gsm8k", "--prompt-colum", "question"]  # fmt: skip
+    assert deploy_main(argv, runtime) == 2
+    assert "--prompt-colum question: did you mean --prompt-column?" in err.getvalue()
+    assert out.getvalue() == ""

@@ -5,6 +5,7 @@ only for replicas that are not on this machine's loopback. No sockets, no Hub.""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from trainer_entry import sidecar
 from trainer_entry.inputs import (
     BadInput,
     check_hub,
+    columns_problem,
     dataset_problem,
     first_prompt,
     hub_ids,
@@ -92,6 +94,22 @@ def test_the_first_prompt_of_a_local_dataset(tmp_path: Path) -> None:
         first_prompt(str(data), "prompt")
 
 
+def test_a_local_dataset_has_the_columns_the_run_reads(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n')
+    plain = TrainerOptions(model="m", dataset=str(data), output_dir=tmp_path, topology=Topology())
+    assert columns_problem(plain) == (
+        f"--dataset {data}: no column 'prompt' (it has question, answer): name the prompt "
+        "column with --prompt-column"
+    )
+    asked = replace(plain, prompt_column="question")
+    assert columns_problem(asked) is None
+    graded = replace(asked, answer_column="solution", rewards=("math", "format"))
+    assert "no column 'solution', which the math reward reads" in (columns_problem(graded) or "")
+    assert columns_problem(replace(graded, rewards=("format",))) is None  # reads no answer
+    assert columns_problem(replace(plain, dataset="openai/gsm8k")) is None  # the Hub's: later
+
+
 def _options(model: str, dataset: str, tmp_path: Path) -> TrainerOptions:
     return TrainerOptions(model=model, dataset=dataset, output_dir=tmp_path, topology=Topology())
 
@@ -150,3 +168,14 @@ def test_the_token_warning_is_for_replicas_off_this_machine(
     env = sidecar.upstream_token_env({"HF_TOKEN": "hf_x"}, "HF_TOKEN", local=True)
     assert env == {"PROXY_UPSTREAM_TOKEN": "hf_x"}  # a token given is sent all the same
     assert "hf_x" not in caplog.text
+
+
+def test_a_parquet_datasets_columns_are_read_from_its_schema(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow", reason="pyarrow comes with the trainer extra")
+    from pyarrow import parquet
+
+    data = tmp_path / "d.parquet"
+    parquet.write_table(pa.table({"question": ["1+1?"], "answer": ["2"]}), data)
+    plain = TrainerOptions(model="m", dataset=str(data), output_dir=tmp_path, topology=Topology())
+    assert "no column 'prompt' (it has question, answer)" in (columns_problem(plain) or "")
+    assert columns_problem(replace(plain, prompt_column="question")) is None

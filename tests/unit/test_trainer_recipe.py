@@ -129,7 +129,7 @@ def test_without_the_trainer_packages_the_command_says_what_to_install(
     argv += ["--sidecar-replicas", "http://127.0.0.1:9", "--output-dir", str(tmp_path / "out")]
     assert main(argv) == 2  # the inputs are there: what is missing is the packages
     err = capsys.readouterr().err
-    assert "rollout-trainer: needs torch, trl and peft: pip install 'rollout-proxy[trainer]'" in err
+    assert "rollout-trainer: needs torch, trl and peft: pip install -e '.[trainer]' in a" in err
     assert "Traceback" not in err
     assert not (tmp_path / "out").exists()  # stopped before anything was started or written
 

