@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -61,22 +60,13 @@ from weakref import WeakSet
 
 from proxy.upstream.connection import Connection
 from proxy.upstream.dial import Origin, dial, origin_of
-from proxy.upstream.errors import AnswerTimeout, Disconnected, Dropped
+from proxy.upstream.errors import Disconnected, Dropped
+from proxy.upstream.line import Line
 from proxy.upstream.parser import DEFAULT_MAX_BODY
 
 # A control call's answer is read whole (health, models, server info, fan-out, metrics): its cap.
 CONTROL_ANSWER_LIMIT = 16 * 1024 * 1024
 DEFAULT_MAX_CONNECTING = 32  # data connections being opened to one replica at once
-
-
-class Turn:
-    """A data request waiting for a connection to one replica: handed a released one, or told
-    a connect may start (``None``)."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[Connection | None] = loop.create_future()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +103,7 @@ class ConnectionPool:
         self._open: dict[str, WeakSet[Connection]] = {}  # the data lane's, by origin key
         self._drops: dict[str, Dropped] = {}  # by origin key, the latest (seen by connects)
         self._connecting: dict[str, int] = {}  # data connects under way, by origin key
-        self._turns: dict[str, deque[Turn]] = {}  # data requests waiting, by origin key
+        self._line = Line(self._put)  # data requests waiting for a connection
         self._loop = asyncio.get_running_loop()
         self._sweeper: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._sweep)
         self.opened = 0  # connections opened so far (a gauge of keep-alive working)
@@ -200,15 +190,13 @@ class ConnectionPool:
         found = list(self._open.get(origin.key, ()))
         for connection in found:
             connection.drop(error)
-        for turn in self._turns.pop(origin.key, ()):
-            if not turn.future.done():
-                turn.future.set_exception(error)
+        self._line.fail(origin.key, error)
         return len(found)
 
     def waiting(self, url: str) -> int:
         """Data requests waiting for a connection to ``url``'s replica."""
         origin = self._origins.get(url)
-        return len(self._turns.get(origin.key, ())) if origin is not None else 0
+        return self._line.waiting(origin.key) if origin is not None else 0
 
     @property
     def idle(self) -> int:
@@ -228,7 +216,7 @@ class ConnectionPool:
         if connection.finish():
             if self._sweeper is None:
                 connection.abort()
-            elif connection.control or not self._hand_over(connection):
+            elif connection.control or not self._line.hand_over(connection):
                 self._put(connection)
 
     # -- internals --------------------------------------------------------------------------
@@ -272,7 +260,7 @@ class ConnectionPool:
                 return idle
             if self._connecting.get(key, 0) < self.max_connecting:
                 break
-            handed = await self._wait_turn(key, deadline)
+            handed = await self._line.wait(key, deadline)
             if handed is not None:
                 return handed
         self._connecting[key] = self._connecting.get(key, 0) + 1
@@ -281,58 +269,7 @@ class ConnectionPool:
             return await self._connect(origin, timeout)
         finally:
             self._connecting[key] -= 1
-            self._next_turn(key)
-
-    async def _wait_turn(self, key: str, deadline: float) -> Connection | None:
-        """Wait (FIFO) for a connection released to ``key`` or a connect slot (None)."""
-        turn = Turn(self._loop)
-        turns = self._turns.setdefault(key, deque())
-        turns.append(turn)
-        try:
-            async with asyncio.timeout(max(deadline - self._loop.time(), 0.0)):
-                return await turn.future
-        except TimeoutError:
-            self._pass_on(key, turn)
-            raise AnswerTimeout(f"no connection to {key} came free in time") from None
-        except asyncio.CancelledError:
-            self._pass_on(key, turn)
-            raise
-        finally:
-            if turn in turns:
-                turns.remove(turn)
-            if not turns and self._turns.get(key) is turns:
-                del self._turns[key]
-
-    def _pass_on(self, key: str, turn: Turn) -> None:
-        """A waiter left without taking what it was given (its deadline, its client gone, in
-        the same turn of the loop): the connection or the connect slot goes to the next."""
-        future = turn.future
-        if not future.done() or future.cancelled() or future.exception() is not None:
-            return
-        given = future.result()
-        if given is None:
-            self._next_turn(key)
-        elif not self._hand_over(given):
-            self._put(given)
-
-    def _hand_over(self, connection: Connection) -> bool:
-        """Give a released data connection to the first waiting request for its replica."""
-        turns = self._turns.get(connection.origin_key)
-        while turns:
-            turn = turns.popleft()
-            if not turn.future.done():
-                turn.future.set_result(connection)
-                return True
-        return False
-
-    def _next_turn(self, key: str) -> None:
-        """A connect ended: the first waiting request may start one (or take what is idle)."""
-        turns = self._turns.get(key)
-        while turns:
-            turn = turns.popleft()
-            if not turn.future.done():
-                turn.future.set_result(None)
-                return
+            self._line.next(key)
 
     def _take_idle(self, lane: tuple[str, bool]) -> Connection | None:
         idle = self._idle.get(lane)
