@@ -84,6 +84,14 @@ def build_parser(
         help="TRL's trackers (wandb, trackio, ...); proxy figures too",
     )
     add(
+        "--probe-reference",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="each adapter version carries the served-policy probe's reference (a forward of the "
+        "probe's few prefixes per save), so the proxy checks every replica against what the "
+        "trainer trained; off: it judges replicas by comparing them, as for plain TRL",
+    )
+    add(
         "--ready-timeout",
         "--server-timeout",
         dest="server_timeout",

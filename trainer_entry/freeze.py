@@ -167,6 +167,7 @@ def options_from_args(
         max_steps=args.max_steps,
         seed=args.seed,
         report_to=args.report_to,
+        probe_reference=args.probe_reference,
         server_timeout_s=args.server_timeout,
         adapters_local=args.adapters_local,
         adapters_in_bucket=args.adapters_in_bucket,

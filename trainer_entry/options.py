@@ -102,6 +102,7 @@ class TrainerOptions:
     max_steps: int = 500
     seed: int = 0
     report_to: str = "none"
+    probe_reference: bool = True  # each version carries the served-policy probe's reference
     server_timeout_s: float = 240.0
     resume_from: Path | None = None  # the launcher's choice (``Checkpoints.resume`` resolved)
     # Where TRL saves each adapter version (``trainer_entry.lora_dir``): the flag, then node 0's

@@ -224,7 +224,8 @@ def run(
         peft_config=build_lora(options),
     )
     accelerator = trainer.accelerator
-    attest(trainer, tokenizer)
+    if options.probe_reference:
+        attest(trainer, tokenizer)
     install_sync_retry(trainer)  # a sync survives a gap of the proxy (TRL sends it once)
     log.info("rank %d of %d: %s", accelerator.process_index, accelerator.num_processes,
              accelerator.distributed_type)  # fmt: skip

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.shims import BaseShim
 from tests.e2e.support import PYTHON, VllmServer, adapters_listed, heavy_tier_missing, post_json
+from tests.support.background import BackgroundServers
 from trainer_entry.sidecar import free_port
 
 MAX_STALENESS = 2  # the single-run tests' TRL max_staleness (needs max_loras >= 4)
@@ -92,3 +94,12 @@ def clean_fleet(fleet: list[VllmServer]) -> list[VllmServer]:
         for name in adapters_listed(server.url):
             assert post_json(server.url + "/v1/unload_lora_adapter", {"lora_name": name}) == 200
     return fleet
+
+
+@pytest.fixture
+def shim() -> Iterator[tuple[BaseShim, BackgroundServers]]:
+    servers = BackgroundServers()
+    try:
+        yield BaseShim(), servers
+    finally:
+        servers.close()

@@ -16,67 +16,13 @@ from __future__ import annotations
 import json
 import re
 import urllib.request
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
-
-import aiohttp
-import pytest
-from aiohttp import web
 
 from benchmarks.learn.cli import LEG_TIMEOUT_S, prepare, settings_for
 from benchmarks.learn.legs import FLEET, run_leg
 from benchmarks.learn.verdict import judge
+from tests.e2e.shims import BaseShim
 from tests.support.background import BackgroundServers
-
-GENERATION = ("/v1/completions", "/v1/chat/completions")
-
-
-class BaseShim:
-    """An HTTP front for one vLLM server that rewrites the ``model`` of every generation
-    request naming an adapter to the base model, and passes everything else through (loads,
-    unloads, listings, adapter pushes). Counts what it rewrote: probes (top logprobs asked)
-    and rollouts."""
-
-    def __init__(self) -> None:
-        self.upstream = ""
-        self.base = ""
-        self.probes: Counter[str] = Counter()  # by the adapter named
-        self.rollouts: Counter[str] = Counter()
-        self.app = web.Application(client_max_size=1 << 30)
-        self.app.router.add_route("*", "/{tail:.*}", self._forward)
-
-    async def _forward(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        if request.path in GENERATION and body:
-            asked = json.loads(body)
-            named = asked.get("model")
-            if named not in (None, self.base):
-                asked["model"] = self.base
-                (self.probes if asked.get("logprobs") else self.rollouts)[named] += 1
-                body = json.dumps(asked).encode()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in SKIPPED}
-        async with (
-            aiohttp.ClientSession() as session,
-            session.request(
-                request.method, self.upstream + request.path_qs, data=body, headers=headers
-            ) as answer,
-        ):
-            payload = await answer.read()
-            kept = {k: v for k, v in answer.headers.items() if k.lower() not in SKIPPED}
-            return web.Response(status=answer.status, body=payload, headers=kept)
-
-
-SKIPPED = {"host", "content-length", "transfer-encoding", "connection", "content-encoding"}
-
-
-@pytest.fixture
-def shim() -> Iterator[tuple[BaseShim, BackgroundServers]]:
-    servers = BackgroundServers()
-    try:
-        yield BaseShim(), servers
-    finally:
-        servers.close()
 
 
 def test_grpo_through_the_fleet_learns_and_the_replica_serving_the_base_is_withheld(
