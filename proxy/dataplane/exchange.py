@@ -50,6 +50,7 @@ class Exchange:
     # one run's errors must not open a replica's circuit for the other runs.
     suspects: list[tuple[Replica, int]] | None = None
     stream: StreamLedger | None = None  # a resumable stream's account (``migration``)
+    response: web.StreamResponse | None = None  # a resumable stream's, once its head is sent
 
     def send_instead(self, body: bytes, path_qs: str) -> None:
         """What the next attempts send (a stream's continuation)."""
@@ -58,4 +59,4 @@ class Exchange:
     @property
     def streaming(self) -> bool:
         """The client has the head of a resumable stream: a failure now is a ``Cut``."""
-        return self.stream is not None and self.stream.response is not None
+        return self.stream is not None and self.response is not None
