@@ -117,24 +117,26 @@ def resumable(route: str, body: bytes) -> tuple[Resumable, bytes] | None:
 
 
 def _fields(body: bytes, kind: Kind) -> dict[str, Any] | None:
-    """The request's fields, a completion's prompt of token ids left unparsed (``0`` in its
-    place); None: not a JSON object (the replica answers it 400)."""
+    """The request's fields; None: not a JSON object (the replica answers it 400). A
+    completion's first ``"prompt"`` whose value is a flat list (of token ids: no bracket, brace
+    or quote inside) is read as ``0``, unparsed: a ``"prompt"`` nested in another field would
+    be too, which changes nothing decided here (only top-level fields are, and a nested value
+    stays what it was: non-empty)."""
     found = _PROMPT.search(body) if kind == "completion" else None
-    if found is not None and body[found.end() : found.end() + 1] == b"[":
-        start = found.end()
-        close = body.find(b"]", start)
-        if close > 0 and not any(body.find(c, start + 1, close) >= 0 for c in (b"[", b'"', b"{")):
-            try:
-                rest = orjson.loads(body[:start] + b"0" + body[close + 1 :])
-            except orjson.JSONDecodeError:
-                return None
-            if isinstance(rest, dict) and type(rest.get("prompt")) is int and rest["prompt"] == 0:
-                return rest  # the placeholder is the top-level prompt's
+    if found is not None and body.startswith(b"[", found.end()):
+        start, close = found.end(), body.find(b"]", found.end())
+        if close > 0 and _flat(body, start + 1, close):
+            body = body[:start] + b"0" + body[close + 1 :]
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError:
         return None
     return request if isinstance(request, dict) else None
+
+
+def _flat(body: bytes, start: int, end: int) -> bool:
+    """``body[start:end]`` holds no bracket, brace or quote: numbers only (C-level finds)."""
+    return all(body.find(char, start, end) < 0 for char in (b"[", b"{", b'"'))
 
 
 def _asking_ids(body: bytes, request: dict[str, Any]) -> bytes:
