@@ -1,21 +1,25 @@
 """What the client of one resumable stream has been sent, kept on bytes until a cut.
 
-Each read from the replica is cut into server-sent events (``sse``) and written back as whole
-events only, so a cut never leaves the client half an event. A token chunk in vLLM's shape is
-read on its bytes (``scan``): its ids are appended, unparsed, to the ids the client has; the ids
-the proxy asked for on the client's behalf are spliced out; a chunk whose tokens came without
-text (vLLM holds text back while a character's bytes are incomplete) is held until text follows,
-so that every token the client has is one whose text it also has: a migration drops the held
-chunks and regenerates their tokens. Every other event is parsed (orjson): a chat stream's role
-chunk, a finish, the usage chunk, an error event, and each chunk of a continuation, which is
-rewritten into the client's stream (``translate``). Comments and fields other than ``data`` pass
-(LF line ends); an event without data (a keep-alive comment) passes alone.
+The replica's reads are written back as whole server-sent events only, so a cut never leaves the
+client half an event. A read that is one event as vLLM writes it (``sse.Framer.single``) is taken
+as it came: a token chunk is read on its bytes (``scan``), its ids appended, unparsed, to those
+the client has, and the ids the proxy asked for on the client's behalf spliced out; the usage
+chunk and ``[DONE]`` are told by their bytes. Any other read is cut into events by the framer
+(CRLF, CR, comments, data over several lines, events split between reads), each read the same
+way or, when the scan does not recognise it, parsed (orjson): a chat stream's role chunk, an
+error event, and every chunk of a continuation, which is rewritten into the client's stream
+(``translate``). A chunk whose tokens came without text (vLLM holds text back while a
+character's bytes are incomplete) is held until text follows, so that every token the client
+has is one whose text it also has: a migration drops the held chunks and regenerates their
+tokens. Comments and fields other than ``data`` pass (LF line ends), those inside an event
+before its data; an event without data (a keep-alive comment) passes alone.
 
-Kept per stream until a cut: the ids the client has (bytes), the prompt's ids (bytes, once), the
-replica's first chunk (the stream's id, creation time and model) and the last chunk with tokens
-the client was sent (the text it has: its logprobs' first text offset plus its text). A cut
-parses them (``continue_from``), once. Cost per token chunk in vLLM's shape: the framer's split,
-the scan's finds, an append; no JSON is loaded or dumped.
+Kept per stream until a cut: the ids the client has (bytes), the prompt's ids (bytes), a chunk
+of the replica's (the stream's id, creation time and model) and the last chunk with tokens the
+client was sent (the text it has: its logprobs' first text offset plus its text). A cut parses
+them (``continue_from``); ids that do not read as integers make the stream not resumable.
+Cost of a token chunk as vLLM writes it: the framer's check and the scan's finds over its
+bytes, and an append; no JSON is loaded or dumped and nothing is copied but the ids.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ class StreamLedger:
         self._ids: list[bytes] = []  # the ids the client has (with their text), unparsed
         self._prompt: bytes | None = None  # the prompt's ids, a JSON list
         self._held: list[_Held] = []  # chunks of tokens without text yet
-        self._first: bytes | None = None  # a chunk parsed before a cut: the stream's head
+        self._first: bytes | None = None  # a chunk of the replica's: the stream's head
         self._last: bytes | None = None  # the last chunk with tokens the client was sent
         self._usage_sent = False
         self._prompt_shown = False  # the client has had the prompt's ids (when it wants ids)

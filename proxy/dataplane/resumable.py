@@ -46,18 +46,18 @@ CHAT_SAMPLING = (
     "allowed_token_ids", "bad_words", "user", "priority", "stream_options",
     "include_stop_str_in_output", "vllm_xargs",
 )  # fmt: skip
-_NOT_WITH = (
+_NOT_WITH = frozenset((
     "stop", "presence_penalty", "frequency_penalty", "echo", "prompt_logprobs", "best_of",
     "use_beam_search", "response_format", "structured_outputs", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar", "tools", "logprobs", "top_logprobs",
-)  # fmt: skip
+))  # fmt: skip
 _PROMPT = re.compile(rb'"prompt"[ \t\r\n]*:[ \t\r\n]*')
 _ASK_IDS = b',"return_token_ids":true}'
 _CHAT_ALLOWS = frozenset({"top_logprobs"})  # meaningless without chat ``logprobs``
 _COMPLETION_ALLOWS = frozenset({"logprobs", "top_logprobs"})  # completions' logprobs carry over
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
 class Resumable:
     """A streamed request that can be continued elsewhere, as the proxy sends it."""
 
@@ -136,7 +136,8 @@ def _fields(body: bytes, kind: Kind) -> dict[str, Any] | None:
 
 def _flat(body: bytes, start: int, end: int) -> bool:
     """``body[start:end]`` holds no bracket, brace or quote: numbers only (C-level finds)."""
-    return all(body.find(char, start, end) < 0 for char in (b"[", b"{", b'"'))
+    find = body.find
+    return find(b"[", start, end) < 0 and find(b"{", start, end) < 0 and find(b'"', start, end) < 0
 
 
 def _asking_ids(body: bytes, request: dict[str, Any]) -> bytes:
@@ -154,8 +155,8 @@ def _continuable(kind: Kind, request: dict[str, Any]) -> bool:
     if request.get("n") not in (None, 1):
         return False
     allows = _CHAT_ALLOWS if kind == "chat" else _COMPLETION_ALLOWS
-    for key in _NOT_WITH:
-        if key not in allows and request.get(key) not in (None, False, 0, [], "", {}):
+    for key in _NOT_WITH.intersection(request):  # set, and not to a JSON false, 0 or empty
+        if key not in allows and request[key]:
             if key == "response_format" and request[key] == {"type": "text"}:
                 continue
             return False

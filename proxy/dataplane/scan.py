@@ -66,19 +66,20 @@ def scan(chunk: bytes, chat: bool, strip: bool, prompt: bool) -> Scan | None:
     else:
         empty = chunk.startswith(_QUOTE, text + _TEXT_AT)
     ids = chunk[ids_at + _IDS_AT : ids_end]
-    spans = [(ids_at, ids_end + 1)]
-    found = None
+    held = empty and not finished and ids != b""
     prompt_at = chunk.find(_PROMPT) if prompt else -1
-    if prompt_at >= 0:
-        prompt_end = chunk.find(b"]", prompt_at) + 1
-        if prompt_end == 0:
-            return None
-        found = chunk[prompt_at + _PROMPT_AT : prompt_end]
-        spans.append((prompt_at, prompt_end))
-    if strip:  # each span starts at its comma; the later first, so the earlier stays put
-        for start, end in sorted(spans, reverse=True):
+    if prompt_at < 0:
+        if strip:  # the span starts at its comma
+            chunk = chunk[:ids_at] + chunk[ids_end + 1 :]
+        return chunk, ids, None, held, finished
+    prompt_end = chunk.find(b"]", prompt_at) + 1
+    if prompt_end == 0:
+        return None
+    found = chunk[prompt_at + _PROMPT_AT : prompt_end]
+    if strip:  # the later span first, so that the earlier one stays in place
+        for start, end in sorted(((ids_at, ids_end + 1), (prompt_at, prompt_end)), reverse=True):
             chunk = chunk[:start] + chunk[end:]
-    return chunk, ids, found, empty and not finished and ids != b"", finished
+    return chunk, ids, found, held, finished
 
 
 def _content_empty(chunk: bytes, start: int) -> bool | None:

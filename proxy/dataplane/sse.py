@@ -16,10 +16,12 @@ Written here rather than taken from a library: the kept SSE parsers (httpx-sse's
 sseclient-py) read decoded ``str`` lines and build an object per event, while the relay forwards
 the payload's bytes as they came, fed from the reads it already has.
 
-Cost: a read without a CR is joined to the incomplete tail and split at blank lines, C-level work
-linear in the read; an event that is one ``data: `` line (vLLM's framing) is then its payload
-with no further work. A read with a CR costs two more C-level passes (CRLF and CR become LF);
-only an event of several lines is split into lines in Python.
+Cost: ``single`` tells in four C-level checks whether a read is one whole event of one ``data:``
+line with nothing pending (vLLM writes one per token), which its caller may take as it came. In
+``feed``, a read without a CR is joined to the incomplete tail and split at blank lines, C-level
+work linear in the read, and an event of one ``data: `` line is then its payload; a read with a
+CR costs two more C-level passes (CRLF and CR become LF); only an event of several lines is
+split into lines in Python.
 """
 
 from __future__ import annotations
