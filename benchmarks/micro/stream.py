@@ -42,15 +42,21 @@ def request(kind: str, prompt: list[int], tokens: int, wants: bool, logprobs: bo
 
 def chunks(kind: str, prompt: list[int], tokens: int, logprobs: bool, seed: int) -> list[bytes]:
     """The reads of one stream as vLLM writes it with ``return_token_ids`` (its field order,
-    compact JSON): the prompt's ids on the first chunk, then the usage chunk and ``[DONE]``."""
+    compact JSON): the prompt's ids on the first chunk (a chat stream's role chunk), a chunk
+    per token, then the usage chunk and ``[DONE]``."""
     rng = random.Random(seed)
     head = {"id": f"cmpl-{rng.getrandbits(128):032x}", "created": 1_760_000_000, "model": MODEL}
     reads = []
+    if kind == "chat":
+        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                "finish_reason": None}  # fmt: skip
+        first = {**head, "object": "chat.completion.chunk", "choices": [role]}
+        reads.append(_event({**first, "prompt_token_ids": prompt}))
     for step in range(tokens):
         token, text = rng.randrange(150_000), f" w{rng.randrange(1000)}"
         finish = "length" if step == tokens - 1 else None
-        first = prompt if step == 0 else None
-        reads.append(_event(_chunk(kind, head, token, text, finish, first, step, logprobs)))
+        ids = prompt if step == 0 and kind == "completion" else None
+        reads.append(_event(_chunk(kind, head, token, text, finish, ids, step, logprobs)))
     usage = {"prompt_tokens": len(prompt), "completion_tokens": tokens,
              "total_tokens": len(prompt) + tokens}  # fmt: skip
     obj = "text_completion" if kind == "completion" else "chat.completion.chunk"
@@ -65,8 +71,7 @@ def _chunk(
     if kind == "chat":
         choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
                   "finish_reason": finish, "token_ids": [token]}  # fmt: skip
-        out: Json = {**head, "object": "chat.completion.chunk", "choices": [choice]}
-        return out if prompt is None else {**out, "prompt_token_ids": prompt}
+        return {**head, "object": "chat.completion.chunk", "choices": [choice]}
     lp = None
     if logprobs:
         lp = {"text_offset": [step * 5], "token_logprobs": [-0.25], "tokens": [text],

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from benchmarks.micro.stream import chunks
 from proxy.dataplane.scan import scan
 
 # Strings that look like the keys the scan looks for, to put where a key must not be taken.
@@ -134,3 +136,13 @@ def test_what_is_not_vllms_shape_is_left_to_the_parser() -> None:
         b'"finish_reason":null,"token_ids":[]}]}'
     )
     assert scan(role, True, False, True) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "logprobs"), [("completion", False), ("completion", True), ("chat", False)]
+)
+def test_the_micro_benchmarks_chunks_are_read_on_their_bytes(kind: str, logprobs: bool) -> None:
+    """``benchmarks.micro.stream`` times the fast path: fails when its chunks drift from the
+    shape the scan recognises (it would time the parse instead)."""
+    reads = chunks(kind, [1, 2, 3], 5, logprobs, seed=0)[-7:-2]  # the token chunks
+    assert all(scan(read, kind == "chat", True, True) is not None for read in reads)
