@@ -32,6 +32,8 @@ def test_the_decision_is_the_whole_bodys(body: bytes, continued: bool) -> None:
 
 
 def test_the_ids_are_asked_for_by_a_splice_that_leaves_the_rest_as_it_came() -> None:
+    """Fails when the splice breaks the JSON (trailing whitespace, the closing brace kept) or
+    the plan keeps another body than the one sent."""
     body = b'{"model":"m", "prompt":[1, 2], "stream":true, "logprobs":1}\n'
     found = resumable("completions", body)
     assert found is not None

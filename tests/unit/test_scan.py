@@ -127,6 +127,8 @@ def test_vllm_token_chunks_are_recognised() -> None:
 
 
 def test_what_is_not_vllms_shape_is_left_to_the_parser() -> None:
+    """Fails when the scan guesses at keys written otherwise than vLLM writes them, at ids that
+    are not a list, or at a role chunk (whose prompt ids and role the parse reads)."""
     spaced = b'{"choices": [{"index": 0, "text": "a", "finish_reason": null, "token_ids": [1]}]}'
     assert scan(spaced, False, False, True) is None
     no_ids = b'{"choices":[{"index":0,"text":"a","finish_reason":null,"token_ids":null}]}'

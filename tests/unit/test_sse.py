@@ -103,6 +103,9 @@ def test_any_framing_split_anywhere_yields_the_same_events(
     ],
 )
 def test_the_standards_corners(reads: list[bytes], events: list[Event]) -> None:
+    """Fails when an empty read forgets a pending CR, two spaces after a colon lose both, a
+    field name alone is no field, a run of blank lines makes an event, or an incomplete event
+    is given out before its blank line."""
     framer = Framer()
     assert [event for read in reads for event in framer.feed(read)] == events
 
@@ -123,6 +126,8 @@ def test_a_single_event_is_taken_as_it_came_only_when_nothing_is_pending() -> No
 
 @given(TEXT, st.lists(TEXT, max_size=3))
 def test_what_the_proxy_writes_reads_back_the_same(data: bytes, comments: list[bytes]) -> None:
+    """Fails when a payload with a newline is written as one data line (the client would read
+    a field named by its second line)."""
     lines = b"".join(b":" + c + b"\n" for c in comments)
     assert Framer().feed(encode(data, lines)) == [(data, lines)]
     two = data + b"\n" + data

@@ -37,6 +37,7 @@ def test_a_completion_chunk_takes_the_clients_head_and_offsets() -> None:
 
 
 def test_the_prompt_is_shown_where_the_client_wants_it_once() -> None:
+    """Fails when a chat client gets the prompt's ids inside its choice instead of beside it."""
     out = translate(continued(), Client("completion", HEAD, 3, 1, 2), show_prompt=[1, 2, 3])
     assert out["choices"][0]["prompt_token_ids"] == [1, 2, 3]
     chat = translate(continued(), Client("chat", HEAD, 3, 1, 2), show_prompt=[1, 2, 3])
@@ -45,6 +46,7 @@ def test_the_prompt_is_shown_where_the_client_wants_it_once() -> None:
 
 
 def test_a_chat_stream_gets_chat_chunks() -> None:
+    """Fails when a chat client gets completion choices (``text``, completion logprobs)."""
     out = translate(
         continued(finish_reason="length", stop_reason=None), Client("chat", HEAD, 3, 1, 0)
     )
