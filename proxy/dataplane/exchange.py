@@ -52,6 +52,12 @@ class Exchange:
     stream: StreamLedger | None = None  # a resumable stream's account (``migration``)
     response: web.StreamResponse | None = None  # a resumable stream's, once its head is sent
 
+    def answer(self, response: web.StreamResponse) -> web.StreamResponse:
+        """The client's response to a resumable stream, about to be prepared: from here on a
+        failure of its replica is a ``Cut``."""
+        self.response = response
+        return response
+
     def send_instead(self, body: bytes, path_qs: str) -> None:
         """What the next attempts send (a stream's continuation)."""
         self.body, self.path_qs = body, path_qs

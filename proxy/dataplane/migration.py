@@ -65,7 +65,7 @@ class Migrations:
         opening = response is None
         if response is None:
             ledger.opened(upstream.status)
-            response = ex.response = web.StreamResponse(status=upstream.status, headers=headers)
+            response = ex.answer(web.StreamResponse(status=upstream.status, headers=headers))
         elif upstream.status != 200 or upstream.content_length is not None:
             answer = await upstream.read()  # a continuation refused: another replica may do
             raise Cut(f"the continuation answered HTTP {upstream.status}: {answer[:200]!r}")
