@@ -39,6 +39,8 @@ def completion(draw: st.DrawFn) -> dict[str, Any]:
     choice = {"index": 0, "text": draw(TEXT), "logprobs": logprobs, "finish_reason": draw(FINISH),
               "stop_reason": None, "prompt_token_ids": draw(st.none() | IDS),
               "token_ids": draw(st.none() | IDS)}  # fmt: skip
+    if draw(st.booleans()):
+        del choice["token_ids"]
     return {"id": draw(TEXT), "object": "text_completion", "created": 1, "model": draw(TEXT),
             "choices": [choice], "usage": None}  # fmt: skip
 
@@ -59,6 +61,8 @@ def chat(draw: st.DrawFn) -> dict[str, Any]:
     )
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": draw(FINISH),
               "token_ids": draw(st.none() | IDS)}  # fmt: skip
+    if draw(st.booleans()):
+        del choice["token_ids"]
     chunk = {"id": draw(TEXT), "object": "chat.completion.chunk", "created": 1,
              "model": draw(TEXT), "choices": [choice]}  # fmt: skip
     prompt = draw(st.none() | IDS)
@@ -76,14 +80,14 @@ def check(chunk: dict[str, Any], is_chat: bool, strip: bool) -> bool:
     choice = chunk["choices"][0]
     holder = chunk if is_chat else choice
     text = choice["delta"].get("content") if is_chat else choice["text"]
-    assert orjson.loads(b"[" + ids + b"]") == (choice["token_ids"] or [])
+    assert orjson.loads(b"[" + ids + b"]") == (choice.get("token_ids") or [])
     assert (None if prompt is None else orjson.loads(prompt)) == holder.get("prompt_token_ids")
     assert finished == (choice["finish_reason"] is not None)
-    assert held == (bool(choice["token_ids"]) and not text and not finished)
+    assert held == (bool(choice.get("token_ids")) and not text and not finished)
     if is_chat:
-        assert set(choice["delta"]) == {"content"}, "a delta with more than content is parsed"
+        assert set(choice["delta"]) <= {"role", "content"}, "tool calls, reasoning: parsed"
     if strip:
-        choice.pop("token_ids")
+        choice.pop("token_ids", None)
         if holder.get("prompt_token_ids") is not None:
             del holder["prompt_token_ids"]
     assert orjson.loads(payload) == chunk
@@ -124,20 +128,27 @@ def test_vllm_token_chunks_are_recognised() -> None:
     delta = {"index": 0, "delta": {"content": 'say "hi"\\'}, "logprobs": None,
              "finish_reason": None, "token_ids": [5, 6]}  # fmt: skip
     assert check({"id": "c", "created": 1, "model": "m", "choices": [delta]}, True, True)
+    role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+            "finish_reason": None}  # fmt: skip
+    opening = {"id": "c", "created": 1, "model": "m", "choices": [role], "prompt_token_ids": [1]}
+    assert check(opening, True, True)  # a chat stream's first chunk: its prompt's ids, no tokens
 
 
 def test_what_is_not_vllms_shape_is_left_to_the_parser() -> None:
     """Fails when the scan guesses at keys written otherwise than vLLM writes them, at ids that
-    are not a list, or at a role chunk (whose prompt ids and role the parse reads)."""
+    are not a list or not where vLLM puts them (they would go uncounted), or at a delta with
+    tool calls (such a stream is not continued)."""
     spaced = b'{"choices": [{"index": 0, "text": "a", "finish_reason": null, "token_ids": [1]}]}'
     assert scan(spaced, False, False, True) is None
     no_ids = b'{"choices":[{"index":0,"text":"a","finish_reason":null,"token_ids":null}]}'
     assert scan(no_ids, False, False, True) is None
-    role = (
-        b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+    tools = (
+        b'{"choices":[{"index":0,"delta":{"content":"","tool_calls":[]},'
         b'"finish_reason":null,"token_ids":[]}]}'
     )
-    assert scan(role, True, False, True) is None
+    assert scan(tools, True, False, True) is None
+    ids_first = b'{"choices":[{"index":0,"token_ids":[1],"text":"a","finish_reason":null}]}'
+    assert scan(ids_first, False, False, True) is None  # its ids are not after the finish
 
 
 @pytest.mark.parametrize(
