@@ -51,6 +51,13 @@ class Exchange:
     # run's errors must not open a replica's circuit for the other runs.
     suspects: list[tuple[Replica, int]] | None = None
     stream: StreamLedger | None = None  # a resumable stream's account (``migration``)
+    response: web.StreamResponse | None = None  # a resumable stream's, once its head is sent
+
+    def answer(self, response: web.StreamResponse) -> web.StreamResponse:
+        """The client's response to a resumable stream, about to be prepared: from here on a
+        failure of its replica is a ``Cut``."""
+        self.response = response
+        return response
 
     def send_instead(self, body: bytes, path_qs: str) -> None:
         """What the next attempts send (a stream's continuation)."""
@@ -59,4 +66,4 @@ class Exchange:
     @property
     def streaming(self) -> bool:
         """The client has the head of a resumable stream: a failure now is a ``Cut``."""
-        return self.stream is not None and self.stream.response is not None
+        return self.stream is not None and self.response is not None

@@ -39,7 +39,7 @@ from proxy.dataplane.exchange import Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
 from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
-from proxy.dataplane.migration import Cut, Migrations
+from proxy.dataplane.migration import Cut, Migrations, copy
 from proxy.dataplane.resumable import Resumable
 from proxy.dataplane.rollouts import Rollouts
 from proxy.errors import DomainError
@@ -229,7 +229,7 @@ class Forwarder:
                     return ended
             finally:
                 self._limiter.release(placed)
-        if exchange.stream is not None and exchange.stream.response is not None:
+        if exchange.stream is not None and exchange.streaming:
             return await self.streams.give_up(exchange, exchange.stream, "no_replica")
         if last_answer is not None:
             await last_answer.prepare(request)
@@ -277,9 +277,8 @@ class Forwarder:
                 if ex.identity.request_id:
                     headers[REQUEST_ID_HEADER] = ex.identity.request_id
                 stream = ex.stream
-                if stream is not None and (
-                    stream.response is not None or upstream.content_length is None
-                ):  # a resumable stream: an ejection cuts it (``Dropped``)
+                if stream is not None and (ex.streaming or upstream.content_length is None):
+                    # a resumable stream: an ejection cuts it (``Dropped``)
                     relay = self.streams.relay
                     response, done = await relay(ex, stream, upstream, headers, replica.id)
                 elif upstream.content_length is not None:
@@ -337,11 +336,12 @@ class Forwarder:
         headers: dict[str, str],
         replica: Replica,
     ) -> tuple[web.StreamResponse, float]:
+        """A stream that cannot be resumed: copied as it comes (``copy``, the one stream loop);
+        a failure of its replica cuts it."""
         response = web.StreamResponse(status=upstream.status, headers=headers)
         try:
             await response.prepare(request)
-            async for chunk in upstream.chunks():
-                await response.write(chunk)
+            await copy(response, upstream, None)
         except ConnectionError:
             # The client has gone. Leaving with the answer unread closes the upstream request,
             # which cancels the generation on the replica; the replica did nothing wrong.

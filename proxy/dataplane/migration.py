@@ -2,11 +2,12 @@
 from another replica holding the same model, in the same response to the client.
 
 The forwarder sends a resumable stream (``resumable``) like any request; ``relay`` copies its
-events through the stream's ledger (``ledger``). When the replica fails under it (a transport
-error, its ejection for any cause, an early end without ``[DONE]``), the attempt raises ``Cut``
-and the forwarder's loop picks another replica as for a failover before the first byte, sending
-the ledger's continuation (``resume``) instead of the original body. At most
-``--max-stream-migrations`` times per request; then, or when no replica is left, or when the
+events through the stream's ledger (``ledger``) with ``copy``, the one stream loop (a stream that
+cannot be resumed goes through it too, without a ledger: ``forward``). When the replica fails
+under it (a transport error, its ejection for any cause, an early end without ``[DONE]``), the
+attempt raises ``Cut`` and the forwarder's loop picks another replica as for a failover before
+the first byte, sending the ledger's continuation (``resume``) instead of the original body. At
+most ``--max-stream-migrations`` times per request; then, or when no replica is left, or when the
 stream cannot be continued faithfully, the client connection is closed without the stream's
 end, as before (the client knows the answer is incomplete). A stream whose last token already
 reached the client is ended here (its usage chunk and ``[DONE]``) instead of generating more.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -59,20 +61,20 @@ class Migrations:
     ) -> tuple[web.StreamResponse, float]:  # fmt: skip
         """Copy a resumable stream to the client; raises ``Cut`` when its replica fails (the
         transport's errors propagate to the forwarder, which ejects the replica and cuts)."""
-        response = ledger.response
+        response = ex.response
+        opening = response is None
         if response is None:
-            response = ledger.open(web.StreamResponse(status=upstream.status, headers=headers))
-            await response.prepare(ex.request)
+            ledger.opened(upstream.status)
+            response = ex.answer(web.StreamResponse(status=upstream.status, headers=headers))
         elif upstream.status != 200 or upstream.content_length is not None:
             answer = await upstream.read()  # a continuation refused: another replica may do
             raise Cut(f"the continuation answered HTTP {upstream.status}: {answer[:200]!r}")
-        else:
-            await response.write(ledger.announce(replica))
         try:
-            async for chunk in upstream.chunks():
-                out = ledger.feed(chunk)
-                if out:
-                    await response.write(out)
+            if opening:
+                await response.prepare(ex.request)
+            else:
+                await response.write(ledger.announce(replica))
+            await copy(response, upstream, ledger.feed)
         except ConnectionError:  # the client has gone; leaving closes the upstream request
             return response, time.perf_counter()
         except TimeoutError:  # slow, not gone: the request's time is up, wherever it runs
@@ -92,7 +94,7 @@ class Migrations:
         """After a cut: None when the exchange now carries the continuation (send it to
         another replica), else the client's response, ended here."""
         if ledger.finished or ledger.left() == 0:
-            return await self._end(ledger)
+            return await self._end(ex, ledger)
         if ledger.opaque:
             return await self.give_up(ex, ledger, "not_resumable")
         if ledger.migrations >= self._max:
@@ -112,14 +114,27 @@ class Migrations:
                     ex.identity.request_id or "-", len(ledger.sent), outcome)  # fmt: skip
         if ex.request.transport is not None:
             ex.request.transport.close()
-        assert ledger.response is not None
-        return ledger.response
+        assert ex.response is not None
+        return ex.response
 
-    async def _end(self, ledger: StreamLedger) -> web.StreamResponse:
+    async def _end(self, ex: Exchange, ledger: StreamLedger) -> web.StreamResponse:
         self._metrics.record_stream_migration("completed")
-        response = ledger.response
+        response = ex.response
         assert response is not None
         with contextlib.suppress(ConnectionError):
             await response.write(ledger.closing())
             await response.write_eof()
         return response
+
+
+async def copy(
+    response: web.StreamResponse, upstream: Connection, feed: Callable[[bytes], bytes] | None
+) -> None:
+    """The one stream loop: each chunk read from ``upstream`` is written to the client as it
+    comes, through ``feed`` for a resumable stream (its ledger's). Raises ``ConnectionError``
+    when the client has gone and the upstream's errors as they come: what each means is the
+    caller's to say."""
+    async for chunk in upstream.chunks():
+        out = chunk if feed is None else feed(chunk)
+        if out:
+            await response.write(out)

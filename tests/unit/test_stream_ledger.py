@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.dataplane.ledger import DONE, StreamLedger
 from proxy.dataplane.resumable import Resumable, resumable
@@ -199,3 +202,131 @@ def test_a_stream_cut_after_its_last_token_is_ended_with_its_usage() -> None:
         "prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3
     }  # fmt: skip
     assert done == b"data: [DONE]"
+
+
+# -- one stream, any framing: what the client gets and what a cut continues from ----------------
+
+TEXTS = (" a", "", "é", ' say "hi"', "\\", "}")  # "": tokens without text yet (held)
+
+
+@st.composite
+def replica_stream(draw: st.DrawFn) -> tuple[str, bool, list[dict[str, Any]]]:
+    """A stream as vLLM writes it with the token ids asked for: the prompt's ids first, one
+    chunk per token (some without text yet), a finish, the usage chunk."""
+    kind = draw(st.sampled_from(["completion", "chat"]))
+    texts = draw(st.lists(st.sampled_from(TEXTS), min_size=1, max_size=6))
+    head = {"id": "s", "created": 1, "model": "m"}
+    chunks: list[dict[str, Any]] = []
+    if kind == "chat":
+        role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        chunks.append({**head, "choices": [role], "prompt_token_ids": [1, 2, 3]})
+    for i, text in enumerate(texts):
+        finish = "length" if i == len(texts) - 1 else None
+        if kind == "chat":
+            choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+                      "finish_reason": finish, "token_ids": [100 + i]}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                      "stop_reason": None, "prompt_token_ids": [1, 2, 3] if i == 0 else None,
+                      "token_ids": [100 + i]}  # fmt: skip
+        chunks.append({**head, "choices": [choice]})
+    chunks.append({**head, "choices": [], "usage": {"prompt_tokens": 3, "total_tokens": 9}})
+    return kind, draw(st.booleans()), chunks
+
+
+def reframed(chunks: list[dict[str, Any]], style: str) -> list[bytes]:
+    """The stream's events as reads: one event per read (``lf``), or reframed: CRLF or CR line
+    ends, comment lines inside and between events, data split over two lines."""
+    events = [orjson.dumps(chunk) for chunk in chunks] + [b"[DONE]"]
+    if style == "lf":
+        return [b"data: " + event + b"\n\n" for event in events]
+    end = {"crlf": b"\r\n", "cr": b"\r"}.get(style, b"\n")
+    out = []
+    for event in events:
+        lines = [b": before", *[b"data: " + part for part in event.split(b',"', 1)], b": after"]
+        if len(lines) == 4:  # the second data line starts where the split was
+            lines[2] = b'data: ,"' + lines[2][6:]
+        out.append(b"".join(line + end for line in lines) + end + b": ping" + end + end)
+    return out
+
+
+def client_data(out: bytes) -> list[Any]:
+    """The client's events' data, parsed (the proxy writes LF line ends)."""
+    found = []
+    for block in out.split(b"\n\n")[:-1]:
+        data = [line[6:] for line in block.split(b"\n") if line.startswith(b"data: ")]
+        if data and data != [b"[DONE]"]:
+            found.append(orjson.loads(b"\n".join(data)))
+    return found
+
+
+def as_client_wants(chunks: list[dict[str, Any]], kind: str, wants: bool) -> list[Any]:
+    out = orjson.loads(orjson.dumps(chunks))
+    for chunk in out if not wants else ():
+        for choice in chunk["choices"]:
+            choice.pop("token_ids", None)
+            holder = chunk if kind == "chat" else choice
+            if holder.get("prompt_token_ids") is not None:
+                del holder["prompt_token_ids"]
+    return list(out)
+
+
+@given(replica_stream(), st.sampled_from(["lf", "crlf", "cr", "comments"]),
+       st.lists(st.integers(0, 3000), max_size=12), st.integers(0, 9))  # fmt: skip
+def test_any_framing_and_splitting_gives_the_client_the_same_stream_and_account(
+    stream: tuple[str, bool, list[dict[str, Any]]], style: str, cuts: list[int], cut_after: int
+) -> None:
+    """Read as vLLM writes it (one event per read: the fast path), reframed (CRLF, CR, comment
+    lines inside events, data over two lines), split anywhere or byte by byte: the client gets
+    the replica's chunks (ids stripped unless it asked for them) and ``[DONE]``, and a cut after
+    any event continues from the same tokens: those sent with their text, the held ones not.
+    Fails on LF-only framing, on a fast path that accounts or strips otherwise than the parse,
+    and on a held chunk sent (or counted) before its text."""
+    kind, wants, chunks = stream
+    route = "completions" if kind == "completion" else "chat_completions"
+    reads = reframed(chunks, style)
+    whole = b"".join(reads)
+    for pieces in (reads, _split(whole, cuts), _split(whole, list(range(len(whole))))):
+        ledger = StreamLedger(plan(route, **({"return_token_ids": True} if wants else {}))[0])
+        out = b"".join(ledger.feed(piece) for piece in pieces)
+        assert client_data(out) == as_client_wants(chunks, kind, wants)
+        assert DONE in out and ledger.done and ledger.finished
+        assert ledger.sent == [100 + i for i in range(len(chunks) - 1 - (kind == "chat"))]
+        assert ledger.prompt_ids == [1, 2, 3]
+        assert not ledger.opaque
+    at = min(cut_after, len(reads) - 1)
+    ledger = StreamLedger(plan(route, **({"return_token_ids": True} if wants else {}))[0])
+    for read in reads[:at]:
+        ledger.feed(read)
+    sent: list[int] = []
+    held: list[int] = []
+    for chunk in chunks[:at]:  # a chunk whose tokens have no text yet waits for the next one
+        ids = chunk["choices"][0].get("token_ids") or [] if chunk["choices"] else []
+        held += ids
+        if not _textless(chunk, kind):
+            sent, held = sent + held, []
+    assert ledger.sent == sent
+
+
+def _textless(chunk: dict[str, Any], kind: str) -> bool:
+    if not chunk["choices"]:
+        return False
+    choice = chunk["choices"][0]
+    text = choice["delta"].get("content") if kind == "chat" else choice["text"]
+    return not text and choice["finish_reason"] is None and bool(choice.get("token_ids"))
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({0, len(data), *(min(c, len(data)) for c in cuts)})
+    return [data[a:b] for a, b in itertools.pairwise(points)]
+
+
+def test_ids_that_do_not_read_as_token_ids_are_not_continued() -> None:
+    """Fails when unparsed ids that are not integers go into a continuation's prompt."""
+    ledger = StreamLedger(plan()[0])
+    ledger.feed(completion_chunk(" a", [5], prompt_token_ids=[1, 2, 3]))
+    assert not ledger.opaque
+    ledger.feed(
+        b'data: {"choices":[{"index":0,"text":"b","finish_reason":null,"token_ids":[1.5]}]}\n\n'
+    )
+    assert ledger.opaque
