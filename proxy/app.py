@@ -50,7 +50,6 @@ from proxy.logs import BackgroundErrors
 from proxy.metrics.collector import StateCollector
 from proxy.metrics.page import MetricsPage
 from proxy.metrics.recorder import Metrics
-from proxy.metrics.rollouts import RolloutCollector
 from proxy.metrics.runs import RunCollector
 from proxy.runs.table import Runs, parse_runs
 from proxy.supervise import restarts_so_far
@@ -138,6 +137,7 @@ def assemble(
     followers = (outage.follow, limiter.follow, shares.follow)
     fleet_members = members(settings, clock, followers, no_replica_grace_s)
     metrics = Metrics(fleet_members.pool)
+    runs.follow(lambda table: metrics.runs_changed(table.names()))  # each run's series, bounded
     metrics.record_restarts(restarts_so_far())
     failed = BackgroundErrors(metrics.record_background_error)
     adapters = build_adapters(settings, fleet_members, clock, metrics, failed, runs)
@@ -165,7 +165,6 @@ def assemble(
         metrics.registry,
         StateCollector(fleet.pool, status.sources(sampler.advice)),
         RunCollector(lambda: status.run_views(sampler.run_advice()), VERDICTS),
-        RolloutCollector(status.rollouts),
     )
     parts = (fleet, adapters, dataplane)
     edge = build_edge(settings, clock, parts, metrics, status, sampler, spans, runs, page)

@@ -116,6 +116,21 @@ class UpstreamSettings(BaseModel):
         description="times a stream is continued on another replica when its replica fails "
         "mid-stream (0: the stream is cut, as vLLM cuts it)",
     )
+    gateway_failures: int = Field(
+        5,
+        ge=1,
+        alias="gateway_failures",
+        description="failed connects or dropped connections of requests in a row that eject a "
+        "replica (one is load, not death; its health probes eject one that is down)",
+    )
+    max_ejection_percent: float = Field(
+        10.0,
+        gt=0,
+        le=100,
+        alias="max_ejection_percent",
+        description="the most of the fleet request failures may eject at once (at least one "
+        "replica); failed health probes eject whatever the share",
+    )
     breaker_failures: int = Field(
         5,
         ge=1,

@@ -13,7 +13,7 @@ bytes, and copy the answer back.
 - The slot is held until the response has been fully written or the client has gone. When the
   client goes (aiohttp cancels the handler), the upstream request is closed, which cancels the
   generation on the replica.
-- When no replica answers, ``NoAnswer`` or ``UpstreamTimeout`` is raised before anything was
+- When no replica answers, ``NoAnswer`` or ``AnswerTimeout`` is raised before anything was
   written; the HTTP edge turns it into the client's error answer. A local lack of resources
   (``LocalResourceError``: the proxy's own file descriptors) is raised as it is: no replica is
   blamed for it.
@@ -36,32 +36,26 @@ from aiohttp import web
 
 from proxy.dataplane.attempts import EJECTED, Ejections
 from proxy.dataplane.exchange import Exchange, Failed, Identity
-from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
+from proxy.dataplane.failures import NoAnswer
+from proxy.dataplane.headers import response_headers
 from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
 from proxy.dataplane.migration import Cut, Migrations, copy
 from proxy.dataplane.resumable import Resumable
-from proxy.dataplane.rollouts import Rollouts
+from proxy.dataplane.usage import usage
 from proxy.errors import DomainError
-from proxy.fleet.breaker import Breaker
+from proxy.fleet.outliers import Outliers
 from proxy.fleet.pool import EjectCause, ReplicaPool
-from proxy.fleet.replica import Health, Replica
+from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 from proxy.runs.run import DEFAULT, Run
 from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool
-from proxy.upstream.errors import ConnectTimeout, Dropped, WireError
+from proxy.upstream.errors import AnswerTimeout, ConnectTimeout, Dropped, WireError
 
 log = logging.getLogger("proxy.forward")
-
-_PASS_HEADERS = (("Content-Type", "content-type"), ("Content-Encoding", "content-encoding"))
-REPLICA_HEADER = "X-Rollout-Replica"
-POLICY_HEADER = "X-Rollout-Policy"  # the adapter version that answered, and its content digest
-DIGEST_SHOWN = 12  # hex characters of a digest shown (header, status, metrics)
-ROUTE_HEADER = "X-Rollout-Route"  # the routing decision's reason
-REQUEST_ID_HEADER = "X-Request-ID"
 
 
 class OutOfStep(Protocol):
@@ -88,7 +82,7 @@ class Forwarder:
         limiter: Limiter,
         policy: Policy,
         metrics: Metrics,
-        breaker: Breaker,
+        outliers: Outliers,
         adapters: OutOfStep,
         *,
         max_attempts: int,
@@ -97,14 +91,15 @@ class Forwarder:
         costs: CostModel | None = None,
         max_stream_migrations: int = 0,
     ) -> None:
-        self.rollouts = Rollouts(metrics, costs or CostModel(), adapters.retired)
+        self._costs = costs or CostModel()
+        self._retired = adapters.retired  # versions out of the window: their rollouts are stale
         self._adapters = adapters
         self._pool = pool
         self._connections = connections
         self._limiter = limiter
         self._policy = policy
         self._metrics = metrics
-        self._breaker = breaker
+        self._outliers = outliers
         self._attempts = max_attempts
         self._timeout_s = request_timeout_s
         self._by_model: dict[str | None, int] = {}  # requests in flight, by the model asked for
@@ -127,7 +122,12 @@ class Forwarder:
 
     def _place(self, route: RouteRequest, tried: set[str]) -> Placement | None:
         cap = self._limiter.per_replica
-        candidates = [r for r in self._eligible(route.model, tried) if r.inflight < cap]
+        candidates = [
+            r
+            for r in self._eligible(route.model, tried)
+            # on probation (its last requests failed): one at a time (``fleet.outliers``)
+            if r.inflight < (1 if r.gateway_streak or r.error_streak else cap)
+        ]
         if not candidates:
             return None
         decision = self._policy.select(Snapshot(candidates, self._pool.ids), route)
@@ -151,7 +151,7 @@ class Forwarder:
         run: Run = DEFAULT,
         resume: Resumable | None = None,
     ) -> web.StreamResponse:
-        """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``UpstreamTimeout``.
+        """Forward ``request``; raises ``Rejected`` (no slot), ``NoAnswer``, ``AnswerTimeout``.
         ``target``: the path and query sent upstream (default: the request's own; a run's
         request drops its ``/runs/<run>`` prefix). ``run``: whose share of the slots it takes (the
         default run's on the bare path). ``resume``: a stream's plan for continuing it elsewhere
@@ -212,7 +212,7 @@ class Forwarder:
                 else:
                     response = await self._traced_attempt(tracing, exchange, placed)
                 for suspect, status in exchange.suspects or ():
-                    self._breaker.server_error(suspect, status)
+                    self._outliers.server_error(suspect, status)
                 return response
             except Failed as exc:
                 tried.add(replica.id)
@@ -270,12 +270,9 @@ class Forwarder:
                 ex.identity.upstream,
             ) as upstream:  # fmt: skip
                 ttfb = time.perf_counter()
-                headers = _response_headers(upstream.headers, replica, placed.reason)
-                digest = replica.digests.get(ex.model) if ex.model is not None else None
-                if digest is not None:  # the policy that answered: version @ its digest
-                    headers[POLICY_HEADER] = f"{ex.model}@{digest[:DIGEST_SHOWN]}"
-                if ex.identity.request_id:
-                    headers[REQUEST_ID_HEADER] = ex.identity.request_id
+                headers = response_headers(
+                    upstream.headers, replica, placed.reason, ex.model, ex.identity.request_id
+                )
                 stream = ex.stream
                 if stream is not None and (ex.streaming or upstream.content_length is None):
                     # a resumable stream: an ejection cuts it (``Dropped``)
@@ -285,20 +282,27 @@ class Forwarder:
                     response, done = await self._whole(ex, upstream, headers, replica)
                 else:
                     upstream.settle()  # a stream's client has bytes from here on: its own
-                    response, done = await self._stream(ex.request, upstream, headers, replica)
+                    response, ended = await self._stream(ex.request, upstream, headers, replica)
+                    if ended is None:  # cut: its replica failed mid-stream (already counted)
+                        return response
+                    done = ended
         except Dropped:  # its replica was ejected or removed (``attempts``)
             raise _failure(ex, EJECTED) from None
-        except ConnectTimeout as exc:
-            self._eject(replica, "connect_timeout", exc)
+        except ConnectTimeout as exc:  # load, not death: another replica is tried
+            self._gateway_failure(replica, "connect_timeout", exc)
             raise _failure(ex, "connect timed out") from None
-        except TimeoutError:
+        except AnswerTimeout:  # slow, not gone: counted, never a gateway failure
             self._metrics.record_replica_error(replica.id, "timeout")
             if ex.streaming:
                 raise Cut("timed out") from None
-            raise UpstreamTimeout(replica.id, self._timeout_s) from None
+            raise AnswerTimeout(
+                f"replica {replica.id} did not answer within {self._timeout_s:g} s"
+            ) from None
         except WireError as exc:
-            self._eject(replica, "transport", exc)
+            self._gateway_failure(replica, "transport", exc)
             raise _failure(ex, f"{type(exc).__name__}: {exc}") from None
+        if replica.gateway_streak or replica.error_streak:
+            self._outliers.succeeded(replica)  # a whole answer (a 5xx raised): its streaks end
         finished = time.perf_counter()
         overhead = (finished - ex.started) - (done - sent)
         self._metrics.record_upstream(ex.route_name, replica.id, ttfb - sent, max(overhead, 0.0))
@@ -322,11 +326,10 @@ class Forwarder:
             self._metrics.record_replica_error(replica.id, "5xx")
             ex.suspects = [*(ex.suspects or ()), (replica, status)]  # blamed if another serves it
             raise Failed(f"answered HTTP {status}", answer)
-        self._breaker.answered(replica)
         with contextlib.suppress(ConnectionError):  # the client has gone
             await answer.prepare(ex.request)
             await answer.write_eof()
-        self.rollouts.answered(data, status, replica.id, ex.model, ex.run, ex.decode_budget)
+        self._counted(data, status, replica, ex)
         return answer, done
 
     async def _stream(
@@ -335,9 +338,9 @@ class Forwarder:
         upstream: Connection,
         headers: dict[str, str],
         replica: Replica,
-    ) -> tuple[web.StreamResponse, float]:
+    ) -> tuple[web.StreamResponse, float | None]:
         """A stream that cannot be resumed: copied as it comes (``copy``, the one stream loop);
-        a failure of its replica cuts it."""
+        a failure of its replica cuts it (``done`` None: nothing more to count)."""
         response = web.StreamResponse(status=upstream.status, headers=headers)
         try:
             await response.prepare(request)
@@ -346,21 +349,35 @@ class Forwarder:
             # The client has gone. Leaving with the answer unread closes the upstream request,
             # which cancels the generation on the replica; the replica did nothing wrong.
             return response, time.perf_counter()
-        except (WireError, TimeoutError) as exc:
+        except (WireError, AnswerTimeout) as exc:
             # The client already has part of the answer: no failover. Close the connection
             # without the terminating chunk so the client knows the answer is incomplete.
-            if isinstance(exc, TimeoutError):  # slow, not gone: counted, not ejected
+            if isinstance(exc, AnswerTimeout):  # slow, not gone: counted, not ejected
                 self._metrics.record_replica_error(replica.id, "timeout")
             else:
-                self._eject(replica, "midstream", exc)
+                self._gateway_failure(replica, "midstream", exc)
             log.warning("replica %s failed mid-stream: %s", replica.id, exc)
             if request.transport is not None:
                 request.transport.close()
-            return response, time.perf_counter()
+            return response, None
         done = time.perf_counter()
         with contextlib.suppress(ConnectionError):  # the client has gone
             await response.write_eof()
         return response, done
+
+    def _counted(self, data: bytes, status: int, replica: Replica, ex: Exchange) -> None:
+        """A whole answer's ``usage``, read once, to its three owners: the prompt and cache
+        figures, the cost model (what a request's decode budget turned into), and the run's
+        rollouts (stale when its version had left the window: TRL drops it). Streamed answers
+        carry no whole ``usage`` and are not counted (TRL never streams)."""
+        counts = usage(data)
+        if counts is None:
+            return
+        self._metrics.record_usage(replica.id, counts.prompt, counts.cached)
+        if status == 200:
+            self._costs.observe(ex.decode_budget, counts.completion)
+            stale = ex.model in self._retired
+            self._metrics.record_rollout(ex.run.name, counts.completion, stale=stale)
 
     def _lost_adapter(self, replica: Replica, model: str | None, data: bytes) -> bool:
         """vLLM's "model does not exist" for an adapter the replica was believed to hold: it
@@ -371,20 +388,11 @@ class Forwarder:
         self._adapters.out_of_step(replica, model)
         return True
 
-    def _eject(self, replica: Replica, cause: EjectCause, exc: BaseException) -> None:
+    def _gateway_failure(self, replica: Replica, cause: EjectCause, exc: BaseException) -> None:
+        """Counted; ejects once a streak of them says the replica is gone (``fleet.outliers``)."""
         self._metrics.record_replica_error(replica.id, cause)
-        if replica.health is Health.HEALTHY:
-            self._pool.eject(replica, cause, f"{cause}: {type(exc).__name__}")
+        self._outliers.gateway_failure(replica, cause, f"{cause}: {type(exc).__name__}")
 
 
 def _failure(ex: Exchange, reason: str) -> Exception:  # Cut: the client has part of a stream
     return Cut(reason) if ex.streaming else Failed(reason)
-
-
-def _response_headers(upstream: dict[str, str], replica: Replica, reason: str) -> dict[str, str]:
-    headers = {REPLICA_HEADER: replica.id, ROUTE_HEADER: reason}
-    for name, key in _PASS_HEADERS:
-        value = upstream.get(key)
-        if value is not None:
-            headers[name] = value
-    return headers

@@ -33,6 +33,7 @@ from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.resumable import COMPLETIONS_PATH, Resumable, resumable
 from proxy.metrics.recorder import Metrics
 from proxy.upstream.connection import Connection
+from proxy.upstream.errors import AnswerTimeout
 
 log = logging.getLogger("proxy.forward")
 
@@ -77,7 +78,7 @@ class Migrations:
             await copy(response, upstream, ledger.feed)
         except ConnectionError:  # the client has gone; leaving closes the upstream request
             return response, time.perf_counter()
-        except TimeoutError:  # slow, not gone: the request's time is up, wherever it runs
+        except AnswerTimeout:  # slow, not gone: the request's time is up, wherever it runs
             self._metrics.record_replica_error(replica, "timeout")
             await self.give_up(ex, ledger, "timeout")
             return response, time.perf_counter()

@@ -53,7 +53,7 @@ def build_dataplane(
         limiter,
         policy,
         metrics,
-        fleet.breaker,
+        fleet.outliers,
         adapters,
         max_attempts=upstream.max_attempts,
         max_stream_migrations=upstream.max_stream_migrations,

@@ -5,7 +5,8 @@ What the proxy knows of a replica is kept in records, each with one writer
 - ``standing`` (``Standing``: health, draining, probe streaks, cool-down, last error): the pool
   (``fleet.pool.ReplicaPool``: every ejection, admission and drain goes through it);
 - ``slots`` (``Slots``: requests in flight and their estimated work): the limiter;
-- ``error_streak`` (consecutive 5xx answers): the circuit breaker (``fleet.breaker``);
+- ``error_streak`` (consecutive 5xx answers) and ``gateway_streak`` (consecutive failed
+  connects and dropped connections of requests): outlier detection (``fleet.outliers``);
 - ``reported`` (its own ``/metrics`` load figures, replaced whole): the load scraper;
 - ``listing`` (its models and server info, replaced whole): ``fleet.info``;
 - ``adapters`` (name -> path it loaded from) and ``digests`` (name -> content digest): what of
@@ -78,6 +79,7 @@ class Replica:
     standing: Standing = field(default_factory=Standing)
     slots: Slots = field(default_factory=Slots)
     error_streak: int = 0
+    gateway_streak: int = 0
     reported: ReportedLoad | None = None  # its own /metrics, while fresh
     listing: Listing = Listing()
     adapters: dict[str, str] = field(default_factory=dict)  # lora name -> path

@@ -2,7 +2,7 @@
 
 The members (``members``: the pool, the upstream client and the replicas' own views) are made
 first, because the adapters room needs them; the rest (the sync, health probing, the circuit
-breaker, the load scraper, discovery) once the adapter window exists (``build_fleet``).
+outlier detection, the load scraper, discovery) once the adapter window exists (``build_fleet``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from proxy.clock import Clock, TaskFailed
 from proxy.config import Settings
-from proxy.fleet.breaker import Breaker
 from proxy.fleet.discovery import Discovery, Resolver, resolve
 from proxy.fleet.health import HealthMonitor
 from proxy.fleet.info import FleetInfo
 from proxy.fleet.load import LoadScraper
+from proxy.fleet.outliers import Outliers
 from proxy.fleet.pool import NO_REPLICA_GRACE_S, Follower, ReplicaPool
 from proxy.fleet.sync import AdapterWindow, FleetSync
 from proxy.upstream.client import UpstreamClient
@@ -38,7 +38,7 @@ class Fleet:
     info: FleetInfo
     sync: FleetSync
     health: HealthMonitor
-    breaker: Breaker
+    outliers: Outliers
     load: LoadScraper | None  # None with --load-interval 0
     discovery: Discovery | None  # None without --discover
 
@@ -92,7 +92,13 @@ def build_fleet(
         members.info,
         sync,
         HealthMonitor(pool, client, settings.health, clock, sync, failed),
-        Breaker(pool, upstream.breaker_failures, upstream.breaker_cooldown_s),
+        Outliers(
+            pool,
+            gateway_failures=upstream.gateway_failures,
+            breaker_failures=upstream.breaker_failures,
+            breaker_cooldown_s=upstream.breaker_cooldown_s,
+            max_percent=upstream.max_ejection_percent,
+        ),
         load,
         discovery,
     )

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from proxy.dataplane.exchange import Identity
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from proxy.errors import DomainError
 from proxy.http.auth import KeyCheck
 from proxy.http.errors import ErrorAnswers

@@ -38,7 +38,7 @@ from proxy.adapters.calls import (
     LoadUnreached,
     UnknownAdapter,
 )
-from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
+from proxy.dataplane.failures import NoAnswer
 from proxy.dataplane.limiter import Rejected
 from proxy.errors import DomainError
 from proxy.fleet.pool import NoReplica
@@ -65,7 +65,7 @@ from proxy.routing.facts import UnknownModel
 from proxy.routing.peek import BadBody
 from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import OverShare, RunPaused, UnknownRun
-from proxy.upstream.errors import LocalResourceError
+from proxy.upstream.errors import AnswerTimeout, LocalResourceError
 
 log = logging.getLogger("proxy.http")
 
@@ -125,9 +125,7 @@ ANSWERS: dict[type[DomainError], Answer] = {
     LoadUnreached: Answer(502, "retry the load once /health answers 200"),
     LoadRefused: Answer(502, "read each replica's answer in 'replicas'", echoes=True),
     LoadLagging: Answer(504, "retry the load, or raise --adapter-load-deadline"),
-    UpstreamTimeout: Answer(
-        504, "raise --request-timeout, or ask for fewer tokens", reason="upstream_timeout"
-    ),
+    AnswerTimeout: Answer(504, "raise --request-timeout, or ask for fewer tokens"),
     UploadRefused: Answer(400, "fix the upload as the message says", closes=True, echoes=True),
 }
 

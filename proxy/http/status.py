@@ -18,14 +18,13 @@ from proxy.adapters.watcher import Watcher
 from proxy.clock import Clock
 from proxy.dataplane.forward import Forwarder
 from proxy.dataplane.limiter import Limiter
-from proxy.dataplane.rollouts import RolloutCounts
 from proxy.fleet import views
 from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.shares import RunShares
 from proxy.fleet.sync import FleetSync
 from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
 from proxy.metrics.collector import StateSources
-from proxy.metrics.recorder import Metrics
+from proxy.metrics.recorder import Metrics, Rollouts
 from proxy.routing.policy import Policy
 from proxy.runs.run import DEFAULT, Run
 from proxy.runs.table import Runs, RunView
@@ -108,9 +107,9 @@ class Status:
             "versions": len(watcher.known),
         }
 
-    def rollouts(self) -> dict[str, RolloutCounts]:
+    def rollouts(self) -> dict[str, Rollouts]:
         """Rollouts answered and the stale ones: the default run's (``""``) and each run's."""
-        return self.forwarder.rollouts.runs(run.name for run in self.runs)
+        return {name: self.metrics.rollouts(name) for name in (DEFAULT.name, *self.runs.names())}
 
     def inflight_by_version(self) -> dict[str, int]:
         return self.forwarder.inflight_by_version(self.adapters.versions)

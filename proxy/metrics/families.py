@@ -120,6 +120,35 @@ FAMILIES = (
     ),
     Family("routing_decisions", "tally", "Routing decisions, by reason", ("reason",)),
     Family(
+        "rollouts",
+        "tally",
+        "Generation requests answered 200 (rollouts), by run ('' the bare path)",
+        ("run",),
+        zeros=(("",),),
+    ),
+    Family(
+        "rollout_tokens",
+        "tally",
+        "Completion tokens of the answered rollouts, by run",
+        ("run",),
+        zeros=(("",),),
+    ),
+    Family(
+        "stale_rollouts",
+        "tally",
+        "Rollouts answered after their adapter version left the window (TRL drops them as too "
+        "stale), by run",
+        ("run",),
+        zeros=(("",),),
+    ),
+    Family(
+        "stale_tokens",
+        "tally",
+        "Completion tokens of the stale rollouts: generated for nothing, by run",
+        ("run",),
+        zeros=(("",),),
+    ),
+    Family(
         "rejections",
         "counter",
         "Requests refused by the proxy, by reason",

@@ -1,6 +1,5 @@
 """The ``/metrics`` page: what the recorder counted (``recorder.Metrics``), then what is read
-when Prometheus scrapes (``collector.StateCollector``, ``runs.RunCollector``,
-``rollouts.RolloutCollector``), whose sources
+when Prometheus scrapes (``collector.StateCollector``, ``runs.RunCollector``), whose sources
 exist only once every room is built; each part is made with its sources, none is attached later.
 """
 

@@ -12,6 +12,8 @@ from fixed sets (``labels``) or configuration (replica ids), never from request 
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -34,6 +36,30 @@ from proxy.metrics.tally import Spread, Tally, TallyCollector
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
+@dataclass(frozen=True, slots=True)
+class Rollouts:
+    """One run's rollouts answered so far, and the stale ones (``Metrics.rollouts``)."""
+
+    answered: int = 0
+    tokens: int = 0  # completion tokens of the answered rollouts
+    stale: int = 0
+    stale_tokens: int = 0
+
+    @property
+    def stale_share(self) -> float | None:
+        """The share of the generated tokens that went to stale rollouts."""
+        return self.stale_tokens / self.tokens if self.tokens else None
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {
+            "answered": self.answered,
+            "tokens": self.tokens,
+            "stale": self.stale,
+            "stale_tokens": self.stale_tokens,
+            "stale_share": self.stale_share,
+        }
+
+
 class Metrics:
     """Every metric the proxy exports, with ``record_*`` methods for the edge to call.
 
@@ -50,6 +76,10 @@ class Metrics:
     _replica_tokens: Tally
     _reuse_tokens: Tally
     _routing_decisions: Tally
+    _rollouts: Tally
+    _rollout_tokens: Tally
+    _stale_rollouts: Tally
+    _stale_tokens: Tally
     _rejections: Children[Counter]
     _bad_client_requests: Children[Counter]
     _background_errors: Children[Counter]
@@ -107,6 +137,37 @@ class Metrics:
         self._tokens.add(("cached",), cached_tokens)
         self._replica_tokens.add((replica, "prompt"), prompt_tokens)
         self._replica_tokens.add((replica, "cached"), cached_tokens)
+
+    def record_rollout(self, run: str, tokens: int, *, stale: bool) -> None:
+        """A rollout answered 200 for ``run`` ('' the bare path) with ``tokens`` completion
+        tokens; ``stale``: its adapter version had left the window (``adapters.registry``)."""
+        key = (run,)
+        self._rollouts.add(key)
+        self._rollout_tokens.add(key, tokens)
+        if stale:
+            self._stale_rollouts.add(key)
+            self._stale_tokens.add(key, tokens)
+
+    def rollouts(self, run: str) -> Rollouts:
+        """``run``'s rollout figures so far (zero for a run with none)."""
+        key = (run,)
+        return Rollouts(
+            int(self._rollouts.values.get(key, 0)),
+            int(self._rollout_tokens.values.get(key, 0)),
+            int(self._stale_rollouts.values.get(key, 0)),
+            int(self._stale_tokens.values.get(key, 0)),
+        )
+
+    def runs_changed(self, declared: Iterable[str]) -> None:
+        """The declared runs are ``declared`` now: each one's rollout series is exported from
+        its declaration (at 0), a removed run's dropped (the label set stays bounded)."""
+        names = {"", *declared}
+        for tally in (self._rollouts, self._rollout_tokens, self._stale_rollouts,
+                      self._stale_tokens):  # fmt: skip
+            for key in [k for k in tally.values if k[0] not in names]:
+                del tally.values[key]
+            for name in names:
+                tally.values.setdefault((name,), 0)
 
     def record_control(self, action: str, seconds: float) -> None:
         self._control_seconds[action,].observe(seconds)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,10 +192,26 @@ def check_weight(name: str, weight: float) -> None:
 
 
 class Runs:
+    """The declared runs. ``follow(f)``: ``f(self)`` is told after every declaration of a new
+    run and every removal (the metrics keep each run's series, from its declaration on)."""
+
     def __init__(self, weights: dict[str, float] | None = None) -> None:
         self._runs: dict[str, DeclaredRun] = {}
+        self._followers: list[Callable[[Runs], None]] = []
         for name, weight in (weights or {}).items():
             self.declare(name, weight)
+
+    def follow(self, follower: Callable[[Runs], None]) -> None:
+        """``follower(self)`` now and after every change of the names."""
+        self._followers.append(follower)
+        follower(self)
+
+    def names(self) -> list[str]:
+        return list(self._runs)
+
+    def _changed(self) -> None:
+        for follower in self._followers:
+            follower(self)
 
     def __bool__(self) -> bool:
         return bool(self._runs)
@@ -234,6 +250,7 @@ class Runs:
             if len(self._runs) >= MAX_RUNS:
                 raise ValueError(f"this proxy already serves {MAX_RUNS} runs, the most it may")
             run = self._runs[name] = DeclaredRun(name, weight, self)
+            self._changed()
         run.weight = weight
         return run
 
@@ -241,6 +258,7 @@ class Runs:
         run = self.get(name)
         del self._runs[name]
         run.resume()  # nothing waits on a run that is gone
+        self._changed()
         return run
 
     def weights(self) -> dict[str, float]:

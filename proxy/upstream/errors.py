@@ -71,8 +71,12 @@ class AnswerTooLong(BadAnswer):
     """An answer longer than its reader's limit (a control call's, or ``--max-answer-bytes``)."""
 
 
-class AnswerTimeout(UpstreamError, TimeoutError):
-    """The call's deadline passed before its answer was complete (a ``TimeoutError`` too)."""
+class AnswerTimeout(UpstreamError, DomainError, TimeoutError):
+    """The call's deadline passed before its answer was complete: the proxy's one timeout name
+    (a ``TimeoutError`` too). A client's request that meets it before its first byte is answered
+    504 by the edge's table (the forwarder names the replica and the limit)."""
+
+    reason = "upstream_timeout"
 
 
 class ReplyError(UpstreamError):

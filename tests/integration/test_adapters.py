@@ -14,7 +14,7 @@ import orjson
 from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
 from proxy.config import Settings
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.adapters import write_adapter
 from tests.support.calls import listed, load, load_body, post, records
 from tests.support.fleet import FAST_HEALTH, Stack, run_sim, run_stack

@@ -75,11 +75,16 @@ async def test_broadcast_ejection_is_counted_and_resets_the_streak(tmp_path: Pat
 
 
 async def test_forward_ejection_is_counted_and_resets_the_streak() -> None:
-    async with run_stack(2, policy="least_loaded", **ONE_ROUND) as stack:
+    """A request's failed connection is load, not death: the request fails over and the replica
+    is ejected only at ``--gateway-failures`` in a row (here 3)."""
+    async with run_stack(2, policy="least_loaded", gateway_failures=3, **ONE_ROUND) as stack:
         assert _replica(stack, 0).standing.ok_streak == 1
         await stack.sims[0].stop()  # least-loaded ties go to the first replica
-        status, _, _ = await post(stack, "/v1/completions", completion())
-        assert status == 200  # failed over to the other replica
+        for sent in range(1, 4):
+            status, _, _ = await post(stack, "/v1/completions", completion())
+            assert status == 200  # failed over to the other replica
+            assert _replica(stack, 0).gateway_streak == (sent if sent < 3 else 0)
+            assert (_replica(stack, 0).health is Health.EJECTED) is (sent == 3)
         await _assert_ejected(stack, 0, "transport")
 
 

@@ -8,7 +8,7 @@ import logging
 import aiohttp
 import pytest
 
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, post, records
 from tests.support.fleet import run_stack
 from tests.support.waiting import eventually, wait_for
@@ -16,14 +16,17 @@ from tests.support.waiting import eventually, wait_for
 
 async def test_dropped_buffered_answer_fails_over() -> None:
     # A non-streamed answer is read whole before the client sees a byte, so a replica that
-    # drops the connection half-way is retried elsewhere and ejected.
+    # drops the connection half-way is retried elsewhere, and ejected at --gateway-failures
+    # such failures in a row (here 2; one is load, not death).
     sims = [{"faults": {"drop_mid_response": True}}, {}]
-    # Least-loaded sends the first request to the first (faulty) replica.
-    async with run_stack(sims=sims, policy="least_loaded") as stack:
-        status, _, headers = await post(stack, "/v1/completions", completion())
-        assert status == 200
-        assert headers[REPLICA_HEADER] == stack.sims[1].id
-        assert stack.sims[0].id not in {r.id for r in stack.pool.routable()}
+    # Least-loaded sends each request to the first (faulty) replica first.
+    async with run_stack(sims=sims, policy="least_loaded", gateway_failures=2) as stack:
+        for sent in (1, 2):
+            status, _, headers = await post(stack, "/v1/completions", completion())
+            assert status == 200
+            assert headers[REPLICA_HEADER] == stack.sims[1].id
+            ejected = stack.sims[0].id not in {r.id for r in stack.pool.routable()}
+            assert ejected is (sent == 2)
 
 
 async def test_stream_dropped_after_first_byte_ends_incomplete() -> None:

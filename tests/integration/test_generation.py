@@ -9,7 +9,7 @@ import aiohttp
 import orjson
 import pytest
 
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, metrics_text, post, records
 from tests.support.fleet import run_stack
 from tests.support.waiting import eventually, wait_for
@@ -53,7 +53,7 @@ async def test_streaming_is_incremental() -> None:
 
 
 async def test_failover_before_first_byte_and_passive_ejection() -> None:
-    async with run_stack(3) as stack:
+    async with run_stack(3, gateway_failures=1) as stack:  # ejected at its first failure
         # The prompt's owner on the hash ring dies: requests for it must fail over.
         _, _, headers = await post(stack, "/v1/completions", completion())
         dead = next(s for s in stack.sims if s.id == headers[REPLICA_HEADER])

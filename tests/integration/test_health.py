@@ -6,7 +6,7 @@ import asyncio
 
 import orjson
 
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, post
 from tests.support.fleet import run_sim, run_stack
 from tests.support.waiting import wait_for

@@ -8,7 +8,7 @@ from typing import Any
 
 import xxhash
 
-from proxy.dataplane.forward import REPLICA_HEADER, ROUTE_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER, ROUTE_HEADER
 from proxy.routing.hashring import DEFAULT_VNODES, HashRing
 from tests.support.calls import completion, metric_value, post
 from tests.support.fleet import Sim, Stack, run_stack, wait_for

@@ -138,7 +138,7 @@ async def test_a_request_queued_when_the_fleet_dies_is_told_of_the_dead_replica(
     naming the replica and its reason, not after the queue timeout blaming slots."""
     stack_ = run_stack(
         1, relays=True, grace_s=GRACE_S, max_inflight_per_replica=1,
-        queue_timeout=QUEUE_TIMEOUT_S,
+        queue_timeout=QUEUE_TIMEOUT_S, gateway_failures=1,  # the held request's failure ejects
     )  # fmt: skip
     async with stack_ as stack:
         replica = next(iter(stack.pool))
@@ -164,6 +164,7 @@ async def test_a_request_for_a_model_whose_replicas_died_is_refused_others_wait(
     stack_ = run_stack(
         sims=[{"model": "m-a"}, {"model": "m-b"}], relays=True, grace_s=GRACE_S,
         max_inflight_per_replica=1, queue_timeout=QUEUE_TIMEOUT_S,
+        gateway_failures=1, max_ejection_percent=100,  # the held request's failure ejects
     )  # fmt: skip
     async with stack_ as stack:
         r_a, r_b = stack.pool.get(stack.relays[0].url[7:]), stack.pool.get(stack.relays[1].url[7:])

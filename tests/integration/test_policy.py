@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from proxy.app import PROXY
-from proxy.dataplane.forward import DIGEST_SHOWN, POLICY_HEADER, REPLICA_HEADER
+from proxy.dataplane.headers import DIGEST_SHOWN, POLICY_HEADER, REPLICA_HEADER
 from tests.support.adapters import PROBE_IDS, write_adapter, write_version
 from tests.support.calls import completion, load_body, metrics_text, post
 from tests.support.fleet import Stack, run_stack, wait_for

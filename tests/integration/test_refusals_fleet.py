@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from proxy.adapters.calls import LoadLagging, LoadRefused, LoadUnreached
-from proxy.dataplane.failures import NoAnswer, UpstreamTimeout
+from proxy.dataplane.failures import NoAnswer
 from proxy.dataplane.limiter import Rejected
 from proxy.fleet.pool import NoReplica
 from proxy.http.refusals import ControlRefused, ControlUnreached
 from proxy.runs.table import RunPaused
+from proxy.upstream.errors import AnswerTimeout
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, load, load_body, post
 from tests.support.clock import FakeClock
@@ -78,11 +79,11 @@ async def test_a_generation_no_replica_could_answer() -> None:
         await refused(stack, await post(stack, "/v1/completions", completion()), NoAnswer)
 
 
-@provokes(UpstreamTimeout)
+@provokes(AnswerTimeout)
 async def test_a_replica_slower_than_the_request_timeout() -> None:
     async with run_stack(1, request_timeout=0.2, sim={"faults": {"delay_s": 60.0}}) as stack:
         answer = await post(stack, "/v1/completions", completion())
-        await refused(stack, answer, UpstreamTimeout)
+        await refused(stack, answer, AnswerTimeout)
 
 
 @provokes(ControlUnreached)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import orjson
 
-from proxy.dataplane.forward import REPLICA_HEADER, ROUTE_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER, ROUTE_HEADER
 from tests.support.calls import metric_value, post
 from tests.support.fleet import Stack, run_stack
 

@@ -8,7 +8,7 @@ import asyncio
 import random
 from typing import Any
 
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, metrics_text, post
 from tests.support.fleet import Stack, run_stack
 

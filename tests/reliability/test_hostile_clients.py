@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from proxy.app import PROXY
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from proxy.http.server import IDLE_YIELD_S
 from tests.support.calls import completion, metric_value, metrics_text, post
 from tests.support.clock import FakeClock

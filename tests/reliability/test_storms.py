@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from proxy.dataplane.forward import REPLICA_HEADER
+from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, post
 from tests.support.fleet import run_stack
 from tests.support.freeze import BACKLOG

@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "proxy"
 WRITERS = {
     **{f.name: {"proxy/fleet/pool.py"} for f in dataclasses.fields(Standing)},
     **{f.name: {"proxy/dataplane/limiter.py"} for f in dataclasses.fields(Slots)},
-    "error_streak": {"proxy/fleet/breaker.py"},
+    "error_streak": {"proxy/fleet/outliers.py"},
+    "gateway_streak": {"proxy/fleet/outliers.py"},
     "reported": {"proxy/fleet/load.py"},
     "listing": {"proxy/fleet/info.py"},
     "adapters": {"proxy/adapters/status.py"},

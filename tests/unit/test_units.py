@@ -67,7 +67,7 @@ def test_every_duration_and_size_setting_takes_units() -> None:
     # Read off the defaults and names, not the metavars: a float setting is a duration unless
     # it is a ratio; a size says so in its name. (The prefix policy's chunk_bytes is a plain int:
     # proxy.routing sits below proxy.config.)
-    ratios = {"kv_high", "load_factor"}
+    ratios = {"kv_high", "load_factor", "max_ejection_percent"}
     floats = {n for n in flat_fields() if isinstance(field_of(n).default, float)} - ratios
     named = {n for n in flat_fields() if "bytes" in n or n.startswith("adapter_push_")}
     assert floats <= set(seconds), sorted(floats - set(seconds))
