@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from deploy.plan import RunPlan
 from deploy.plan_jobs import trainer_spec
 from deploy.rehearsal import images, jobs
 from deploy.rehearsal.network import Group, listed_names, owner_of
+from deploy.rehearsal.run import failed
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.wheel import build_wheel
 from tests.support.docs import deploy_commands
@@ -180,17 +182,60 @@ def test_two_rehearsals_at_once_both_pass_each_with_its_own_lora_and_namespaces(
     _rehearse_at_once(["default-plan", "job-topology-two-trainer-nodes"], workdir)
 
 
-def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
-    """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
-    naming the flag to change, before TRL's rollout worker would refuse to start."""
+def _plan(*changes: str) -> RunPlan:
     from deploy.cli import build_parser
     from deploy.up_flags import plan_from_args
     from tests.support.clock import SteppingClock
 
-    argv = _readme_plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
+    argv = _readme_plan(*changes)
     split = argv.index("--")
     args = build_parser().parse_args(["up", *argv[:split]])
-    plan: RunPlan = plan_from_args(args, argv[split + 1 :], SteppingClock())
+    return plan_from_args(args, argv[split + 1 :], SteppingClock())
+
+
+def test_jobs_of_two_groups_at_once_see_their_own_bucket_and_a_refused_mount_says_so(
+    workdir: Path,
+) -> None:
+    """The plumbing under two rehearsals at once, in seconds: two groups of the same run, a job
+    in each writing its group's prefix at /lora/who (the plan's own path, from /): each lands in
+    its own bucket. A job whose bucket folder is missing fails before its command begins, and
+    is reported as the rehearsal's own setup failing, not the job's."""
+    command = 'test "$(pwd)" = / && echo "$HF_NETWORK_GROUP_PREFIX" > /lora/who'
+    plan = _plan()
+    spec = replace(trainer_spec(plan), command=("sh", "-c", command))
+    groups = [Group("math-r1", workdir / f"{side}.hosts") for side in "ab"]
+    runs = [("a", groups[0], True), ("b", groups[1], True), ("c", groups[0], False)]
+    started: list[jobs.LocalJob] = []
+    try:
+        for group in groups:
+            group.open()
+        for side, group, has_bucket in runs:
+            bucket = workdir / side / "bucket"
+            (bucket if has_bucket else workdir / side).mkdir(parents=True)
+            job = jobs.start(
+                spec, group=group, image_bin=Path(sys.executable).parent, bucket_dir=bucket,
+                workdir=workdir / side, secrets=plan.secret_values("t", "k"), extra_env={},
+            )  # fmt: skip
+            started.append(job)
+        codes = [job.process.wait(60) for job in started]
+    finally:
+        for group in groups:
+            group.close()
+    assert codes[:2] == [0, 0], [job.log_text() for job in started]
+    assert groups[0].prefix != groups[1].prefix
+    for side, group in zip("ab", groups, strict=True):
+        assert (workdir / side / "bucket" / "who").read_text() == f"{group.prefix}\n"
+    refused = started[2]
+    assert codes[2] != 0 and not refused.command_ran() and started[0].command_ran()
+    said = failed(refused.spec.name, f"exited with code {codes[2]}", refused.tail(),
+                  refused.log_path, refused.command_ran())  # fmt: skip
+    assert "before its command began" in str(said), str(said)
+
+
+def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
+    """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
+    naming the flag to change, before TRL's rollout worker would refuse to start."""
+    plan = _plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
     spec = trainer_spec(plan)
     group = Group("r", workdir / "hosts")
     tunnel = Tunnel()
