@@ -9,10 +9,14 @@ machine's, with three exceptions:
 
 - the mount path is a folder of the tmpfs with the bucket folder bound on it; a folder along the
   way that this machine has (``/data`` of ``/data/lora``) is shadowed as ``/`` is, one level at
-  a time (``LISTED``), one it lacks is made in the tmpfs;
-- the group's hosts file is bound over ``/etc/hosts``, the job's own folder over ``/tmp``;
+  a time (``Machine.levels``), one it lacks is made in the tmpfs (a mount path under ``/tmp`` is
+  made in the job's own ``/tmp``);
+- the group's hosts file is bound over ``/etc/hosts``, the job's own folder over ``/tmp`` (this
+  machine's ``/tmp`` is not bound at all);
 - the binding of the folder that holds the root brings a copy of the root along (at the root's
   path inside the root): it is unmounted, so nothing inside loops back.
+
+Cost: two mounts per entry of each shadowed folder (about 25 for ``/``), made once per job start.
 
 Nothing is created outside the rehearsal's work folder and every mount lives in the job's mount
 namespace (private propagation), gone with its last process: two rehearsals at once each have
