@@ -12,6 +12,9 @@ The upload is huggingface_hub's ``batch_bucket_files``: a Xet write token from t
 to the Xet storage through hf_xet, then one NDJSON ``/batch`` commit. Whatever fails on that way
 (hf_xet missing, a refused token, the network, a refused commit) becomes a ``DeployError`` that
 names the destination and what to do; no job is launched after a failed upload.
+Setuptools builds in the checkout itself (its ``build/`` and ``*.egg-info``): two builds of one
+checkout at once (two rehearsals) remove each other's files, so a build holds an exclusive lock
+on the checkout's ``pyproject.toml`` while it runs (``building``; released however it ends).
 ``publish_code`` is what ``deploy up`` calls: the plan's ``--code`` says whether there is a wheel
 to publish at all.
 """
@@ -19,14 +22,17 @@ to publish at all.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import shlex
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +43,8 @@ from deploy.jobs import HUB_ERRORS, HubJobs
 from deploy.plan import RunPlan
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+BUILD_LOCK_TIMEOUT_S = 600.0  # waiting for another build of the same checkout to end
+BUILD_LOCK_POLL_S = 0.2
 
 
 class Uploader(Protocol):
@@ -69,10 +77,34 @@ def build_command(root: Path, out_dir: Path) -> list[str]:
     )
 
 
-def build_wheel(root: Path, out_dir: Path, version: str, run: Runner = _run) -> Path:
-    """Build the wheel of ``root`` into ``out_dir``; return its path."""
+@contextlib.contextmanager
+def building(root: Path, timeout_s: float = BUILD_LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the lock on ``root``'s ``pyproject.toml``, waiting at most ``timeout_s`` for it."""
+    with (root / "pyproject.toml").open("rb") as held:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DeployError(
+                        f"another build of {root} held it for {timeout_s:.0f} s (a rehearsal's "
+                        "or `up`'s, building the same checkout): let it end, then run this again"
+                    ) from None
+                time.sleep(BUILD_LOCK_POLL_S)
+        yield  # closing the file releases the lock
+
+
+def build_wheel(
+    root: Path, out_dir: Path, version: str, run: Runner = _run,
+    lock_timeout_s: float = BUILD_LOCK_TIMEOUT_S,
+) -> Path:  # fmt: skip
+    """Build the wheel of ``root`` into ``out_dir``, one build of ``root`` at a time; return
+    its path."""
     command = build_command(root, out_dir)
-    result = run(command)
+    with building(root, lock_timeout_s):
+        result = run(command)
     if result.returncode != 0:
         tail = "\n".join((result.stderr or result.stdout or "").strip().splitlines()[-15:])
         raise DeployError(

@@ -2,11 +2,12 @@
 
 The job's command (``JobSpec.command``, unchanged) runs in its network namespace, under its
 job's name as host name (a machine of its own: torch's gloo finds its address by it), inside a
-private mount namespace where the bucket folder is bind-mounted at the plan's mount path
-(read-only where the spec says so), the group's hosts file over ``/etc/hosts`` and a folder of
-its own over ``/tmp`` (a container's own ``/tmp``: the install step writes its constraints file
-there; a base environment that lives under /tmp is carried into it). Its environment is the
-spec's ``env`` and secrets and what HF Jobs adds (``HF_NETWORK_GROUP_PREFIX``,
+private mount namespace whose file system ``machine`` makes: this machine's, with the bucket
+folder at the plan's mount path (read-only where the spec says so), the group's hosts file over
+``/etc/hosts`` and a folder of its own over ``/tmp`` (a container's own ``/tmp``: the install
+step writes its constraints file there; a base environment that lives under /tmp is carried into
+it), nothing of it made outside the rehearsal's work folder. Its environment is the spec's
+``env`` and secrets and what HF Jobs adds (``HF_NETWORK_GROUP_PREFIX``,
 ``HF_NETWORK_GROUP_HOSTNAME``), on the image's ``PATH``; nothing of this machine's environment
 leaks in but its pip settings (where its registries are) and the rehearsal's own
 (``extra_env``: offline Hub, the registry tunnel). Output goes to one log file.
@@ -15,7 +16,7 @@ leaks in but its pip settings (where its registries are) and the rehearsal's own
 from __future__ import annotations
 
 import os
-import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.plan import NETWORK_PREFIX
+from deploy.rehearsal.machine import Machine, script
 from deploy.rehearsal.network import Group, Member
-from deploy.specs import BucketMount, JobSpec
+from deploy.specs import JobSpec
 from proxy.lifeline import preexec
 
 PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
@@ -37,6 +39,12 @@ class LocalJob:
     member: Member
     log_path: Path
     process: subprocess.Popen[bytes]
+    started: Path  # there once its machine was made and its command began
+
+    def command_ran(self) -> bool:
+        """Whether its command began: a job that ended without is the rehearsal's own failure
+        to make its machine (a mount, the namespace), not the job's."""
+        return self.started.exists()
 
     def exit_code(self) -> int | None:
         return self.process.poll()
@@ -47,31 +55,6 @@ class LocalJob:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def setup_script(
-    name: str,
-    mount: BucketMount,
-    bucket_dir: Path,
-    hosts_file: Path,
-    tmp: Path,
-    keep: Sequence[Path] = (),
-) -> str:
-    """The shell lines that make the job's machine inside its fresh namespaces, then ``exec``
-    its command (``"$@"``). ``keep``: folders under ``/tmp`` the job must still see (the base
-    environment an image layer links into, when it lives there), carried into its own /tmp."""
-    q = shlex.quote
-    steps = [f"hostname {q(name)}", f"mount --bind {q(str(bucket_dir))} {q(mount.mount_path)}"]
-    if mount.read_only:
-        steps.append(f"mount -o remount,bind,ro {q(mount.mount_path)}")
-    steps.append(f"mount --bind {q(str(hosts_file))} /etc/hosts")
-    for folder in keep:
-        if folder.is_relative_to("/tmp"):
-            inside = tmp / folder.relative_to("/tmp")
-            inside.mkdir(parents=True, exist_ok=True)
-            steps.append(f"mount --bind {q(str(folder))} {q(str(inside))}")
-    steps += [f"mount --rbind {q(str(tmp))} /tmp", 'exec "$@"']
-    return " && ".join(steps)
 
 
 def start(
@@ -109,11 +92,21 @@ def start(
         "HF_NETWORK_GROUP_HOSTNAME": group.hostname,
         **extra_env,
     }
-    script = setup_script(spec.name, mount, bucket_dir, group.hosts_file, tmp, keep)
+    machine = Machine(
+        name=spec.name, root=workdir / "roots" / name, mount=mount, bucket_dir=bucket_dir,
+        hosts_file=group.hosts_file, tmp=tmp, started=workdir / "started" / name,
+        chroot=shutil.which("chroot") or "chroot", keep=tuple(keep),
+    )  # fmt: skip
+    machine.root.mkdir(parents=True)
+    machine.started.parent.mkdir(exist_ok=True)
+    for folder in keep:
+        if folder.is_relative_to("/tmp"):  # carried into the job's own /tmp
+            (tmp / folder.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
+    setup = script(machine, machine.listings())
     argv = [
         *("ip", "netns", "exec", member.netns),
         *("unshare", "--mount", "--uts", "--propagation", "private"),
-        *("sh", "-c", script, "sh", *spec.command),
+        *("sh", "-c", setup, "sh", *spec.command),
     ]
     log_path = workdir / "logs" / f"{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -122,4 +115,4 @@ def start(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             preexec_fn=preexec(signal.SIGKILL),  # a killed rehearsal leaves no job running
         )  # fmt: skip
-    return LocalJob(spec, member, log_path, process)
+    return LocalJob(spec, member, log_path, process, machine.started)

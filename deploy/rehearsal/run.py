@@ -60,9 +60,10 @@ def host_refusal(plan: RunPlan) -> str | None:
             "the rehearsal needs root on Linux (a network namespace per job, bind mounts): run "
             "it as root, or in a throwaway VM or container that allows both"
         )
-    for tool in ("ip", "unshare"):
+    for tool, package in (("ip", "iproute2"), ("unshare", "util-linux"), ("mount", "mount"),
+                          ("chroot", "coreutils")):  # fmt: skip
         if shutil.which(tool) is None:
-            return f"the rehearsal needs `{tool}` (Debian: iproute2, util-linux)"
+            return f"the rehearsal needs `{tool}` (Debian: {package})"
     if plan.network != "private":
         return (
             "the rehearsal runs the private network (HF's edge cannot be stood in here): drop "
@@ -109,10 +110,14 @@ class Rehearsal:
         refused = host_refusal(self.plan)
         if refused is not None:
             raise DeployError(refused)
+        if self.workdir.is_relative_to(self.plan.mount_path):
+            raise DeployError(
+                f"the rehearsal's folder {self.workdir} is under the plan's mount path "
+                f"{self.plan.mount_path}, which every job sees as the bucket: choose a folder "
+                "elsewhere (default: one in /var/tmp)"
+            )
         group = Group(self.plan.network_group or self.plan.run_name, self.workdir / "hosts")
         tunnel = Tunnel()
-        mount = Path(self.plan.mount_path)
-        made_mount = not mount.exists()
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # as a Ctrl-C
         try:
@@ -121,21 +126,19 @@ class Rehearsal:
             if fleet is not None:  # the same stand-ins: the run's tiny model, the CPU flags
                 fleet = replace(fleet, model=rehearsed.model,
                                 replica_args=(*fleet.replica_args, *CPU_REPLICA_ARGS))  # fmt: skip
-            mount.mkdir(parents=True, exist_ok=True)
             group.open()
+            self.say(f"network: bridge {group.bridge} on {group.subnet}, a namespace per job "
+                     f"({group.tag}n2, {group.tag}n3, ...), all removed at the end")  # fmt: skip
             registry = tunnel.start(group.gateway)
             self.launch(rehearsed, group, registry, fleet)
         except (subprocess.SubprocessError, OSError) as exc:
             raise DeployError(
                 f"the rehearsal could not set its jobs up ({exc}): check --image-base (a Python "
-                f"with vLLM and torch) and that {self.workdir} and {mount} can be written"
+                f"with vLLM and torch) and that {self.workdir} can be written"
             ) from None
         finally:
             self.stop(group)
             tunnel.close()
-            if made_mount:
-                with contextlib.suppress(*QUIET):
-                    mount.rmdir()
             if main:
                 signal.signal(signal.SIGTERM, previous)
 
@@ -323,7 +326,7 @@ class Rehearsal:
             raise self.failure(job, f"exited with code {job.exit_code()}")
 
     def failure(self, job: jobs.LocalJob, what: str) -> DeployError:
-        return failed(job.spec.name, what, job.tail(), job.log_path)
+        return failed(job.spec.name, what, job.tail(), job.log_path, job.command_ran())
 
     def stop(self, group: Group) -> None:
         for job in self.started:
@@ -340,15 +343,25 @@ class Rehearsal:
                 job.process.wait(5)
 
 
-def failed(name: str, what: str, tail: Sequence[str], log_path: Path) -> DeployError:
-    """A rehearsed job's failure, with the last lines of its log. What it says of a real launch
-    is only what a rehearsal shows: the job ran here with stand-ins (a tiny model and dataset,
-    CPU flags), so a cause in the plan would stop a launch too, one in a stand-in would not."""
+def failed(
+    name: str, what: str, tail: Sequence[str], log_path: Path, command_ran: bool = True
+) -> DeployError:
+    """A rehearsed job's failure: what happened, the last lines of its log, where all of it is,
+    and what to check. Only what the rehearsal saw: whether the job's command began (else this
+    machine refused a namespace or mount the rehearsal makes), never a claim about a launch."""
     lines = "\n".join(f"  | {line}" for line in tail)
+    if not command_ran:
+        return DeployError(
+            f"rehearsal failed: {name} {what} before its command began: the rehearsal could not "
+            f"make its file system or namespaces here; the last lines of its log:\n{lines}\n"
+            f"all of it: {log_path}. Check that root on this machine may make mount namespaces, "
+            "tmpfs and bind mounts (the log names the one refused), then rehearse again"
+        )
     return DeployError(
         f"rehearsal failed: {name} {what}; the last lines of its log:\n{lines}\n"
-        f"all of it: {log_path}. The job ran here with the rehearsal's stand-ins (a tiny model "
-        "and dataset, CPU flags): fix the cause its log shows, then rehearse again"
+        f"all of it: {log_path}. The job ran its planned command here with the rehearsal's "
+        "stand-ins (a tiny model and dataset, CPU flags): fix the cause its log shows, then "
+        "rehearse again"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fcntl
 import subprocess
 import sys
 import tomllib
@@ -33,7 +34,7 @@ from deploy.prices import cost_per_hour
 from deploy.readiness import Assessment, Seen, describe, healthy, judge, routes_everywhere
 from deploy.specs import JobSpec
 from deploy.status import proxy_figures
-from deploy.wheel import Runner, build_wheel, publish_wheel
+from deploy.wheel import Runner, build_wheel, building, publish_wheel
 from proxy.config.units import DurationArg
 
 NOT_YET = Assessment(False, "/health not ready yet (HTTP 503)")
@@ -176,15 +177,43 @@ def _runner(returncode: int, make: str | None) -> Runner:
 
 
 def test_build_wheel_checks_the_result(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "pyproject.toml").write_text("")
     good = _runner(0, wheel_filename("1.2.3"))
-    assert build_wheel(Path("/src"), tmp_path, "1.2.3", run=good) == (
-        tmp_path / wheel_filename("1.2.3")
-    )
+    assert build_wheel(src, tmp_path, "1.2.3", run=good) == (tmp_path / wheel_filename("1.2.3"))
     with pytest.raises(DeployError, match=r"exit 1.*\n.*no backend\n.*--code image"):
-        build_wheel(Path("/src"), tmp_path / "x", "1.2.3", run=_runner(1, None))
+        build_wheel(src, tmp_path / "x", "1.2.3", run=_runner(1, None))
     (tmp_path / "y").mkdir()
     with pytest.raises(DeployError, match=r"produced \['rollout_proxy-9-py3-none-any\.whl'\]"):
-        build_wheel(Path("/src"), tmp_path / "y", "1.2.3", run=_runner(0, wheel_filename("9")))
+        build_wheel(src, tmp_path / "y", "1.2.3", run=_runner(0, wheel_filename("9")))
+
+
+def test_one_build_of_a_checkout_at_a_time(tmp_path: Path) -> None:
+    """Setuptools builds in the checkout (build/, *.egg-info): two rehearsals building one
+    checkout at once removed each other's files. A build holds a lock on its pyproject.toml."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "out").mkdir()
+    held: list[bool] = []
+
+    def run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        with (tmp_path / "pyproject.toml").open("rb") as other:  # what a second build tries
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(True)
+        return _runner(0, wheel_filename("1"))(command)
+
+    build_wheel(tmp_path, tmp_path / "out", "1", run=run)
+    assert held == [True]
+    with building(tmp_path), pytest.raises(DeployError) as waited:
+        build_wheel(tmp_path, tmp_path / "out", "1", run=run, lock_timeout_s=0)
+    assert str(waited.value) == (
+        f"another build of {tmp_path} held it for 0 s (a rehearsal's or `up`'s, building the "
+        "same checkout): let it end, then run this again"
+    )
+    build_wheel(tmp_path, tmp_path / "out", "1", run=run)  # released however the build ended
+    assert held == [True, True]
 
 
 def test_publish_wheel_uploads_into_the_run_folder(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ with one replica instead of three (each vLLM CPU engine costs a minute and a cor
 same plan in topology ``job``. Each rehearsal makes its images as fresh environments layered on
 this tier's (never writing to it), installs what each job installs (from the registry where the
 image lacks it), gives each job a network namespace and the bucket at ``/lora``, and must end
-with the trainer's adapters loaded on the replica. Needs root (namespaces, bind mounts), as CI has.
+with the trainer's adapters loaded on the replica. Two of them run at once, as two people (or two
+CI jobs) on one machine do: each has its own ``/lora`` and namespaces, and each test asserts only
+what its own rehearsal made. Needs root (namespaces, bind mounts), as CI has.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,13 +30,15 @@ from deploy.install import VLLM_IMAGE, project_version, source_root
 from deploy.plan import RunPlan
 from deploy.plan_jobs import trainer_spec
 from deploy.rehearsal import images, jobs
-from deploy.rehearsal.network import Group
+from deploy.rehearsal.network import Group, listed_names, owner_of
+from deploy.rehearsal.run import failed
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.wheel import build_wheel
 from tests.support.docs import deploy_commands
 
 REHEARSAL_TIMEOUT_S = 900
 STARTED = r"^started (?:math-r1-)?(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
+NETWORK = r"^network: bridge rp([0-9a-f]{2})br on 10\.231\.\d+\.0/24"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal needs root")
 
 
@@ -50,57 +57,66 @@ def _readme_plan(*changes: str) -> list[str]:
     return [*argv[:split], *changes, *argv[split:]]
 
 
-def _rehearse(argv: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+def _start(argv: list[str], workdir: Path) -> subprocess.Popen[str]:
+    """``deploy rehearse`` of ``argv`` in ``workdir``, its output in files there."""
     split = argv.index("--")
     command = [
         *(sys.executable, "-m", "deploy", "rehearse", *argv[:split]),
         *("--image-base", sys.executable, "--workdir", str(workdir / "run"), "--steps", "1"),
         *argv[split:],
     ]
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as run:
-        try:
-            out, err = run.communicate(timeout=REHEARSAL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            run.terminate()  # SIGTERM: the rehearsal takes its jobs and namespaces down first
-            out, err = run.communicate(timeout=120)
-        return subprocess.CompletedProcess(command, run.returncode, out, err)
+    with (workdir / "out.txt").open("w") as out, (workdir / "err.txt").open("w") as err:
+        return subprocess.Popen(command, stdout=out, stderr=err, text=True)
 
 
-def _namespaces_left() -> list[str]:
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
-    return [line for line in netns.stdout.splitlines() if line.startswith("rp")]
+def _finish(run: subprocess.Popen[str], workdir: Path, deadline: float) -> tuple[int, str, str]:
+    """Its exit code and output, once it ended (by ``deadline``, else stopped by SIGTERM: the
+    rehearsal takes its jobs and namespaces down first)."""
+    try:
+        code = run.wait(max(deadline - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        run.send_signal(signal.SIGTERM)
+        code = run.wait(120)
+    return code, (workdir / "out.txt").read_text(), (workdir / "err.txt").read_text()
 
 
-@pytest.mark.parametrize(
-    ("changes", "jobs_started", "cost"),
-    [
-        ((), ["replica-0", "trainer"], "$15.00 per hour (1 x h200, 1 x h200x2)"),
-        # Topology job, and the trainer as two one-GPU jobs meeting at node 0's alias.
-        (
-            ("--topology", "job", "--trainer-nodes", "2", "--trainer-flavor", "h200"),
-            # ... and, once the trainer is done, the proxy job run again (a retry).
-            ["replica-0", "proxy", "trainer", "trainer-1", "proxy"],
-            "$15.03 per hour (3 x h200, 1 x cpu-upgrade)",
-        ),
-        # The run on a shared fleet: the fleet's replica and proxy job, then the run's trainer,
-        # which declares itself on the fleet's proxy and trains at /runs/math-r1.
-        (
-            ("--fleet", "sweep"),
-            ["sweep-replica-0", "sweep-proxy", "trainer"],
-            "$15.03 per hour (1 x h200, 1 x cpu-upgrade, 1 x h200x2)",
-        ),
-    ],
-    ids=["default-plan", "job-topology-two-trainer-nodes", "run-on-a-shared-fleet"],
-)
-def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
-    changes: tuple[str, ...], jobs_started: list[str], cost: str, workdir: Path
-) -> None:
-    result = _rehearse(_readme_plan(*changes), workdir)
-    print(result.stdout[-3000:])
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    out = result.stdout
+def _own_leftovers(out: str, workdir: Path) -> list[str]:
+    """What this rehearsal made that is still there: namespaces and links named by its id (as it
+    printed it), mounts of its work folder in this mount namespace. Another's are not its own."""
+    found = re.search(NETWORK, out, flags=re.M)
+    assert found, out[-3000:]
+    mine = int(found.group(1), 16)
+    links, netns = (subprocess.run(["ip", *args], capture_output=True, text=True, check=True)
+                    for args in (["-o", "link"], ["netns", "list"]))  # fmt: skip
+    left = [name for name in listed_names(links.stdout, netns.stdout) if owner_of(name) == mine]
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    return left + [line for line in mounts if str(workdir) in line]
+
+
+PLANS = {
+    "default-plan": ((), ["replica-0", "trainer"], "$15.00 per hour (1 x h200, 1 x h200x2)"),
+    # Topology job, and the trainer as two one-GPU jobs meeting at node 0's alias ...
+    "job-topology-two-trainer-nodes": (
+        ("--topology", "job", "--trainer-nodes", "2", "--trainer-flavor", "h200"),
+        # ... and, once the trainer is done, the proxy job run again (a retry).
+        ["replica-0", "proxy", "trainer", "trainer-1", "proxy"],
+        "$15.03 per hour (3 x h200, 1 x cpu-upgrade)",
+    ),
+    # The run on a shared fleet: the fleet's replica and proxy job, then the run's trainer,
+    # which declares itself on the fleet's proxy and trains at /runs/math-r1.
+    "run-on-a-shared-fleet": (
+        ("--fleet", "sweep"),
+        ["sweep-replica-0", "sweep-proxy", "trainer"],
+        "$15.03 per hour (1 x h200, 1 x cpu-upgrade, 1 x h200x2)",
+    ),
+}
+
+
+def _check(plan: str, code: int, out: str, err: str, workdir: Path) -> None:
+    """What the rehearsal of ``PLANS[plan]`` in ``workdir`` must have done, and left."""
+    changes, jobs_started, cost = PLANS[plan]
+    print(f"{plan}:\n{out[-3000:]}")
+    assert code == 0, out[-4000:] + err[-4000:]
     # Every job ran as planned, in launch order, on the private network.
     started = re.findall(STARTED, out, flags=re.M)
     assert [name for name, _, _ in started] == jobs_started
@@ -133,30 +149,99 @@ def test_the_readme_plan_rehearses_and_trains_through_the_proxy(
         assert list((run_dir / ".proxy-state").glob("adapters-*.json"))
     else:  # h200x2: the published two ranks on one machine
         assert "starting 2 FSDP2 rank(s)" in (logs / "math-r1-trainer.log").read_text()
-    # Nothing left behind: no namespace, no mount point the rehearsal made.
-    assert _namespaces_left() == []
-    assert not Path("/lora").exists()
+    # Nothing of its own left behind: no namespace or link, no mount (they all lived in its
+    # jobs' mount namespaces; /lora was never made on this machine).
+    assert _own_leftovers(out, workdir) == []
+
+
+def _rehearse_at_once(plans: list[str], workdir: Path) -> None:
+    folders = [workdir / plan for plan in plans]
+    runs = []
+    for plan, folder in zip(plans, folders, strict=True):
+        folder.mkdir()
+        runs.append(_start(_readme_plan(*PLANS[plan][0]), folder))
+    deadline = time.monotonic() + REHEARSAL_TIMEOUT_S
+    ended = [_finish(run, folder, deadline) for run, folder in zip(runs, folders, strict=True)]
+    for plan, folder, (code, out, err) in zip(plans, folders, ended, strict=True):
+        _check(plan, code, out, err, folder)
+
+
+def test_the_readme_plan_on_a_shared_fleet_rehearses_and_trains_through_its_proxy(
+    workdir: Path,
+) -> None:
+    _rehearse_at_once(["run-on-a-shared-fleet"], workdir)
+
+
+def test_two_rehearsals_at_once_both_pass_each_with_its_own_lora_and_namespaces(
+    workdir: Path,
+) -> None:
+    """Issue 48: two rehearsals on one machine collided on the host's /lora (one removed it
+    under the other) and a test asserted that no namespace at all was left. The default plan
+    and the job topology (whose proxy job is run again after the other may have ended), at
+    once, of the same run name: each trains into its own bucket at its own /lora."""
+    _rehearse_at_once(["default-plan", "job-topology-two-trainer-nodes"], workdir)
+
+
+def _plan(*changes: str) -> RunPlan:
+    from deploy.cli import build_parser
+    from deploy.up_flags import plan_from_args
+    from tests.support.clock import SteppingClock
+
+    argv = _readme_plan(*changes)
+    split = argv.index("--")
+    args = build_parser().parse_args(["up", *argv[:split]])
+    return plan_from_args(args, argv[split + 1 :], SteppingClock())
+
+
+def test_jobs_of_two_groups_at_once_see_their_own_bucket_and_a_refused_mount_says_so(
+    workdir: Path,
+) -> None:
+    """The plumbing under two rehearsals at once, in seconds: two groups of the same run, a job
+    in each writing its group's prefix at /lora/who (the plan's own path, from /): each lands in
+    its own bucket. A job whose bucket folder is missing fails before its command begins, and
+    is reported as the rehearsal's own setup failing, not the job's."""
+    command = 'test "$(pwd)" = / && echo "$HF_NETWORK_GROUP_PREFIX" > /lora/who'
+    plan = _plan()
+    spec = replace(trainer_spec(plan), command=("sh", "-c", command))
+    groups = [Group("math-r1", workdir / f"{side}.hosts") for side in "ab"]
+    runs = [("a", groups[0], True), ("b", groups[1], True), ("c", groups[0], False)]
+    started: list[jobs.LocalJob] = []
+    try:
+        for group in groups:
+            group.open()
+        for side, group, has_bucket in runs:
+            bucket = workdir / side / "bucket"
+            (bucket if has_bucket else workdir / side).mkdir(parents=True)
+            job = jobs.start(
+                spec, group=group, image_bin=Path(sys.executable).parent, bucket_dir=bucket,
+                workdir=workdir / side, secrets=plan.secret_values("t", "k"), extra_env={},
+            )  # fmt: skip
+            started.append(job)
+        codes = [job.process.wait(60) for job in started]
+    finally:
+        for group in groups:
+            group.close()
+    assert codes[:2] == [0, 0], [job.log_text() for job in started]
+    assert groups[0].prefix != groups[1].prefix
+    for side, group in zip("ab", groups, strict=True):
+        assert (workdir / side / "bucket" / "who").read_text() == f"{group.prefix}\n"
+    refused = started[2]
+    assert codes[2] != 0 and not refused.command_ran() and started[0].command_ran()
+    said = failed(refused.spec.name, f"exited with code {codes[2]}", refused.tail(),
+                  refused.log_path, refused.command_ran())  # fmt: skip
+    assert "before its command began" in str(said), str(said)
 
 
 def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
     """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
     naming the flag to change, before TRL's rollout worker would refuse to start."""
-    from deploy.cli import build_parser
-    from deploy.up_flags import plan_from_args
-    from tests.support.clock import SteppingClock
-
-    argv = _readme_plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
-    split = argv.index("--")
-    args = build_parser().parse_args(["up", *argv[:split]])
-    plan: RunPlan = plan_from_args(args, argv[split + 1 :], SteppingClock())
+    plan = _plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
     spec = trainer_spec(plan)
     group = Group("r", workdir / "hosts")
     tunnel = Tunnel()
     root = source_root()
     assert root is not None
     build_wheel(root, workdir / "bucket" / plan.code_dir, project_version("wheel"))
-    assert not Path("/lora").exists()
-    Path("/lora").mkdir()
     try:
         group.open()
         registry = tunnel.start(group.gateway)
@@ -169,7 +254,6 @@ def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -
     finally:
         group.close()
         tunnel.close()
-        Path("/lora").rmdir()
     assert job.tail(1) == [
         "rollout-proxy: this image cannot import vllm (TRL's rollout worker refuses to start "
         f"without it): use the vLLM image (--trainer-image {VLLM_IMAGE}) or one built on it"
