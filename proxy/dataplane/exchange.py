@@ -32,6 +32,12 @@ class Failed(Exception):
         self.answer = answer
 
 
+class Busy(Failed):
+    """The replica did not take the connection in time (a connect timeout): load, not death.
+    Another replica is tried, and this one again once every other was: the request waits at the
+    proxy (within its own time limit) instead of failing a burst."""
+
+
 @dataclass(slots=True)  # made per request: not frozen (see proxy/__init__.py)
 class Exchange:
     """One client request being forwarded: what every attempt sends and reports."""

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from proxy.dataplane.attempts import EJECTED, Ejections
-from proxy.dataplane.exchange import Exchange, Failed, Identity
+from proxy.dataplane.exchange import Busy, Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer
 from proxy.dataplane.headers import response_headers
 from proxy.dataplane.ledger import StreamLedger
@@ -186,12 +186,17 @@ class Forwarder:
     ) -> web.StreamResponse:
         run = exchange.run
         tried: set[str] = set()
+        busy: set[str] = set()  # replicas whose connect timed out: tried again after the rest
         errors: list[str] = []
         last_answer: web.Response | None = None
         failures = 0
+        deadline = exchange.started + self._timeout_s
         while failures < self._attempts:
             if tried and next(self._eligible(route.model, tried), None) is None:
-                break
+                if not busy or time.perf_counter() > deadline:
+                    break
+                tried.difference_update(busy)  # every other was tried: the busy ones again
+                busy.clear()
             tracing = self._tracing
             try:
                 if tracing is None:
@@ -214,6 +219,11 @@ class Forwarder:
                 for suspect, status in exchange.suspects or ():
                     self._outliers.server_error(suspect, status)
                 return response
+            except Busy as exc:  # load, not death: no attempt spent
+                tried.add(replica.id)
+                busy.add(replica.id)
+                errors.append(f"{replica.id}: {exc}")
+                self._metrics.record_failover()
             except Failed as exc:
                 tried.add(replica.id)
                 errors.append(f"{replica.id}: {exc}")
@@ -288,9 +298,9 @@ class Forwarder:
                     done = ended
         except Dropped:  # its replica was ejected or removed (``attempts``)
             raise _failure(ex, EJECTED) from None
-        except ConnectTimeout as exc:  # load, not death: another replica is tried
-            self._gateway_failure(replica, "connect_timeout", exc)
-            raise _failure(ex, "connect timed out") from None
+        except ConnectTimeout:  # load, not death: counted; its probes judge the replica
+            self._metrics.record_replica_error(replica.id, "connect_timeout")
+            raise (Cut if ex.streaming else Busy)("connect timed out") from None
         except AnswerTimeout:  # slow, not gone: counted, never a gateway failure
             self._metrics.record_replica_error(replica.id, "timeout")
             if ex.streaming:

@@ -26,13 +26,10 @@ from proxy.fleet.replica import Health, Replica, replica_id
 log = logging.getLogger("proxy.fleet")
 
 # Why a replica was ejected: the label values of rollout_proxy_ejections_total.
-EjectCause = Literal[
-    "probe", "transport", "connect_timeout", "midstream", "circuit", "fanout", "broadcast"
-]
+EjectCause = Literal["probe", "transport", "midstream", "circuit", "fanout", "broadcast"]
 EJECT_CAUSES: tuple[EjectCause, ...] = (
     "probe",
     "transport",
-    "connect_timeout",
     "midstream",
     "circuit",
     "fanout",

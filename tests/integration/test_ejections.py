@@ -40,7 +40,7 @@ async def _assert_ejected(stack: Stack, index: int, cause: str) -> None:
 
 async def test_every_cause_is_exported_from_the_start() -> None:
     async with run_stack(1) as stack:
-        for cause in ("probe", "transport", "connect_timeout", "midstream", "circuit"):
+        for cause in ("probe", "transport", "midstream", "circuit"):
             assert await _ejections(stack, cause) == 0
         for cause in ("fanout", "broadcast"):
             assert await _ejections(stack, cause) == 0

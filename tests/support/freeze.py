@@ -4,7 +4,7 @@
 - ``stall``: it stops accepting; once its small backlog is full (``BACKLOG`` + 1 connections),
   new connections hang in the handshake, like a replica whose connects are slow. Established
   connections keep working. When ``stall`` returns, no accept is pending any more, so a test
-  that fills the backlog next fills it for good.
+  that fills the backlog next fills it for good; ``unstall`` accepts again.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 BACKLOG = 8
@@ -26,6 +27,7 @@ class Relay:
         self._running = asyncio.Event()
         self._running.set()
         self._acceptor: asyncio.Task[None] | None = None
+        self._accepting: Callable[[], Coroutine[Any, Any, None]] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.url = ""
 
@@ -34,6 +36,11 @@ class Relay:
 
     def thaw(self) -> None:
         self._running.set()
+
+    def unstall(self) -> None:
+        """Accept again (the connections waiting in the backlog first)."""
+        if self._acceptor is None and self._accepting is not None:
+            self._acceptor = asyncio.create_task(self._accepting())
 
     async def stall(self) -> None:
         """Stop accepting. Cancelling the acceptor withdraws its pending accept before it
@@ -91,6 +98,7 @@ async def relay(target: str) -> AsyncIterator[Relay]:
             link._tasks.add(task)
             task.add_done_callback(link._tasks.discard)
 
+    link._accepting = accept
     link._acceptor = asyncio.create_task(accept())
     try:
         yield link
