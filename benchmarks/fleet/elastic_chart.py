@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-SCALER_COLORS = ("black", "tab:red", "tab:orange", "tab:blue")  # the scaler first
+SCALER_COLORS = ("black", "tab:red", "tab:orange", "tab:blue", "tab:purple")  # the scaler first
 TITLES = {
     "growing": "lengths growing to 3x",
     "shrinking": "shrinking to 1/3",
@@ -34,7 +34,8 @@ def chart(path: Path, results: dict[str, Any]) -> None:
             top.plot(xs, ys, color=colors(i / max(len(fixed) - 1, 1)), linewidth=1,
                      label=f"{r['label']} ({r['max_inflight_tasks']} in flight)")  # fmt: skip
         scaled = [r for r in rows if r["shape"] == shape and r["fleet"] == "scaler"]
-        for r, color in zip(scaled, SCALER_COLORS, strict=False):
+        for i, r in enumerate(scaled):
+            color = SCALER_COLORS[i % len(SCALER_COLORS)]
             main = r["label"] == "scaler"
             style = {"color": color, "linewidth": 2.2 if main else 1.4,
                      "linestyle": "-" if main else "--"}  # fmt: skip

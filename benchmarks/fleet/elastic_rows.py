@@ -46,8 +46,8 @@ def row(
     ready = [r for _, r, _, _ in run.timeline]
     ends = run.step_ends
     series = [
-        (ends[i] / 60, (ends[i] - (ends[i - SERIES_STEPS] if i >= SERIES_STEPS else 0.0))
-         / min(i + 1, SERIES_STEPS))
+        [round(ends[i] / 60, 3), round((ends[i] - (ends[i - SERIES_STEPS] if i >= SERIES_STEPS
+                                                 else 0.0)) / min(i + 1, SERIES_STEPS), 3)]
         for i in range(SERIES_STEPS - 1, len(ends), SERIES_STEPS)
     ]  # fmt: skip
     return {
@@ -70,11 +70,23 @@ def row(
         "mean_replicas": run.replica_s / run.wall_s,
         "peak_replicas": max(ready),
         "final_replicas": ready[-1],
-        "windows": len(run.decisions),
         "generation_bound_windows": sum(1 for d in run.decisions if d["verdict"]),
         "changes": [d for d in run.decisions if d["action"] != "hold"],
+        # Every window: [at_s, the trainer's wait share, ready, starting, draining, action].
+        "windows": [
+            [
+                d["at_s"],
+                round(d["waited"], 3),
+                d["ready"],
+                d["starting"],
+                d["draining"],
+                d["action"],
+            ]
+            for d in run.decisions
+        ],
+        "last_reason": run.decisions[-1]["reason"] if run.decisions else None,
         "timeline": [list(t) for t in run.timeline],
-        "step_time_series": [list(p) for p in series],
+        "step_time_series": series,
     }
 
 

@@ -13,8 +13,8 @@ The scenario (``FULL``; every model constant is still a flag):
   run's flavour (h200: 1 GPU, $5/h), the trainer the fixed part (h200x2: 2 GPUs, $10/h);
 - TRL's in-flight count is fixed when the trainer starts. A fixed fleet of N gets the what-if's
   count for N at the first step's shape; the scaler starts at the what-if's recommendation
-  with the what-if's count for that fleet (``scaler``), or for the largest fleet allowed
-  (``scaler, count for MAX``). On the constant run it also starts at 1 and at 6 replicas.
+  with the what-if's count for that fleet (``scaler``), or for the largest or the smallest
+  fleet allowed (``scaler, count for N``). On the constant run it also starts at 1 and at 6.
 Each figure covers the whole run, 0 to the last step. GPU-hours: the replicas' GPU time held
 (launch to gone) plus the trainer's GPUs over the wall time (it holds them, waiting or not: a
 fleet too small pays in trainer-hours, which replica-hours alone would hide, always favouring
@@ -127,8 +127,9 @@ def legs(start: int, counts: dict[int, int], scenario: Scenario) -> list[Leg]:
     for shape in SHAPES:
         out += [Leg(shape, f"fixed {n}", n, counts[n], False) for n in range(bottom, top + 1)]
         out.append(Leg(shape, "scaler", start, counts[start], True))
-        if counts[top] != counts[start]:
-            out.append(Leg(shape, f"scaler, count for {top}", start, counts[top], True))
+        for n in (top, bottom):
+            if counts[n] != counts[start]:
+                out.append(Leg(shape, f"scaler, count for {n}", start, counts[n], True))
     for n in (bottom, top):
         if n != start:
             out.append(Leg("constant", f"scaler from {n}", n, counts[start], True))

@@ -16,7 +16,8 @@ FIELDS = {
     "shape", "fleet", "label", "start_replicas", "max_inflight_tasks", "wall_s", "wall_min",
     "steps", "replica_hours", "trainer_hours", "gpu_hours", "gpu_hours_per_step", "dollars",
     "wasted_share", "waited_share", "mean_replicas", "peak_replicas", "final_replicas",
-    "windows", "generation_bound_windows", "changes", "timeline", "step_time_series",
+    "windows", "generation_bound_windows", "changes", "last_reason", "timeline",
+    "step_time_series",
 }  # fmt: skip
 
 
