@@ -30,6 +30,9 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.fleet.advice import recommend
+from benchmarks.fleet.elastic_chart import chart as elastic_chart
+from benchmarks.fleet.elastic_rows import acceptance_lines
+from benchmarks.fleet.elastic_study import study as elastic_study
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
 from benchmarks.fleet.sharing import SHARING_LEGEND, grid, sharing_table
 from benchmarks.fleet.suite import run_grid, validate
@@ -148,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=8, help="what-if: fleets of 1..this many replicas")  # fmt: skip
     add("--waste-study", action="store_true",
         help="can the proxy cut the waste of TRL's in-flight count (waste_study.py)")  # fmt: skip
+    add("--elastic", action="store_true",
+        help="the scaler against fixed fleets, lengths changing (elastic_study.py)")  # fmt: skip
     add("--study-replica-count", "--study-replicas", dest="study_replicas", type=int,
         metavar="N", default=3, help="waste study: the fleet's replicas")  # fmt: skip
     add("--workload", default="long_tail", choices=sorted(WORKLOADS), help="what-if workload")
@@ -220,6 +225,9 @@ def main(argv: list[str]) -> int:
     elif args.what_if:
         print(f"benchmarks: suite fleet{mode}")
         results, text = _what_if(args, gpu, trainer, sync, proxy)
+    elif args.elastic:
+        print(f"benchmarks: suite fleet elastic study{mode}")
+        results, text = _elastic(args, gpu, trainer, sync, proxy)
     elif args.waste_study:
         print(f"benchmarks: suite fleet waste study{mode}")
         rows = study(WORKLOADS[args.workload], gpu, trainer, sync, proxy,
@@ -255,7 +263,7 @@ def main(argv: list[str]) -> int:
 def sync_for(args: argparse.Namespace) -> SyncModel:
     """The sync the flags describe: for a what-if, over this project's sync (the published one
     with ``--sync-published``); otherwise over the published one, which the suite reproduces."""
-    project = (args.what_if or args.waste_study) and not args.sync_published
+    project = (args.what_if or args.waste_study or args.elastic) and not args.sync_published
     synced: SyncModel = build(SyncModel, args, "sync_", base=PROJECT_SYNC if project else None)
     return synced
 
@@ -346,6 +354,26 @@ def _what_if(
         advice = recommend(layouts, args.share_runs)
         results["sharing"] = {"rows": layouts, "advice": advice}
         text += f"\n{sharing_table(layouts)}\n{advice['line']}"
+    return results, text
+
+
+def _elastic(
+    args: argparse.Namespace, gpu: GpuModel, trainer: TrainerModel, sync: SyncModel, proxy: Any
+) -> tuple[Any, str]:
+    """The scaler against fixed fleets on changing lengths (``elastic_study.py``)."""
+    results = elastic_study(gpu, trainer, sync, proxy, quick=args.quick, progress=_progress)
+    text = report.table(
+        ["shape", "run", "start", "in_flight", "wall_min", "gpu_s_per_step", "dollars",
+         "wasted", "mean_replicas", "final"],
+        [[r["shape"], r["label"], r["start_replicas"], r["max_inflight_tasks"], r["wall_min"],
+          3600 * r["gpu_hours_per_step"], r["dollars"], r["wasted_share"], r["mean_replicas"],
+          r["final_replicas"]] for r in results["rows"]],
+    )  # fmt: skip
+    text += "\n" + acceptance_lines(results["acceptance"])
+    if args.plot:
+        path = args.plot / "fleet_elastic.png"
+        elastic_chart(path, results)
+        text += f"\nchart: {path}"
     return results, text
 
 

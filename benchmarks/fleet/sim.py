@@ -13,10 +13,8 @@
   ``train_s``, and every ``sync.every`` steps syncs (``SyncModel.draw``): the trainer waits for
   the whole sync; the fleet pauses (running requests freeze) for it only when the sync is
   ``frozen``; then the version goes up.
-- Proxy: per-replica in-flight cap with a FIFO queue; each request's body is built as TRL sends
-  it and read by the proxy's own ``peek``; the policy gets the proxy's own cost estimates
-  (``routing.cost``) and the replicas' scraped figures (``fleet.load.judge``) every
-  ``scrape_s`` unless it is a *blind* variant (request counts only).
+- Proxy (``router.py``): per-replica in-flight cap with a FIFO queue, the proxy's own request
+  reading, cost estimates and scraped figures, and its pool's membership.
 Step time is the time between two optimizer steps' ends, syncs included.
 """
 
@@ -25,131 +23,12 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
-
-import orjson
 
 from benchmarks.fleet.engine import Loop, Replica, Request
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
+from benchmarks.fleet.router import Router
 from benchmarks.fleet.workloads import Workload
-from proxy.config import LoadSettings
-from proxy.fleet.load import judge
-from proxy.fleet.replica import ReportedLoad
-from proxy.routing.cost import CostModel
-from proxy.routing.facts import Facts
-from proxy.routing.policy import Policy, RouteRequest, Snapshot
-
-
-@dataclass(eq=False, slots=True)
-class Candidate:
-    """A replica as the policy sees it."""
-
-    id: str
-    inflight: int = 0
-    cost: float = 0.0
-    reported: ReportedLoad | None = None
-    queued: bool = False  # the last scrape showed a queue
-
-
-@dataclass(slots=True)
-class _Sent:
-    replica: int
-    cost: float
-    budget: int
-
-
-class Router:
-    """The proxy between the trainer and the replicas."""
-
-    def __init__(
-        self,
-        policy: Policy,
-        replicas: list[Replica],
-        informed: bool,
-        proxy: ProxyModel,
-        loop: Loop,
-        max_tokens: int,
-    ) -> None:
-        self.policy = policy
-        self.replicas = replicas
-        self.informed = informed
-        self.proxy = proxy
-        self.loop = loop
-        self.max_tokens = max_tokens
-        self.candidates = [Candidate(r.id) for r in replicas]
-        self.members = tuple(r.id for r in replicas)
-        self.index = {r.id: i for i, r in enumerate(replicas)}
-        self.costs = CostModel()
-        # An uninformed proxy weighs every request the same (cost 1), as the proxy before costs.
-        self.facts = Facts(policy, self.costs if informed else None)
-        self.queue: deque[tuple[Request, RouteRequest]] = deque()
-        self.load = LoadSettings()
-        self._sent: dict[int, _Sent] = {}
-        if informed:
-            loop.at(proxy.scrape_s, self._scrape)
-
-    def submit(self, request: Request) -> None:
-        route = self.route(request)
-        if self.queue or not self._place(request, route):
-            self.queue.append((request, route))
-
-    def route(self, request: Request) -> RouteRequest:
-        """The request's body as TRL sends it, read by the proxy's own path (routing.facts)."""
-        body = orjson.dumps(
-            {
-                "model": request.lora,
-                "prompt": request.prompt,
-                "max_tokens": self.max_tokens,
-                "temperature": 1.0,
-                "n": 1,
-                "return_token_ids": True,
-                "logprobs": 0,
-            }
-        )
-        return self.facts.build(body, b"prompt")
-
-    def _place(self, request: Request, route: RouteRequest) -> bool:
-        cap = self.proxy.per_replica_cap
-        free = [c for c in self.candidates if c.inflight < cap]
-        if not free:
-            return False
-        decision = self.policy.select(Snapshot(free, self.members), route)
-        at = self.index[decision.replica_id]
-        candidate = self.candidates[at]
-        candidate.inflight += 1
-        if self.informed:
-            candidate.cost += route.cost
-        self._sent[request.uid] = _Sent(at, route.cost, route.decode_budget)
-        user_done = request.done
-        request.done = lambda r: self._answered(r, user_done)
-        self.replicas[at].submit(request)
-        return True
-
-    def _answered(self, request: Request, user_done: Any) -> None:
-        sent = self._sent.pop(request.uid)
-        candidate = self.candidates[sent.replica]
-        candidate.inflight -= 1
-        if self.informed:
-            candidate.cost = candidate.cost - sent.cost if candidate.inflight else 0.0
-            self.costs.observe(sent.budget, request.answer)
-        request.done = user_done
-        user_done(request)
-        while self.queue and self._place(*self.queue[0]):
-            self.queue.popleft()
-
-    def _scrape(self) -> None:
-        for replica, candidate in zip(self.replicas, self.candidates, strict=True):
-            figures = ReportedLoad(
-                float(len(replica.running)),
-                float(replica.queued()),
-                replica.kv_usage(),
-                float(replica.preemptions),
-            )
-            candidate.reported, candidate.queued = judge(
-                figures, candidate.inflight, candidate.queued, self.load
-            )
-        self.loop.at(self.loop.now + self.proxy.scrape_s, self._scrape)
-
+from proxy.routing.policy import Policy
 
 SCORE_QUEUE_GROUPS = 16  # TRL's score_queue_maxsize
 
@@ -236,6 +115,8 @@ class Trainer:
         return self.step >= self.steps
 
     def start(self) -> None:
+        if not self.warmup:  # the window is the whole run
+            self._open_window()
         while self.inflight < self.t.max_inflight:
             self._start_rollout()
 
@@ -253,7 +134,7 @@ class Trainer:
 
     def _send(self, group: int, rollout: int, turn: int, prompt: list[int]) -> None:
         self.uid += 1
-        answer = self.workload.answer_tokens(group, rollout, turn, self.t.max_tokens)
+        answer = self.workload.answer_tokens(group, rollout, turn, self.t.max_tokens, self.step)
         more = turn + 1 < self.workload.turns
         request = Request(
             self.uid,

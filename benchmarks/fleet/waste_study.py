@@ -37,7 +37,8 @@ from typing import Any
 
 from benchmarks.fleet.engine import Loop, Replica, Request
 from benchmarks.fleet.model import GpuModel, ProxyModel, SyncModel, TrainerModel
-from benchmarks.fleet.sim import FleetRun, Router, Trainer
+from benchmarks.fleet.router import Router
+from benchmarks.fleet.sim import FleetRun, Trainer
 from benchmarks.fleet.workloads import Workload
 from proxy.routing.policy import Policy, RouteRequest
 from proxy.routing.prefix import PrefixPolicy

@@ -11,6 +11,13 @@ never by the order things happen in, so every policy is measured on the same tra
   tool output between turns: every turn re-sends the whole conversation, contexts grow;
 - ``shared_prefix``: each group's 8 prompts share a 2,000-token prefix (a document, a few-shot
   preamble, a tool transcript) and end in their own 64-token suffix; short answers (100-300).
+
+Lengths that change over a run (``Lengths``, the elastic study): every answer's length, and the
+cut it is drawn under, are multiplied by a factor of the trainer's step when the request is sent,
+linear from 1 at step 0 to ``end`` at ``over_steps`` (then held), and cut at ``max_tokens``;
+the draw itself stays the rollout's own, so a rollout's length at factor f is f times its length
+at 1 (to the rounding) while f x the cut stays within ``max_tokens``. The default (``end`` 1)
+changes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +44,19 @@ def _seed(*parts: object) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class Lengths:
+    """A length multiplier over the run: 1 at step 0, ``end`` at step ``over_steps``, linear."""
+
+    end: float = 1.0
+    over_steps: int = 1
+
+    def factor(self, step: int) -> float:
+        if self.end == 1.0:
+            return 1.0
+        return 1.0 + (self.end - 1.0) * min(step / self.over_steps, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     name: str
     template_tokens: int = 64
@@ -48,6 +68,7 @@ class Workload:
     decode_params: tuple[float, float] = (0.3, 0.5)
     decode_cap: int | None = None  # tokens; None: max_tokens
     seed: int = 0
+    lengths: Lengths = Lengths()  # how answer lengths change over the run (module docstring)
 
     def group_prefix(self, group: int) -> list[int]:
         """What every rollout of ``group`` starts with: the template, then the problem."""
@@ -62,7 +83,10 @@ class Workload:
             return prefix
         return prefix + tokens(_seed(self.seed, "suffix", group, rollout), self.suffix_tokens)
 
-    def answer_tokens(self, group: int, rollout: int, turn: int, max_tokens: int) -> int:
+    def answer_tokens(
+        self, group: int, rollout: int, turn: int, max_tokens: int, step: int = 0
+    ) -> int:
+        """The answer's length; at ``step``, times ``lengths``'s factor (module docstring)."""
         rng = random.Random(_seed(self.seed, "decode", group, rollout, turn))
         cap = min(self.decode_cap or max_tokens, max_tokens)
         a, b = self.decode_params
@@ -70,6 +94,9 @@ class Workload:
             length = rng.uniform(a, b) * (max_tokens if b <= 1 else 1)
         else:  # median (a share of max_tokens below 1, tokens above), sigma
             length = math.exp(rng.gauss(math.log(a * max_tokens if a < 1 else a), b))
+        factor = self.lengths.factor(step)
+        if factor != 1.0:
+            return max(1, min(int(length * factor), int(cap * factor), max_tokens))
         return max(1, min(int(length), cap))
 
     def answer(self, group: int, rollout: int, turn: int, length: int) -> list[int]:

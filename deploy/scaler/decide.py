@@ -16,13 +16,22 @@ The rules, first that holds:
 2. pressure (``waited >= Policy.add_wait``, or ``generation-bound`` with ``waited`` above
    ``retire_wait``) held for ``sustain_s``: add one replica, unless one is still starting, the
    cooldown since the last change has not passed, the launches of the last hour reached their
-   bound, a launch that never became ready failed lately (its back-off), or the run ends before
-   a new replica would pay: its start-up (the measured ``History.startup_s``) must be at most
+   bound, a launch that never became ready failed lately (its back-off), the last add did not
+   pay lately (its back-off, ``Policy.unpaid_backoff_s``: below), or the run ends before a new
+   replica would pay: its start-up (the measured ``History.startup_s``) must be at most
    ``Policy.payback`` times the time the run has left;
 3. slack (``waited <= Policy.retire_wait`` and the advice is not ``generation-bound``) held for
    ``sustain_s``, with no replica starting or draining: retire one (drained, then cancelled by
    the caller), not below the minimum, after the cooldown;
 4. hold, saying which condition is building or what holds it back.
+Whether an add paid is judged on the first window after it settled (the cooldown over, nothing
+starting), from the trainer's wait: with the trainer's own time per step unchanged, a step lasts
+that time / (1 - waited), so the step fell by 1 - (1 - before) / (1 - after). Under pressure
+``before``, a replica added to N promises at most min(before, 1 / (N + 1)): the whole wait, or
+its share of the generation. A fall below ``Policy.add_gain`` of that promise means the fleet
+is not what limits the run (TRL's in-flight count caps what the replicas run at once, or the
+trainer, or the prompts do): the replica stays (it may help some), but no add follows for
+``unpaid_backoff_s``. Adds restoring the minimum are not judged.
 Hysteresis: the two thresholds are apart (``add_wait`` > ``retire_wait``), a condition must hold
 for ``sustain_s`` before it acts, and every change starts a cooldown of at least the start-up
 time during which nothing builds (the figures then are partly the fleet before the change), so
@@ -52,6 +61,8 @@ class Policy:
     payback: float = 0.5  # a replica is added only if its start-up <= payback x the time left
     startup_s: float = 300.0  # the start-up assumed until one is measured
     failed_backoff_s: float = 900.0  # after a launch that never became ready, no add this long
+    add_gain: float = 0.5  # an add paid if the step fell by this share of what it promised
+    unpaid_backoff_s: float = 3600.0  # after an add that did not pay, no add this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +114,8 @@ class History:
     failed_at: float | None = None  # the last launch that never became ready
     pressure_since: float | None = None
     slack_since: float | None = None
+    added: tuple[float, int] | None = None  # the last add, unjudged: the wait then, the fleet
+    unpaid_at: float | None = None  # when the last add was judged not to have paid
 
     def started(self, seconds: float) -> History:
         """A launched replica became ready ``seconds`` after its launch."""
@@ -142,6 +155,8 @@ def decide(window: Window, history: History, bounds: Bounds, policy: Policy) -> 
                        f"({_bound_words(bounds)})")  # fmt: skip
     if cooling is not None:  # what happens meanwhile is the last change settling in
         return _hold(history, cooling)
+    if history.added is not None and not window.starting:
+        history = _judged(window, history, policy)
     if history.pressure_since is not None:
         held = now - history.pressure_since
         if held < policy.sustain_s:
@@ -153,7 +168,7 @@ def decide(window: Window, history: History, bounds: Bounds, policy: Policy) -> 
         return _add(history, now, 1, launches, bounds,
                     f"the trainer waited {window.waited:.0%} of the last window for samples"
                     + (f" ({window.verdict})" if window.verdict else "")
-                    + f" for {held:.0f} s")  # fmt: skip
+                    + f" for {held:.0f} s", added=(window.waited, wanted))  # fmt: skip
     if history.slack_since is not None:
         held = now - history.slack_since
         if held < policy.sustain_s:
@@ -184,6 +199,16 @@ def _pressures(window: Window, history: History, policy: Policy, *, cooling: boo
     )
 
 
+def _judged(window: Window, history: History, policy: Policy) -> History:
+    """The last add, judged on this window (module docstring): paid, or not since now."""
+    assert history.added is not None
+    before, fleet = history.added
+    promised = min(before, 1 / (fleet + 1))
+    fell = 1 - (1 - before) / max(1 - window.waited, 1e-9)
+    paid = fell >= policy.add_gain * promised
+    return replace(history, added=None, unpaid_at=None if paid else window.at)
+
+
 def _since(began: float | None, now: float) -> float:
     return now if began is None else began
 
@@ -208,6 +233,10 @@ def _add_blocked(
         return f"generation-bound; {len(launches)} launches in the last hour, the most allowed"
     if history.failed_at is not None and now - history.failed_at < policy.failed_backoff_s:
         return "generation-bound; the last launch never became ready: backing off"
+    if history.unpaid_at is not None and now - history.unpaid_at < policy.unpaid_backoff_s:
+        return (f"generation-bound, but the last add did not pay (the step fell less than "
+                f"{policy.add_gain:.0%} of what a replica's share promised): the fleet is not "
+                "what limits the run")  # fmt: skip
     startup = history.startup_s or policy.startup_s
     left = window.remaining_s
     if left is not None and startup > policy.payback * left:
@@ -223,7 +252,7 @@ def _bound_words(bounds: Bounds) -> str:
 
 def _add(
     history: History, now: float, count: int, launches: tuple[float, ...], bounds: Bounds,
-    reason: str,
+    reason: str, added: tuple[float, int] | None = None,
 ) -> Decision:  # fmt: skip
     room = max(bounds.max_launches_per_h - len(launches), 0)
     count = min(count, room)
@@ -231,7 +260,7 @@ def _add(
         return _hold(history, f"{reason}; no launch left this hour")
     after = replace(
         history, last_change_at=now, launches=(*launches, *([now] * count)),
-        pressure_since=None, slack_since=None,
+        pressure_since=None, slack_since=None, added=added,
     )  # fmt: skip
     return Decision("add", reason, after, count)
 

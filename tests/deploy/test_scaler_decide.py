@@ -30,14 +30,42 @@ def every(seconds: float, until: float, **figures: object) -> list[Window]:
     return [Window(at=float(t), **figures) for t in range(0, int(until) + 1, int(seconds))]  # type: ignore[arg-type]
 
 
+def added(after: float, until: float = 600.0) -> list[Window]:
+    """Pressure on 2 replicas (the trainer waits 40 %), an add at 120 s whose replica starts
+    until 360 s; from 360 s on, 3 are ready and the trainer waits ``after``."""
+    before = [Window(at=float(t), waited=0.4, ready=2, starting=1 if t > 120 else 0,
+                     verdict="generation-bound") for t in range(0, 360, 60)]  # fmt: skip
+    return before + every(60, until, waited=after, ready=3)[6:]
+
+
 def test_pressure_held_for_the_sustain_time_adds_one_replica_then_cools_down() -> None:
-    decisions = run(every(60, 600, waited=0.4, ready=2, verdict="generation-bound"))
+    decisions = run(added(after=0.25))  # it paid: the step fell 20 % of the 33 % promised
     actions = [d.action for d in decisions]
     assert actions[:2] == ["hold", "hold"]  # 0 s and 60 s: building
     assert actions[2] == "add" and decisions[2].count == 1  # held 120 s
     assert "waited 40%" in decisions[2].reason
     assert "cooling down" in decisions[3].reason  # the next 300 s (the start-up is 240 s)
     assert actions.count("add") == 2  # 120 s and, after the cooldown and a new sustain, 540 s
+
+
+def test_an_add_that_did_not_pay_holds_the_next_for_the_back_off() -> None:
+    """The trainer waits as much on 3 replicas as on 2: the fleet is not what limits the run
+    (TRL's in-flight count is); the replica stays, and no add follows for an hour."""
+    decisions = run(added(after=0.4, until=4200.0))
+    actions = [d.action for d in decisions]
+    assert actions.count("add") == 2  # 120 s, then only once the back-off is over
+    assert "did not pay" in decisions[10].reason  # 600 s: the pressure held, no add
+    assert all(d.action == "hold" for d in decisions[3:67])
+    assert decisions[67].action == "add"  # 4020 s: an hour after the judgment at 420 s
+    assert decisions[-1].history.unpaid_at == 420.0  # judged on the first settled window
+    assert "retire" not in actions
+
+
+def test_an_add_is_judged_once_nothing_is_starting() -> None:
+    still = [replace(w, starting=1, ready=2) if 120 < w.at <= 480 else w for w in added(after=0.4)]
+    decisions = run(still)
+    assert decisions[8].history.added == (0.4, 2) and decisions[8].history.unpaid_at is None
+    assert decisions[9].history.added is None and decisions[9].history.unpaid_at == 540.0
 
 
 def test_a_replica_still_starting_holds_the_next_add() -> None:
