@@ -11,6 +11,8 @@ Suites:
   policy    the routing policy alone
   soak      RSS, open files and tasks under load over time
   scale     throughput and memory against fleet size and tracked prompts
+  burst     a first wave: thousands of new connections at once on a busy machine (--hogs,
+            --kill-one)
   profile   where the proxy's CPU goes, by module, under cProfile
   learn     real TRL and vLLM CPU servers: a run that learns, through the proxy and direct
             (python -m benchmarks learn --help)
@@ -126,7 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--requests",
         type=int,
         help="overhead: requests per target and repeat (default: 6,000); ab: per side and round "
-        "(default: 10,000, 2,000 with --stream; a fifth of that with --quick)",
+        "(default: 10,000, 2,000 with --stream; a fifth of that with --quick); burst: per wave "
+        "(default: 5,000, 1,000 with --quick)",
+    )
+    add(
+        "--hogs",
+        type=int,
+        default=2,
+        metavar="N",
+        help="burst: busy loops beside the run, keeping the machine's cores busy",
+    )
+    add(
+        "--kill-one",
+        action="store_true",
+        help="burst: SIGKILL one replica during the streamed wave (it must be ejected, its streams "
+        "continue elsewhere)",
     )
     add(
         "--push",

@@ -17,6 +17,7 @@ SUITES = {
     "policy": "benchmarks.suites.policy",
     "soak": "benchmarks.suites.soak",
     "scale": "benchmarks.suites.scale",
+    "burst": "benchmarks.suites.burst",
     "profile": "benchmarks.suites.cpu_profile",
     "ab": "benchmarks.suites.ab.suite",
 }

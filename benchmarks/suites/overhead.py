@@ -78,7 +78,7 @@ async def blast(
         ]
         for i in range(procs)
     ]
-    runs = await asyncio.wait_for(asyncio.gather(*map(_run, commands)), timeout_s)
+    runs = await asyncio.wait_for(asyncio.gather(*map(run_generator, commands)), timeout_s)
     latencies = sorted(x for r in runs for x in r["latencies"])
     if not latencies:
         raise RuntimeError(
@@ -97,7 +97,7 @@ async def blast(
     }
 
 
-async def _run(command: list[str]) -> dict[str, Any]:
+async def run_generator(command: list[str]) -> dict[str, Any]:
     """One load generator to its end; killed (by its PID) when the caller gives up on it."""
     process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE)
     try:
