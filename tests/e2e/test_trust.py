@@ -56,8 +56,14 @@ def test_a_replica_withheld_by_comparison_serves_no_rollout_of_a_later_version(
     print(f"\nplain TRL, a lying replica: withheld {sorted(v for _, v in withheld)}; rollouts at "
           f"the shim {dict(front.rollouts)}; {outcome.wall_s:.0f} s")  # fmt: skip
     assert withheld and {replica for replica, _ in withheld} == {shim_id}, log[-3000:]
-    assert "serves" not in log or "as the trainer computed it" not in log  # no reference used
-    first = min(_number(v) for _, v in withheld)
-    later = {v: n for v, n in front.rollouts.items() if _number(v) >= first}
-    assert not later, (first, dict(front.rollouts))
+    assert "as the trainer computed it" not in log  # no reference: judged by comparison
+    # Distrusted from the version it was suspect for the REPEAT-th time (the earlier suspect
+    # versions are withheld then too, after their rollouts were served: one suspicion must
+    # never withhold an honest replica).
+    suspect = re.findall(rf"replica {re.escape(shim_id)} answers (trl-policy-v\d+) as it "
+                         rf"answers its base model .* suspect {REPEAT} time", log)  # fmt: skip
+    assert suspect, log[-3000:]
+    distrusted = _number(suspect[0])
+    later = {v: n for v, n in front.rollouts.items() if _number(v) >= distrusted}
+    assert not later, (distrusted, dict(front.rollouts))
     assert len(outcome.steps) == STEPS
