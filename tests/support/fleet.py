@@ -131,7 +131,12 @@ async def run_stack(
         links = [await exits.enter_async_context(relay(s.url)) for s in replicas] if relays else []
         urls = [link.url for link in links] if relays else [s.url for s in replicas]
         urls += extra
-        settings = Settings.model_validate({"replicas": urls, **FAST_HEALTH, **proxy_settings})
+        # Port 0 unless a test names one: the store and the window's state file are per port
+        # (``proxy.adapters.wiring``), and two stacks must never share them (two tests in a
+        # row, or two suites at once).
+        settings = Settings.model_validate(
+            {"replicas": urls, "port": 0, **FAST_HEALTH, **proxy_settings}
+        )
         app = build_app(settings, clock=clock, tracer=tracer, no_replica_grace_s=grace_s)
         url = await exits.enter_async_context(serve(app))
         session = await exits.enter_async_context(aiohttp.ClientSession())
