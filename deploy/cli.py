@@ -362,7 +362,7 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
                 "down", args.run_name, jobs.namespace, args.hub_endpoint, "--force"
             )
         )
-    down(jobs, args.run_name, runtime.say)
+    down(jobs, args.run_name, runtime.say, runtime.clock)
     return 0
 
 
