@@ -30,11 +30,22 @@ _DEFAULT_IN_HELP = re.compile(
 _ENV_IN_TEXT = re.compile(r"\$\{?([A-Z][A-Z0-9_]{2,})\b")
 _ENV_TAG = re.compile(r"\s*\[env ([A-Z0-9_, ]+)\]")
 _BUILD_ENV = {"PATH": os.defpath, "HOME": "/nonexistent"}
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
 
 def cell(text: str) -> str:
-    """``text`` safe inside a Markdown table cell (pipes, HTML-looking words, emphasis)."""
+    """``text`` safe inside a Markdown table cell (pipes, HTML-looking words, emphasis); a code
+    span is left as written (Markdown shows its text literally: escaped, ``<run>`` would read
+    ``&lt;run&gt;``)."""
     text = " ".join(text.split())
+    out, at = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        out += [_escaped(text[at : span.start()]), span.group(0)]
+        at = span.end()
+    return "".join([*out, _escaped(text[at:])])
+
+
+def _escaped(text: str) -> str:
     return (
         text.replace("\\", "\\\\")
         .replace("|", "\\|")

@@ -25,6 +25,7 @@ from benchmarks.harness.trace import TraceShape
 from benchmarks.suites.overhead import describe
 from replica_entry.sim.loopback import free_port
 
+REST_S = 15.0  # the longest wait for the proxy to be at rest after the load
 SIM_FLAGS = ["--gen-token-s", "0.001", "--overhead-s", "0.001", "--cache-blocks", "2048"]
 
 
@@ -73,10 +74,23 @@ async def soak(
             result.requests += len(run.samples)
             result.errors += len(run.errors)
             seed += 1
-        await asyncio.sleep(interval_s * 1.5)  # a last sample at rest
+        await _rest(result, interval_s)
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
     return result
+
+
+async def _rest(result: SoakResult, interval_s: float) -> None:
+    """Until the proxy is at rest (nothing in flight, its task count the same two samples in a
+    row: the load's connections closed), or ``REST_S`` passed; then the last sample is one at
+    rest, however busy the machine was."""
+    deadline = time.monotonic() + max(REST_S, 2 * interval_s)
+    seen = len(result.samples)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(interval_s)
+        before, last = result.samples[-2:] if len(result.samples) > seen + 1 else ({}, {})
+        if last and before["tasks"] == last["tasks"] and last["inflight"] == 0:
+            return
 
 
 async def _sample(url: str, pid: int, interval_s: float, result: SoakResult) -> None:

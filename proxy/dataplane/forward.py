@@ -25,7 +25,6 @@ bytes, and copy the answer back.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Container, Iterator
@@ -34,35 +33,27 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from proxy.dataplane.answers import Answers, OutOfStep
 from proxy.dataplane.attempts import EJECTED, Ejections
 from proxy.dataplane.exchange import Busy, Exchange, Failed, Identity
 from proxy.dataplane.failures import NoAnswer
 from proxy.dataplane.headers import response_headers
 from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.limiter import Limiter, Placement
-from proxy.dataplane.migration import Cut, Migrations, copy
+from proxy.dataplane.migration import Cut, Migrations
 from proxy.dataplane.resumable import Resumable
-from proxy.dataplane.usage import usage
 from proxy.errors import DomainError
 from proxy.fleet.outliers import Outliers
-from proxy.fleet.pool import EjectCause, ReplicaPool
+from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.replica import Replica
 from proxy.metrics.recorder import Metrics
 from proxy.routing.cost import CostModel
 from proxy.routing.policy import Policy, RouteRequest, Snapshot
 from proxy.runs.run import DEFAULT, Run
-from proxy.upstream.connection import Connection
 from proxy.upstream.connpool import ConnectionPool
 from proxy.upstream.errors import AnswerTimeout, ConnectTimeout, Dropped, WireError
 
 log = logging.getLogger("proxy.forward")
-
-
-class OutOfStep(Protocol):
-    def out_of_step(self, replica: Replica, name: str) -> None: ...
-
-    @property
-    def retired(self) -> Container[str]: ...
 
 
 class Tracing(Protocol):
@@ -91,9 +82,7 @@ class Forwarder:
         costs: CostModel | None = None,
         max_stream_migrations: int = 0,
     ) -> None:
-        self._costs = costs or CostModel()
-        self._retired = adapters.retired  # versions out of the window: their rollouts are stale
-        self._adapters = adapters
+        self._answers = Answers(metrics, outliers, adapters, costs or CostModel())
         self._pool = pool
         self._connections = connections
         self._limiter = limiter
@@ -289,10 +278,11 @@ class Forwarder:
                     relay = self.streams.relay
                     response, done = await relay(ex, stream, upstream, headers, replica.id)
                 elif upstream.content_length is not None:
-                    response, done = await self._whole(ex, upstream, headers, replica)
+                    response, done = await self._answers.whole(ex, upstream, headers, replica)
                 else:
                     upstream.settle()  # a stream's client has bytes from here on: its own
-                    response, ended = await self._stream(ex.request, upstream, headers, replica)
+                    answers = self._answers
+                    response, ended = await answers.stream(ex.request, upstream, headers, replica)
                     if ended is None:  # cut: its replica failed mid-stream (already counted)
                         return response
                     done = ended
@@ -309,7 +299,7 @@ class Forwarder:
                 f"replica {replica.id} did not answer within {self._timeout_s:g} s"
             ) from None
         except WireError as exc:
-            self._gateway_failure(replica, "transport", exc)
+            self._answers.gateway_failure(replica, "transport", exc)
             raise _failure(ex, f"{type(exc).__name__}: {exc}") from None
         if replica.gateway_streak or replica.error_streak:
             self._outliers.succeeded(replica)  # a whole answer (a 5xx raised): its streaks end
@@ -317,91 +307,6 @@ class Forwarder:
         overhead = (finished - ex.started) - (done - sent)
         self._metrics.record_upstream(ex.route_name, replica.id, ttfb - sent, max(overhead, 0.0))
         return response
-
-    async def _whole(
-        self, ex: Exchange, upstream: Connection, headers: dict[str, str], replica: Replica
-    ) -> tuple[web.StreamResponse, float]:
-        """A Content-Length answer: read whole, checked, sent to the client in one write."""
-        status = upstream.status
-        data = await upstream.read()  # from here on the answer is the client's (``attempts``)
-        done = time.perf_counter()
-        if status == 404 and self._lost_adapter(replica, ex.model, data):
-            raise Failed(f"replica no longer has {ex.model}")
-        if ex.request.method == "HEAD":  # the replica's head, its Content-Length included
-            headers["Content-Length"] = str(upstream.content_length)
-            answer = web.Response(status=status, headers=headers)
-        else:
-            answer = web.Response(status=status, body=data, headers=headers)
-        if status >= 500:
-            self._metrics.record_replica_error(replica.id, "5xx")
-            ex.suspects = [*(ex.suspects or ()), (replica, status)]  # blamed if another serves it
-            raise Failed(f"answered HTTP {status}", answer)
-        with contextlib.suppress(ConnectionError):  # the client has gone
-            await answer.prepare(ex.request)
-            await answer.write_eof()
-        self._counted(data, status, replica, ex)
-        return answer, done
-
-    async def _stream(
-        self,
-        request: web.Request,
-        upstream: Connection,
-        headers: dict[str, str],
-        replica: Replica,
-    ) -> tuple[web.StreamResponse, float | None]:
-        """A stream that cannot be resumed: copied as it comes (``copy``, the one stream loop);
-        a failure of its replica cuts it (``done`` None: nothing more to count)."""
-        response = web.StreamResponse(status=upstream.status, headers=headers)
-        try:
-            await response.prepare(request)
-            await copy(response, upstream, None)
-        except ConnectionError:
-            # The client has gone. Leaving with the answer unread closes the upstream request,
-            # which cancels the generation on the replica; the replica did nothing wrong.
-            return response, time.perf_counter()
-        except (WireError, AnswerTimeout) as exc:
-            # The client already has part of the answer: no failover. Close the connection
-            # without the terminating chunk so the client knows the answer is incomplete.
-            if isinstance(exc, AnswerTimeout):  # slow, not gone: counted, not ejected
-                self._metrics.record_replica_error(replica.id, "timeout")
-            else:
-                self._gateway_failure(replica, "midstream", exc)
-            log.warning("replica %s failed mid-stream: %s", replica.id, exc)
-            if request.transport is not None:
-                request.transport.close()
-            return response, None
-        done = time.perf_counter()
-        with contextlib.suppress(ConnectionError):  # the client has gone
-            await response.write_eof()
-        return response, done
-
-    def _counted(self, data: bytes, status: int, replica: Replica, ex: Exchange) -> None:
-        """A whole answer's ``usage``, read once, to its three owners: the prompt and cache
-        figures, the cost model (what a request's decode budget turned into), and the run's
-        rollouts (stale when its version had left the window: TRL drops it). Streamed answers
-        carry no whole ``usage`` and are not counted (TRL never streams)."""
-        counts = usage(data)
-        if counts is None:
-            return
-        self._metrics.record_usage(replica.id, counts.prompt, counts.cached)
-        if status == 200:
-            self._costs.observe(ex.decode_budget, counts.completion)
-            stale = ex.model in self._retired
-            self._metrics.record_rollout(ex.run.name, counts.completion, stale=stale)
-
-    def _lost_adapter(self, replica: Replica, model: str | None, data: bytes) -> bool:
-        """vLLM's "model does not exist" for an adapter the replica was believed to hold: it
-        restarted unseen. Mark it out of step (reconciled in the background) and fail over."""
-        if model is None or model not in replica.adapters or b"does not exist" not in data:
-            return False
-        self._metrics.record_replica_error(replica.id, "lost_adapter")
-        self._adapters.out_of_step(replica, model)
-        return True
-
-    def _gateway_failure(self, replica: Replica, cause: EjectCause, exc: BaseException) -> None:
-        """Counted; ejects once a streak of them says the replica is gone (``fleet.outliers``)."""
-        self._metrics.record_replica_error(replica.id, cause)
-        self._outliers.gateway_failure(replica, cause, f"{cause}: {type(exc).__name__}")
 
 
 def _failure(ex: Exchange, reason: str) -> Exception:  # Cut: the client has part of a stream

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from proxy.config import Settings
+from proxy.dataplane.answers import OutOfStep
 from proxy.dataplane.fanout import FanOut
-from proxy.dataplane.forward import Forwarder, OutOfStep, Tracing
+from proxy.dataplane.forward import Forwarder, Tracing
 from proxy.dataplane.limiter import Limiter
 from proxy.fleet.wiring import Fleet
 from proxy.metrics.recorder import Metrics

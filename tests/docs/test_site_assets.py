@@ -1,7 +1,7 @@
 """The parts of the site that keep it whole offline and readable, checked without a browser (the
 browser check is ``test_site_offline.py``): no page links a script, stylesheet or font of
 another host; the vendored files are the pinned ones and all there; a name in a table is split
-only between its parts."""
+only between its parts; no text is escaped twice."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from docsgen import hooks, vendor
+from docsgen import cli_pages, hooks, vendor
 from tests.support.docs import ROOT
 
 # What a page loads (not what it links to): scripts, stylesheets, preconnects, icons, images.
@@ -69,3 +69,19 @@ def test_a_name_in_a_table_is_split_only_between_its_parts() -> None:
     assert '<code class="name"><span>0.9</span></code>' in marked
     assert "<code>a b</code>" in marked  # code with a space wraps as Material wraps it
     assert re.sub(r"<[^>]+>", "", marked) == re.sub(r"<[^>]+>", "", html)  # the text unchanged
+
+
+def test_no_page_shows_an_escape_as_text(built_site: Path) -> None:
+    """``&lt;`` escaped once more reads ``&amp;lt;`` in the HTML: the reader sees ``&lt;run&gt;``
+    where the source says ``<run>`` (the errors page did, issue 49)."""
+    twice = {
+        page.relative_to(built_site).as_posix(): found
+        for page in sorted(built_site.rglob("*.html"))
+        if (found := sorted(set(re.findall(r".{20}&amp;(?:lt|gt|amp);.{10}", page.read_text()))))
+    }
+    assert twice == {}
+
+
+def test_a_table_cell_escapes_text_and_leaves_code_spans_as_written() -> None:
+    cell = cli_pages.cell("under ``/runs/<run>/`` a | b <x> *y* and `a|<b>`")
+    assert cell == r"under ``/runs/<run>/`` a \| b &lt;x&gt; \*y\* and `a|<b>`"

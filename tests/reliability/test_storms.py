@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import aiohttp
+
 from proxy.app import PROXY
 from proxy.dataplane.headers import REPLICA_HEADER
 from tests.support.calls import completion, metric_value, metrics_text, post
@@ -120,9 +122,14 @@ async def test_a_burst_of_new_connections_queues_at_the_proxy_and_ejects_nobody(
             await link.stall()
         limiter = stack.proxy_app[PROXY].dataplane.limiter
 
+        # A client of its own: one connection per request (a session's default pool holds 100)
+        session = await stack.exits.enter_async_context(
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+        )
+
         async def one(n: int) -> tuple[int, bytes]:
             body = completion(prompt=[n % 97 + 1] * 24, stream=True)
-            async with stack.session.post(stack.proxy_url + "/v1/completions", json=body) as r:
+            async with session.post(stack.proxy_url + "/v1/completions", json=body) as r:
                 return r.status, await r.read()
 
         burst = [asyncio.create_task(one(n)) for n in range(BURST)]

@@ -33,7 +33,7 @@ WRITERS = {
 PLAIN_STATE = {
     ("proxy/adapters/mirror.py", "ok"),  # the mirror's own copy job: landed or not
     ("proxy/adapters/service.py", "max_loras"),  # the service writes its registry
-    ("proxy/dataplane/forward.py", "suspects"),  # the forwarder's own exchange
+    ("proxy/dataplane/answers.py", "suspects"),  # the forwarder's own exchange
     ("proxy/dataplane/limiter.py", "run"),  # the limiter's placement: whose slot it holds
     ("proxy/http/handlers.py", "body"),  # an aiohttp answer being built
     ("proxy/logs.py", "exc_text"),  # a logging record being redacted
