@@ -352,7 +352,7 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
     token = _token(runtime)
     jobs = _hub(args, token)
     if args.command == "status":
-        runtime.say(report(jobs, args.run_name, token, runtime.probe))
+        runtime.say(report(jobs, args.run_name, token, runtime.probe, runtime.clock.wall()))
         return 0
     if any(not job.terminal for job in fleet.runs_on(jobs, args.run_name)):
         raise DeployError(

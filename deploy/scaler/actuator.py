@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from deploy.jobs import HUB_ERRORS, HubJobs
+from deploy.jobs import HUB_ERRORS, HubJobs, JobView
 from deploy.scaler import guard
 from deploy.scaler.config import ScalerConfig
 from deploy.scaler.decide import HOUR_S, Bounds, Decision, History, Policy, Window, decide
@@ -94,6 +94,7 @@ class Scaler:
         self.bounds = config.bounds()
         self.policy = config.scaling.policy
         self.next_decision_at: float | None = None
+        self.launched_now: list[JobView] = []  # this decision's launches
 
     def tick(self) -> Decision | None:
         """One pass (module docstring); the decision, when this pass decided."""
@@ -235,6 +236,7 @@ class Scaler:
         )
         before = self.state.history
         decision = self.decider(window, before, self.bounds, self.policy)
+        self.launched_now = []
         launches = list(self.state.launched.values())
         allowed, why = guard.admitted(decision, fleet, self.bounds, launches, now)
         done = self._act(decision.action, allowed, fleet, status, now)
@@ -251,7 +253,12 @@ class Scaler:
         self, action: str, allowed: int, fleet: Fleet, status: Mapping[str, Any], now: float
     ) -> int:
         if action == "add":
-            return sum(self._launch(fleet.next_index + n, now) for n in range(allowed))
+            self.launched_now = [
+                job
+                for n in range(allowed)
+                if (job := self._launch(fleet.next_index + n, now)) is not None
+            ]
+            return len(self.launched_now)
         if action != "retire":
             return 0
         previous = self.state.cached
@@ -273,7 +280,7 @@ class Scaler:
             done += 1
         return done
 
-    def _launch(self, index: int, now: float) -> bool:
+    def _launch(self, index: int, now: float) -> JobView | None:
         config = self.config
         spec = config.replica.numbered(config.run_name, index, scaling=True)
         spec = replace(spec, labels={**spec.labels, SCALED_LABEL: config.run_name})
@@ -282,24 +289,25 @@ class Scaler:
             log.error("scaler: cannot launch %s: the trainer job lacks the secret(s) %s a replica "
                       "is launched with (deploy up gives them with --replica-count MIN..MAX)",
                       spec.name, ", ".join(missing))  # fmt: skip
-            return False
+            return None
         try:
             job = self.jobs.launch(spec, self.secrets)
         except HUB_ERRORS as exc:
             log.warning("scaler: launching %s failed (%s): the next window decides again",
                         spec.name, exc)  # fmt: skip
-            return False
+            return None
         self.state.launched[job.id] = now
         self.state.pending[job.id] = now
         log.info("scaler: launched %s (job %s, %s)", spec.name, job.id, spec.flavor)
-        return True
+        return job
 
     def _tell(
         self, decision: Decision, done: int, why: str | None, fleet: Fleet,
         measured: Measured, now: float,
     ) -> None:  # fmt: skip
         fleet_now = self.observe_after(fleet)
-        doc = report(decision, done, why, fleet_now, measured, self.state, self.bounds, now)
+        doc = report(decision, done, why, fleet_now, measured, self.state, self.bounds, now,
+                     self.launched_now)  # fmt: skip
         self.state.last = doc
         log.info("scaler: %s", describe(doc))
         try:

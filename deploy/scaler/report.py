@@ -12,8 +12,10 @@ state). No secret: names, counts and reasons only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from deploy.jobs import JobView
 from deploy.scaler.decide import HOUR_S, Bounds, Decision
 from deploy.scaler.fleet import Fleet, Member
 from deploy.scaler.state import ScalerState
@@ -31,12 +33,11 @@ def report(
     state: ScalerState,
     bounds: Bounds,
     now: float,
+    launched: Sequence[JobView] = (),
 ) -> dict[str, Any]:
     """The decision's document (module docstring); ``fleet``: as the decision left it, but for
-    the launches it just made (``done`` of an add), which the Jobs API lists from the next
-    pass."""
-    launched = done if decision.action == "add" else 0
-    starting = fleet.starting + launched
+    the jobs it just ``launched``, which the Jobs API lists from the next pass."""
+    starting = fleet.starting + len(launched)
     return {
         "at": now,
         "action": decision.action if done or decision.action == "hold" else "hold",
@@ -61,7 +62,8 @@ def report(
         "dropped_stale": measured.dropped_stale,
         "failed_launches": state.failed,
         "launches_last_hour": sum(1 for at in state.launched.values() if now - at < HOUR_S),
-        "scaled": [_scaled(member) for member in fleet.live if member.job.scaled],
+        "scaled": [_scaled(member) for member in fleet.live if member.job.scaled]
+        + [{"name": job.name, "job": job.id, "state": "starting"} for job in launched],
     }
 
 

@@ -13,15 +13,17 @@ import json
 from typing import Any
 
 import pytest
+from aiohttp import web
 from huggingface_hub import HfApi
 
 from deploy.cli import Runtime, main
-from deploy.jobs import HubJobs
+from deploy.jobs import HubJobs, JobView
 from deploy.plan import ADMIN_KEY_SECRET, REPLICA_KEY_SECRET, TOKEN_SECRET
 from deploy.scaler.actuator import Scaler
 from deploy.scaler.config import SCALER_ENV, ScalerConfig
 from deploy.scaler.proxy_calls import ProxyCalls
 from deploy.specs import SCALED_LABEL
+from deploy.status import ran
 from tests.deploy.conftest import TOKEN, TRAINER_ARGS, Stand
 from tests.support.clock import SteppingClock
 from tests.support.hub_jobs import StandInJob
@@ -132,7 +134,8 @@ def test_a_plain_count_stays_a_fixed_fleet() -> None:
     [
         (("--replica-count", "0..3"), "argument --replica-count: MIN..MAX needs 1 <= MIN <= MAX"),
         (("--replica-count", "3..1"), "argument --replica-count: MIN..MAX needs 1 <= MIN <= MAX"),
-        (("--replica-count", "1-3"), "argument --replica-count/--replicas: a count N or a range MIN..MAX"),
+        (("--replica-count", "1-3"),
+         "argument --replica-count/--replicas: a count N or a range MIN..MAX"),
         (("--replica-count", "1..3", "--network", "public"),
          "argument --replica-count: a fleet that sizes itself needs the run's private network"),
         (("--replica-count", "2", "--budget-per-h", "40"),
@@ -145,7 +148,8 @@ def test_a_plain_count_stays_a_fixed_fleet() -> None:
          "argument --scale-policy: add_wait (0.01) must be above retire_wait"),
         (("--replica-count", "2..3", "--budget-per-h", "19"),
          "argument --budget-per-h: $19.00/h does not pay for the range's minimum of 2"),
-        (("--replica-count", "1..3", "--fleet", "f1"), "argument --replica-count: not with --fleet"),
+        (("--replica-count", "1..3", "--fleet", "f1"),
+         "argument --replica-count: not with --fleet"),
     ],
 )  # fmt: skip
 def test_bad_ranges_are_refused_naming_the_flag(extra: tuple[str, ...], said: str) -> None:
@@ -163,3 +167,54 @@ def test_fleet_up_refuses_a_range(capsys: pytest.CaptureFixture[str]) -> None:
         main(argv, runtime)
     assert exited.value.code == 2
     assert "argument --replica-count: a range sizes a run's own fleet" in capsys.readouterr().err
+
+
+def test_status_shows_the_scaled_jobs_the_scalers_decision_and_what_ran(stand: Stand) -> None:
+    stand.fleet(1)
+    assert stand.cli(*UP, "--replica-count", "1..3").code == 0
+    trainer = stand.hub.named("r1-trainer")
+    scaler, wall = _scaler_of(stand, trainer)
+    scaler.tick()
+    wall.advance(scaler.policy.window_s)
+    scaler.tick()  # launches r1-replica-1 (the decider says add)
+    stand.exposed("r1-trainer", _proxy_with(scaler.state.last or {}))
+    result = stand.cli("status", "--run-name", "r1")
+    assert result.code == 0, result.err
+    (scaled,) = [line for line in result.out.splitlines() if line.startswith("  r1-replica-1 ")]
+    assert "(scaled)" in scaled
+    assert "scaler: add 1 (" in result.out and "scripted add" in result.out
+    assert "scaled: r1-replica-1 starting" in result.out
+    assert result.out.splitlines()[-1].startswith("ran so far: ")
+
+
+def _proxy_with(scaler: dict[str, Any]) -> web.Application:
+    """The sidecar's ``/health`` and ``/proxy/status``, with the scaler's last report."""
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def status(request: web.Request) -> web.Response:
+        return web.json_response({"policy": "prefix", "replicas": [],
+                                  "scaler": {**scaler, "age_s": 3.0}})  # fmt: skip
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/proxy/status", status)
+    return app
+
+
+def test_what_ran_counts_each_jobs_time_at_its_flavors_price() -> None:
+    def view(flavor: str, began: float, ended: float | None, stage: str) -> JobView:
+        return JobView("j", "n", "replica", 0, stage, None, (), flavor, started_at=began,
+                       finished_at=ended)  # fmt: skip
+
+    views = [
+        view("h200", 0.0, 3600.0, "CANCELED"),
+        view("h200", 1800.0, None, "RUNNING"),
+        view("h200x2", 0.0, None, "RUNNING"),
+        view("a9000", 0.0, 360.0, "COMPLETED"),
+    ]
+    assert ran(views, 3600.0) == (
+        "ran so far: 0.10 h x a9000, 1.50 h x h200, 1.00 h x h200x2: $17.50 (plus a9000: no "
+        "price here)"
+    )

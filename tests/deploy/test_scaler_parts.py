@@ -148,10 +148,13 @@ def test_a_report_names_the_decision_the_counts_and_what_the_guard_held_back() -
     fleet = _fleet((_job(0), _replica("10.0.0.1")), (_job(1, scaled=True), None))
     decision = Decision("add", "the trainer waited 40% of the last window", History(), 2)
     doc = report(decision, 1, "2 launches an hour at most", fleet, Measured(0.4, None, 3.0),
-                 ScalerState(failed=1), Bounds(1, 4, 5.0), NOW)  # fmt: skip
+                 ScalerState(failed=1), Bounds(1, 4, 5.0), NOW, [_job(2, scaled=True)])  # fmt: skip
     assert doc["action"] == "add" and doc["count"] == 1
-    assert doc["replicas"] == {"wanted": 3, "ready": 1, "starting": 2, "draining": 0}
-    assert doc["scaled"] == [{"name": "r1-replica-1", "job": "job1", "state": "starting"}]
+    assert doc["replicas"]["starting"] == 2  # r1-replica-1, and the launch of this decision
+    assert doc["scaled"] == [
+        {"name": "r1-replica-1", "job": "job1", "state": "starting"},
+        {"name": "r1-replica-2", "job": "job2", "state": "starting"},
+    ]
     line = describe(doc)
     assert line.startswith("add 1: the trainer waited 40% of the last window (ready 1, starting")
     assert "the guard let 1 add through: 2 launches an hour at most" in line
