@@ -69,3 +69,22 @@ def test_trls_dropped_stale_total_is_summed_over_its_logging_steps() -> None:
     signals.saw({"loss": 0.1})
     signals.saw({"sample/dropped_stale_total": 2.0})
     assert signals.measure(clock.now).dropped_stale == 5.0
+
+
+def test_without_its_configuration_there_is_no_scaler_and_a_job_lacking_a_secret_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from deploy.install import Install
+    from deploy.plan import RunPlan
+    from deploy.plan_jobs import scaler_config
+    from deploy.scaler.config import Scaling
+    from trainer_entry.scaling import start
+
+    signals = TrainerSignals(need(8, 1, 0, 1, clock=Clock()), max_steps=10)
+    assert start({}, signals, "http://127.0.0.1:9") is None  # a fixed fleet, plain TRL
+    plan = RunPlan(run_name="r1", bucket="a/b", model="m", replicas=1, namespace="a",
+                   install=Install("image", None), scale=Scaling(1, 2))  # fmt: skip
+    env = {"ROLLOUT_SCALER": scaler_config(plan).to_json(), "HF_TOKEN": "hf_x"}
+    assert start(env, signals, "http://127.0.0.1:9") is None
+    assert "scaler: off: the scaler needs $HF_NETWORK_GROUP_PREFIX" in caplog.text
+    assert "hf_x" not in caplog.text
