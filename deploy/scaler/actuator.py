@@ -21,7 +21,8 @@ A pass (``tick``):
    the next free index, the run's labels and ``SCALED_LABEL``, the trainer job's secrets by
    name; a retire drains the replica whose loss costs the least cached prefix;
 5. the decision, its reason and the fleet's counts go to the log (one line) and to the proxy
-   (``/admin/scaler``); the state is saved.
+   (``/admin/scaler``); the state is saved when it changed (at most once a pass: it is a file
+   in the bucket).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Scaler:
         self.clock, self.decider = clock, decider
         self.store = store or MemoryState()
         self.state = self.store.load()
+        self._saved = self.state.as_data()  # written only when it changes (a bucket write)
         self.bounds = config.bounds()
         self.policy = config.scaling.policy
         self.next_decision_at: float | None = None
@@ -112,7 +114,10 @@ class Scaler:
         if now >= self.next_decision_at:
             self.next_decision_at = now + self.policy.window_s
             decision = self.decide(fleet, status, now)
-        self.store.save(self.state)
+        data = self.state.as_data()
+        if data != self._saved:
+            self.store.save(self.state)
+            self._saved = data
         return decision
 
     def observe(self, status: Mapping[str, Any]) -> Fleet:

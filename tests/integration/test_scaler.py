@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 from aiohttp import ClientError, ClientSession
 
 from deploy.scaler.config import Scaling
 from deploy.scaler.decide import HOUR_S, Policy
-from deploy.scaler.state import MemoryState
+from deploy.scaler.state import MemoryState, StateFile
 from proxy.fleet.replica import Replica
 from tests.support.fleet import Sim
 from tests.support.scaling import REPLICA_KEY, Run, Waits, scaling_run, scripted
@@ -213,3 +214,27 @@ async def _keys_by_replica(run: Run, session: ClientSession) -> dict[str, str]:
 
 def _completions(sim: Sim) -> int:
     return sum(1 for record in sim.state.records if record.path == "/v1/completions")
+
+
+async def test_a_restarted_trainer_restores_its_history_from_the_bucket(tmp_path: Path) -> None:
+    """The state file (in the bucket, ``StateFile``) carries the back-off of a failed launch
+    across the trainer's restart: the new scaler does not launch again under pressure."""
+    scaling = Scaling(1, 3, policy=POLICY)
+    async with scaling_run(scaling) as run:
+        run.never_ready.add("r1-replica-1")
+        waits = Waits(waited=0.5)
+        store = StateFile(tmp_path / ".scaler" / "scaler.json")
+        first = run.scaler(waits=waits, ready_timeout_s=300.0, store=store)
+        await run.tick(first)
+        for _ in range(8):  # an add at 2 windows, its launch cancelled 5 minutes later
+            run.wall.advance(WINDOW_S)
+            await run.tick(first)
+        assert first.state.failed == 1
+        again = run.scaler(waits=waits, ready_timeout_s=300.0, store=store)
+        assert again.state.history == first.state.history and again.state.failed == 1
+        await run.tick(again)
+        for _ in range(5):
+            run.wall.advance(WINDOW_S)
+            decision = await run.tick(again)
+            assert decision is None or decision.action == "hold"
+        assert len(run.scaled()) == 1

@@ -27,11 +27,10 @@ from deploy.install import Install
 from deploy.jobs import HubJobs
 from deploy.plan import RunPlan
 from deploy.plan_jobs import replica_spec, scaler_config
-from deploy.scaler.actuator import Decider, Measured, Scaler
+from deploy.scaler.actuator import Decider, Measured, Scaler, Store
 from deploy.scaler.config import Scaling
 from deploy.scaler.decide import Decision, decide
 from deploy.scaler.proxy_calls import ProxyCalls
-from deploy.scaler.state import MemoryState
 from deploy.specs import INDEX_LABEL, ROLE_LABEL, SCALED_LABEL
 from proxy.app import PROXY, build_app
 from proxy.app import serve as serve_proxy
@@ -128,7 +127,7 @@ class Run:
         self,
         decider: Decider = decide,
         waits: Waits | None = None,
-        store: MemoryState | None = None,
+        store: Store | None = None,
         drain_timeout_s: float | None = None,
         **config: Any,
     ) -> Scaler:
