@@ -7,8 +7,9 @@ A pass (``tick``):
 1. observe: the run's replica jobs (by label), each mapped to the proxy's replica by its own
    alias (``deploy.scaler.fleet``), and the proxy's status;
 2. adopt: a live job the scaler launched that its state does not know (a restarted trainer, a
-   lost state file) is a launch under way (from its creation time) or settled, and counts
-   towards the hourly launches;
+   lost state file) is settled if routed, else a launch under way (from its creation time; one
+   created longer ago than the ready bound gets the bound again from now, its start-up not
+   measured), and counts towards the hourly launches;
 3. carry on: a launch now routed is settled and its start-up (launch -> routed) goes into the
    decider's ``History.started``; a launch not routed within ``ready_timeout_s``, or ended
    before, is cancelled, counted (``failed``), and told to the decider (``History.failed``: its
@@ -151,6 +152,11 @@ class Scaler:
                 continue
             if member.ready:
                 state.settled.append(job.id)
+            elif now - launched > self.config.ready_timeout_s:
+                # Launched too long ago to judge (ready once and now run again by HF Jobs, or
+                # stuck): the ready bound starts again now, and its start-up is not measured.
+                state.pending[job.id] = now
+                state.unmeasured.append(job.id)
             else:
                 state.pending[job.id] = launched
                 log.info("scaler: adopted %s (job %s), launched %.0f s ago, not routed yet",
@@ -176,7 +182,10 @@ class Scaler:
         if member is not None and member.ready:
             del state.pending[job_id]
             state.settled.append(job_id)
-            state.history = state.history.started(now - launched)
+            if job_id in state.unmeasured:
+                state.unmeasured.remove(job_id)
+            else:
+                state.history = state.history.started(now - launched)
             log.info("scaler: %s (job %s) is routed %.0f s after its launch", member.job.name,
                      job_id, now - launched)  # fmt: skip
             return False
@@ -185,6 +194,8 @@ class Scaler:
         if not (ended or late):
             return False
         del state.pending[job_id]
+        if job_id in state.unmeasured:
+            state.unmeasured.remove(job_id)
         state.failed += 1
         state.history = state.history.failed(now)
         name = member.job.name if member is not None else job_id

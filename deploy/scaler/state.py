@@ -31,6 +31,7 @@ class ScalerState:
     pending: dict[str, float] = field(default_factory=dict)  # job id -> launch, not yet ready
     retiring: dict[str, float] = field(default_factory=dict)  # job id -> when its drain began
     settled: list[str] = field(default_factory=list)  # launches seen ready (or adopted ready)
+    unmeasured: list[str] = field(default_factory=list)  # adopted launches: start-up unknown
     failed: int = 0  # launches cancelled for never becoming ready
     cached: dict[str, float] = field(default_factory=dict)  # replica id -> cached tokens then
     last: dict[str, Any] | None = None  # the last decision, as reported
@@ -51,6 +52,7 @@ class ScalerState:
             pending={str(k): float(v) for k, v in data["pending"].items()},
             retiring={str(k): float(v) for k, v in data["retiring"].items()},
             settled=[str(job) for job in data["settled"]],
+            unmeasured=[str(job) for job in data.get("unmeasured", [])],
             failed=int(data["failed"]),
             cached={str(k): float(v) for k, v in data["cached"].items()},
             last=data.get("last"),

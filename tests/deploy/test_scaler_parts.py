@@ -134,8 +134,8 @@ def test_the_state_file_round_trips_and_a_bad_one_starts_fresh(
 ) -> None:
     store = StateFile(tmp_path / "s" / "scaler.json")
     assert store.load() == ScalerState()
-    state = ScalerState(History(last_change_at=5.0, launches=(1.0, 2.0), added=(0.3, 2)),
-                        {"j": 1.0}, {"j": 1.0}, {"k": 2.0}, ["x"], 1, {"r": 3.0})  # fmt: skip
+    history = History(last_change_at=5.0, launches=(1.0, 2.0), added=(0.3, 2))
+    state = ScalerState(history, {"j": 1.0}, {"j": 1.0}, {"k": 2.0}, ["x"], ["j"], 1, {"r": 3.0})
     store.save(state)
     assert store.load() == state
     store.path.write_text("{not json")

@@ -238,3 +238,24 @@ async def test_a_restarted_trainer_restores_its_history_from_the_bucket(tmp_path
             decision = await run.tick(again)
             assert decision is None or decision.action == "hold"
         assert len(run.scaled()) == 1
+
+
+async def test_a_launch_adopted_long_after_it_began_gets_the_ready_bound_again() -> None:
+    """A new scaler cannot tell a launch stuck since long ago from a replica HF Jobs is running
+    again: it gives it the ready bound from now (no start-up measured), then cancels it."""
+    scaling = Scaling(1, 3, policy=POLICY)
+    async with scaling_run(scaling) as run:
+        run.never_ready.add("r1-replica-1")
+        first = run.scaler(scripted(("add", 1)))
+        await run.tick(first)
+        run.wall.advance(WINDOW_S)
+        await run.tick(first)
+        run.wall.advance(400.0)  # the trainer was away past the ready bound (300 s)
+        again = run.scaler(ready_timeout_s=300.0, store=MemoryState())
+        await run.tick(again)
+        (launch,) = run.scaled()
+        assert launch.stage == "RUNNING" and again.state.pending == {launch.id: run.wall.now}
+        run.wall.advance(301.0)
+        await run.tick(again)
+        assert launch.stage == "CANCELED" and again.state.failed == 1
+        assert again.state.history.startup_s is None
