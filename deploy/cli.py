@@ -39,6 +39,7 @@ from deploy.preflight import BadFlags
 from deploy.prices import plan_cost
 from deploy.reach import network_error, reachable
 from deploy.rehearsal.run import Rehearsal, host_refusal
+from deploy.scale_flags import budget_refusal, scaler_summary
 from deploy.specs import ROLES
 from deploy.status import report
 from deploy.teardown import down
@@ -213,11 +214,17 @@ def _hub(args: argparse.Namespace, token: str, namespace: str | None = None) -> 
 def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runtime) -> int:
     # Every job's flags read by its own entry point before anything is launched or printed.
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
+    refused = budget_refusal(plan)
+    if refused is not None:
+        raise BadFlags(refused)
+    scaler = scaler_summary(plan)
     if args.dry_run:  # the specs on stdout (JSON for tools), what they cost on stderr
         planned = dry_run_specs(plan)
         specs = [spec.describe(plan.namespace) for spec in planned]
         print(json.dumps(specs, indent=2), file=runtime.out)
         print(plan_cost(planned), file=runtime.err)
+        if scaler is not None:
+            print(scaler, file=runtime.err)
         return 0
     token = _token(runtime)
     jobs = _hub(args, token, plan.namespace)
@@ -246,6 +253,8 @@ def run_up(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Runti
             f"run {plan.run_name}: {plan.replicas} replica(s), topology {plan.topology}, "
             f"{plan.network} network"
         )
+        if scaler is not None:
+            runtime.say(scaler)
     views = launch.up()
     if plan.shared:
         runtime.say(fleet.fleet_summary(plan, views, args.hub_endpoint))
@@ -343,7 +352,7 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
     token = _token(runtime)
     jobs = _hub(args, token)
     if args.command == "status":
-        runtime.say(report(jobs, args.run_name, token, runtime.probe))
+        runtime.say(report(jobs, args.run_name, token, runtime.probe, runtime.clock.wall()))
         return 0
     if any(not job.terminal for job in fleet.runs_on(jobs, args.run_name)):
         raise DeployError(
@@ -353,7 +362,7 @@ def dispatch(args: argparse.Namespace, trainer_args: Sequence[str], runtime: Run
                 "down", args.run_name, jobs.namespace, args.hub_endpoint, "--force"
             )
         )
-    down(jobs, args.run_name, runtime.say)
+    down(jobs, args.run_name, runtime.say, runtime.clock)
     return 0
 
 

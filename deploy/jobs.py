@@ -17,7 +17,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, JobInfo
 from huggingface_hub.errors import HfHubHTTPError
 
-from deploy.specs import INDEX_LABEL, ROLE_LABEL, ROLES, RUN_LABEL, JobSpec
+from deploy.specs import INDEX_LABEL, ROLE_LABEL, ROLES, RUN_LABEL, SCALED_LABEL, JobSpec
 
 TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
@@ -60,6 +60,12 @@ class JobView:
     flavor: str
     retries: int | None = None  # the runs HF Jobs may add after a failure (``JobInfo.retry``)
     network: str | None = None  # the network group it joined, and its aliases there
+    scaled: bool = False  # launched by the run's scaler (``SCALED_LABEL``), not by deploy up
+    # Seconds since the epoch: created, started running, ended (None: not yet, or the client
+    # too old to say; ``started_at``/``finished_at`` are huggingface_hub 2.2+).
+    created_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @classmethod
     def of(cls, info: JobInfo) -> JobView:
@@ -77,6 +83,10 @@ class JobView:
             flavor="" if flavor is None else (flavor.value if isinstance(flavor, Enum) else flavor),
             retries=info.retry,
             network=_network(info),
+            scaled=SCALED_LABEL in labels,
+            created_at=_epoch(info, "created_at"),
+            started_at=_epoch(info, "started_at"),
+            finished_at=_epoch(info, "finished_at"),
         )
 
     @property
@@ -89,6 +99,11 @@ class JobView:
             if url.rstrip("/").endswith(f"--{port}.hf.jobs"):
                 return url.rstrip("/")
         return self.expose_urls[0].rstrip("/") if self.expose_urls else None
+
+
+def _epoch(info: JobInfo, name: str) -> float | None:
+    moment = getattr(info, name, None)
+    return None if moment is None else float(moment.timestamp())
 
 
 def _network(info: JobInfo) -> str | None:

@@ -43,6 +43,16 @@ the proxy job), so a sync does not wait for the bucket mount; the flags are writ
 command, so ``--dry-run`` shows them. Off: replicas without a receiver, proxies that only load
 from the mount.
 
+A fleet that sizes itself (``scale``, ``deploy up --replica-count MIN..MAX``): the run starts
+with MIN replicas, and the scaler in the trainer job (``deploy.scaler``) adds and retires
+replica jobs within the range and the budget. Its configuration travels in the trainer job's
+environment (``deploy.scaler.config``); the trainer job also gets the replicas' key (the
+secrets a replica job is launched with) and the proxy's admin key (``PROXY_ADMIN_KEY``, derived
+from the HF token as a fleet's is: the sidecar, or the proxy job, which gets it too, enables its
+admin API with it; the scaler drains replicas and reports its decisions there). Each replica
+job also claims the alias ``replica-<index>`` (``JobSpec.numbered``), so the scaler maps every
+job to the address the proxy routes to. Private network only.
+
 Shared fleets (``deploy fleet up``, ``shared``): a fleet named F is a run of replicas and a proxy
 job only, its proxy serving many runs at ``/runs/<run>`` with an admin key derived from the
 user's HF token (``deploy.keys``). A run R on it (``deploy up --fleet F``, ``fleet``) is its
@@ -60,6 +70,7 @@ from typing import Literal
 from deploy.durations import format_duration
 from deploy.install import VLLM_IMAGE, Expanded, Install
 from deploy.keys import fleet_key
+from deploy.scaler.config import Scaling
 from deploy.specs import (
     FLEET_LABEL,
     INDEX_LABEL,
@@ -136,6 +147,7 @@ class RunPlan:
     shared: bool = False
     fleet: str | None = None
     run_weight: float = 1.0
+    scale: Scaling | None = None  # the fleet sizes itself within these bounds (None: fixed)
 
     @property
     def replica_env(self) -> dict[str, str]:
@@ -157,6 +169,14 @@ class RunPlan:
 
     def secrets(self, role: Role) -> tuple[str, ...]:
         """The secret names a job gets (``secret_values`` says what each holds)."""
+        names = self._secrets(role)
+        if self.scale is None or role == "replica":
+            return names
+        # The scaler (trainer) launches replicas with theirs and uses the proxy's admin API.
+        extra = self._secrets("replica") if role == "trainer" else ()
+        return tuple(dict.fromkeys((*names, *extra, ADMIN_KEY_SECRET)))
+
+    def _secrets(self, role: Role) -> tuple[str, ...]:
         if role == "proxy":
             names = (
                 (UPSTREAM_TOKEN_SECRET,) if self.private else (TOKEN_SECRET, UPSTREAM_TOKEN_SECRET)
@@ -207,6 +227,11 @@ class RunPlan:
     def proxy_state_dir(self) -> str:
         """Where the proxy job keeps its adapter window (``--state-dir``), in the bucket."""
         return f"{self.run_dir}/.proxy-state"
+
+    @property
+    def scaler_state_dir(self) -> str:
+        """Where the scaler keeps its history and its launches, in the bucket."""
+        return f"{self.run_dir}/.scaler"
 
     @property
     def code_dir(self) -> str:

@@ -1,6 +1,8 @@
 """Every job of a ``RunPlan`` as the ``JobSpec`` ``deploy up`` launches: the replicas, the proxy
 job, the trainer nodes, each a pure function of the plan (``deploy.plan`` says what the jobs are
 and how they meet: the bucket layout, the network group, the secrets, a shared fleet's parts).
+A fleet that sizes itself: trainer node 0 carries the scaler's configuration
+(``scaler_config``) in its environment.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from deploy.plan import (
     alias_address,
     gpu_count,
 )
+from deploy.prices import DOLLARS_PER_HOUR
+from deploy.scaler.config import SCALER_ENV, ScalerConfig
 from deploy.specs import REPLICAS_LABEL, GroupMember, JobSpec, Role
 
 
@@ -46,20 +50,42 @@ def network_of(plan: RunPlan, role: Role, claims: bool = True) -> GroupMember | 
 
 
 def replica_spec(plan: RunPlan, index: int) -> JobSpec:
+    """Replica job ``index`` (``JobSpec.numbered``: the scaler numbers its own the same way)."""
     return JobSpec(
-        name=plan.job_name("replica", index),
+        name=plan.job_name("replica", 0),
         role="replica",
         image=plan.images.replica,
         command=plan.install.wrap_into_image(replica_argv(plan), "replica"),
         flavor=plan.flavors.replica,
         timeout=plan.timeout("replica"),
         volumes=(plan.mount(),),
-        labels=plan.labels("replica", index),
+        labels=plan.labels("replica", 0),
         env=plan.replica_env,
         secret_names=plan.secrets("replica"),
         expose=(PORT,),
         attempts=plan.attempts,
         network=network_of(plan, "replica"),
+    ).numbered(plan.run_name, index, scaling=plan.scale is not None)
+
+
+def scaler_config(plan: RunPlan) -> ScalerConfig:
+    """What the scaler in trainer node 0 is told (``deploy.scaler.config``); a flavor without a
+    price counts 0 (``deploy.up_flags`` refuses a budget then)."""
+    assert plan.scale is not None
+    price = DOLLARS_PER_HOUR.get
+    fixed = plan.trainer_nodes * price(plan.flavors.trainer, 0.0)
+    if plan.topology == "job":
+        fixed += price(plan.flavors.proxy, 0.0)
+    return ScalerConfig(
+        scaling=plan.scale,
+        run_name=plan.run_name,
+        namespace=plan.namespace,
+        replica=replica_spec(plan, 0),
+        replica_per_h=price(plan.flavors.replica, 0.0),
+        fixed_per_h=fixed,
+        ready_timeout_s=plan.ready_timeout_s,
+        state_dir=plan.scaler_state_dir,
+        port=PORT,
     )
 
 
@@ -194,12 +220,20 @@ def trainer_spec(
         timeout=plan.timeout("trainer"),
         volumes=(plan.mount(writable=True),),
         labels=plan.labels("trainer", node or None),
-        env={"PYTHONUNBUFFERED": "1"},
+        env=_trainer_env(plan, node),
         secret_names=plan.trainer_secrets,
         expose=(PORT,) if plan.topology == "sidecar" and node == 0 else (),
         attempts=plan.attempts,
         network=network_of(plan, "trainer", claims=node == 0),
     )
+
+
+def _trainer_env(plan: RunPlan, node: int) -> dict[str, str]:
+    """Node 0 runs the scaler when the fleet sizes itself (its configuration, no secret)."""
+    env = {"PYTHONUNBUFFERED": "1"}
+    if plan.scale is not None and node == 0:
+        env[SCALER_ENV] = scaler_config(plan).to_json()
+    return env
 
 
 def trainer_specs(

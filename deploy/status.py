@@ -3,11 +3,15 @@
 Health is probed through each serving job's exposed URL with the bearer token. The proxy's
 ``GET /proxy/status`` adds its routing and adapter figures and, for each replica it cannot route
 to, why (``pending: probe answered HTTP 401`` when a replica refuses its token): the proxy job's
-in topology ``job``, the sidecar's (the trainer job exposes its port) in topology ``sidecar``.
+in topology ``job``, the sidecar's (the trainer job exposes its port) in topology ``sidecar``,
+and the run's scaler's last decision when its fleet sizes itself (a job the scaler launched is
+marked ``scaled``). The last line is what the run has cost so far: each job's time from its
+start (its creation, with a client too old to say) to its end (or now), at its flavor's price.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +19,9 @@ from deploy.errors import DeployError
 from deploy.health import Prober
 from deploy.jobs import HubJobs, JobView
 from deploy.plan import PORT
+from deploy.prices import DOLLARS_PER_HOUR
 from deploy.specs import RUN_LABEL
+from proxy.console.view import scaler_lines
 
 
 def proxy_figures(status: Mapping[str, Any]) -> list[str]:
@@ -48,7 +54,7 @@ def proxy_figures(status: Mapping[str, Any]) -> list[str]:
         lines.append("paused: yes (the trainer is syncing weights; the fleet is frozen)")
     elif (status.get("syncs") or {}).get("open"):
         lines.append("syncing: yes (the trainer is syncing weights; the fleet keeps generating)")
-    return lines
+    return lines + scaler_lines(status.get("scaler"))
 
 
 def _push_figures(adapters: Mapping[str, Any]) -> list[str]:
@@ -65,6 +71,8 @@ def _push_figures(adapters: Mapping[str, Any]) -> list[str]:
 
 def job_line(job: JobView, health: str) -> str:
     line = f"  {job.name:<28} job {job.id}  {job.flavor:<12} {job.stage}"
+    if job.scaled:
+        line += " (scaled)"
     if job.message:
         line += f" ({job.message})"
     line = f"{line}  {health}".rstrip()
@@ -75,7 +83,29 @@ def job_line(job: JobView, health: str) -> str:
     return line
 
 
-def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:
+def ran(views: list[JobView], now: float) -> str:
+    """What the run's jobs have cost so far (module docstring), per flavor."""
+    hours: dict[str, float] = {}
+    for view in views:
+        began = view.started_at if view.started_at is not None else view.created_at
+        if began is None:
+            continue
+        ended = view.finished_at if view.finished_at is not None else None
+        if ended is None and not view.terminal:
+            ended = now
+        if ended is None:  # ended, but the client does not say when: not counted
+            continue
+        hours[view.flavor] = hours.get(view.flavor, 0.0) + max(ended - began, 0.0) / 3600
+    priced = sum(DOLLARS_PER_HOUR[f] * h for f, h in hours.items() if f in DOLLARS_PER_HOUR)
+    parts = ", ".join(f"{h:.2f} h x {flavor}" for flavor, h in sorted(hours.items()))
+    unknown = sorted(flavor for flavor in hours if flavor not in DOLLARS_PER_HOUR)
+    line = f"ran so far: {parts or 'nothing'}: ${priced:.2f}"
+    return line + (f" (plus {', '.join(unknown)}: no price here)" if unknown else "")
+
+
+def report(
+    jobs: HubJobs, run_name: str, token: str, probe: Prober, now: float | None = None
+) -> str:
     views = jobs.of_run(run_name)
     if not views:
         raise DeployError(
@@ -101,4 +131,5 @@ def report(jobs: HubJobs, run_name: str, token: str, probe: Prober) -> str:
                 lines += [f"      {line}" for line in proxy_figures(figures.body)]
             else:
                 lines.append(f"      /proxy/status unavailable ({figures.detail})")
+    lines.append(ran(views, time.time() if now is None else now))
     return "\n".join(lines)

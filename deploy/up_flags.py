@@ -7,6 +7,7 @@ under 60 is refused as a job's lifetime: ``--timeout 6`` meant hours); a flavor 
 huggingface_hub's ``JobHardware``, so a typo stops here with the list rather than at the Hub.
 A count of replica jobs is ``--replica-count``; ``--replicas``, its name before ``--replica-urls``
 became every program's list of replica URLs, is deprecated (``proxy.config.deprecated``).
+``--replica-count MIN..MAX`` turns the scaler on, with its own flags (``deploy.scale_flags``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from deploy.clock import Clock
 from deploy.durations import whole_seconds
 from deploy.install import default_source, install_for
 from deploy.plan import Flavors, Images, RunPlan
+from deploy.scale_flags import ReplicaCountArg, add_scale_flags, check_scale_args, scaling_of
 from proxy.config.deprecated import DeprecatedNames
 from proxy.config.units import LIFETIME, DurationArg
 
@@ -54,8 +56,11 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
             action=DeprecatedNames,
             deprecated=REPLICAS_DEPRECATED,
             dest="replicas",
-            type=int,
-            help="number of vLLM replica jobs (required, but with --fleet)",
+            type=ReplicaCountArg(),
+            metavar="N|MIN..MAX",
+            help="number of vLLM replica jobs (required, but with --fleet); MIN..MAX: the run "
+            "starts with MIN and the scaler in the trainer job adds and retires replica jobs "
+            'within the range as the run needs (docs/deploy.md, "The fleet sizes itself")',
         )
         add(
             "--topology",
@@ -72,6 +77,7 @@ def add_up_flags(up: argparse.ArgumentParser, *, fleet: bool = False) -> None:
             "none, a fleet of the run's own)",
         )
         add("--run-weight", type=float, default=1.0, help="with --fleet: the run's weight there")
+        add_scale_flags(up)
     add(
         "--network",
         choices=["private", "public"],
@@ -169,7 +175,8 @@ def _fleet_up_flags(up: argparse.ArgumentParser) -> None:
         action=DeprecatedNames,
         deprecated=REPLICAS_DEPRECATED,
         dest="replicas",
-        type=int,
+        type=ReplicaCountArg(),
+        metavar="N",
         required=True,
         help="number of vLLM replica jobs",
     )
@@ -206,7 +213,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         run_name=run_name,
         bucket=args.bucket,
         model=args.model,
-        replicas=args.replicas or 0,
+        replicas=args.replicas.low if args.replicas is not None else 0,
         install=install_for(source, f"{args.mount_path}/{run_name}/code"),
         namespace=args.namespace or args.bucket.split("/")[0],
         topology="job" if shared or args.fleet else (args.topology or "sidecar"),
@@ -224,6 +231,7 @@ def plan_from_args(args: argparse.Namespace, trainer_args: Sequence[str], clock:
         shared=shared,
         fleet=None if shared else args.fleet,
         run_weight=getattr(args, "run_weight", 1.0),
+        scale=scaling_of(args),
     )
 
 
@@ -239,8 +247,9 @@ def check_up_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(
             "argument --replica-count: required (but with --fleet, whose replicas it uses)"
         )
-    if args.replicas is not None and args.replicas < 1:
+    if args.replicas is not None and not args.replicas.ranged and args.replicas.low < 1:
         parser.error(f"argument --replica-count: must be at least 1 (got {args.replicas})")
+    check_scale_args(parser, args)
     if getattr(args, "trainer_nodes", 1) < 1:
         parser.error(f"argument --trainer-nodes: must be at least 1 (got {args.trainer_nodes})")
     if getattr(args, "trainer_nodes", 1) > 1 and args.network == "public":

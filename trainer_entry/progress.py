@@ -12,9 +12,12 @@ looked like a hang. Here rank 0 says, once a step has taken ``EVERY_S`` and agai
 budget a micro-batch closes when its next sample does not fit, so a step may take a few tokens
 less. Samples TRL then drops as stale count as received.
 
-``Counted`` stands in for TRL's queue and tells ``Progress`` of every sample the trainer takes;
-``Progress`` keeps the step's count against an injected clock and words the line (no I/O);
-``report`` says it from a thread until told to stop.
+``Counted`` stands in for TRL's queue and tells ``Progress`` of every sample the trainer takes
+and how long each take waited (TRL's own ``perf/rollout_wait_s`` is the same wait, per step);
+``Progress`` keeps the step's count and the run's wait against an injected clock and words the
+line (no I/O); ``report`` says it from a thread until told to stop. The scaler reads the wait
+(``Progress.totals``: the share of each window the trainer waited for samples is what tells it
+that generation limits the run, ``trainer_entry.scaling``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,17 @@ class Progress:
         self._lock = threading.Lock()
         self._step, self._received, self._received_tokens = 1, 0, 0
         self._since = clock()
+        self._waited_s = 0.0  # the run's time blocked on the queue, every step's
+
+    def waited(self, seconds: float) -> None:
+        """The trainer was blocked ``seconds`` on one take from the queue."""
+        with self._lock:
+            self._waited_s += seconds
+
+    def totals(self) -> tuple[float, int]:
+        """The run's wait so far (seconds) and the steps ended."""
+        with self._lock:
+            return self._waited_s, self._step - 1
 
     def took(self, tokens: int) -> None:
         """The trainer took one sample of ``tokens`` tokens from the queue."""
@@ -87,7 +101,11 @@ class Counted:
         self.queue, self.progress = queue, progress
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        sample = self.queue.get(block, timeout)
+        began = self.progress.clock()
+        try:  # an empty queue raises after ``timeout``: that wait counts too
+            sample = self.queue.get(block, timeout)
+        finally:
+            self.progress.waited(self.progress.clock() - began)
         ids = getattr(sample, "input_ids", None)  # TRL's: a numpy array (no truth value)
         self.progress.took(0 if ids is None else len(ids))
         return sample

@@ -6,7 +6,8 @@ runs the rollout worker. Collectives every rank takes part in: the adapter save 
 (TRL's, with the served-policy probe's forward before it: ``trainer_entry.reference``), the
 sharded checkpoint (HF's), the time-based save decision and the resume point (broadcast from
 rank 0 here), and the final adapter. Rank 0, which alone sees TRL's rollout queue, says how far
-a step that waits for its samples is (``trainer_entry.progress``).
+a step that waits for its samples is (``trainer_entry.progress``), and runs the scaler when the
+run's fleet sizes itself (``trainer_entry.scaling``), for as long as it trains.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -35,6 +37,8 @@ from trainer_entry.proxy_figures import ProxyFigures
 from trainer_entry.reference import install as install_reference
 from trainer_entry.reference import probe_ids
 from trainer_entry.rewards import reward_functions
+from trainer_entry.scaling import TrainerSignals
+from trainer_entry.scaling import start as start_scaler
 from trainer_entry.sync_retry import install as install_sync_retry
 from trainer_entry.templates import ensure_response_template
 
@@ -136,13 +140,17 @@ def build_lora(options: TrainerOptions) -> LoraConfig:
 
 
 class _WithProxyFigures(AsyncGRPOTrainer):  # type: ignore[misc]  # TRL is untyped here
-    """TRL's trainer, adding the proxy's key figures to every log line (and tracker)."""
+    """TRL's trainer, adding the proxy's key figures to every log line (and tracker), and
+    showing TRL's figures to the scaler (``TrainerSignals.saw``) when there is one."""
 
     proxy_figures: ProxyFigures | None = None
+    scaler_signals: TrainerSignals | None = None
 
     def log(self, logs: dict[str, Any], start_time: float | None = None) -> None:
         if self.proxy_figures is not None and self.accelerator.is_main_process:
             logs.update(self.proxy_figures.read())
+        if self.scaler_signals is not None:
+            self.scaler_signals.saw(logs)
         super().log(logs, start_time)
 
 
@@ -157,9 +165,12 @@ class StepsEnd(TrainerCallback):  # type: ignore[misc]
         return control
 
 
-def _watch_samples(trainer: Any, options: TrainerOptions) -> threading.Event | None:
+def _watch_samples(
+    trainer: Any, options: TrainerOptions
+) -> tuple[threading.Event, Progress] | None:
     """Rank 0: a line every ``progress.EVERY_S`` while a step waits for its samples; returns
-    the event that stops it (None on the other ranks: they never see the queue)."""
+    the event that stops it and the step's progress (None on the other ranks: they never see
+    the queue)."""
     if trainer.rollout_queue is None:
         return None
     recipe = options.recipe
@@ -170,7 +181,7 @@ def _watch_samples(trainer: Any, options: TrainerOptions) -> threading.Event | N
     stop = threading.Event()
     say = functools.partial(log.info, "%s")
     threading.Thread(target=report, args=(progress, stop, say), daemon=True).start()
-    return stop
+    return stop, progress
 
 
 class SaveByClock(TrainerCallback):  # type: ignore[misc]
@@ -240,11 +251,18 @@ def run(
     trainer.proxy_figures = ProxyFigures(figures_url or base_url, token)
     resume = _agreed_resume(options, accelerator)
     watching = _watch_samples(trainer, options)
+    scaler = None
+    if watching is not None:  # rank 0: the scaler, when the fleet sizes itself
+        signals = TrainerSignals(watching[1], options.max_steps)
+        scaler = start_scaler(os.environ, signals, figures_url or base_url, token)
+        trainer.scaler_signals = signals if scaler is not None else None
     try:
         output = trainer.train(resume_from_checkpoint=resume)
     finally:
         if watching is not None:
-            watching.set()
+            watching[0].set()
+        if scaler is not None:
+            scaler.stop()
     metrics = _finish(trainer, options, output)
     _leave_world(accelerator)
     return metrics

@@ -80,7 +80,31 @@ def summary_lines(snap: Snapshot) -> list[str]:
         for name, value in sorted((advice.get("figures") or {}).items()):
             if name != "requests_per_s":  # shown once, above
                 lines.append(f"  {name} = {_num(value)}")
+    lines.extend(scaler_lines(s.get("scaler")))
     return lines
+
+
+def scaler_lines(scaler: Any) -> list[str]:
+    """The run's scaler's last decision (``/proxy/status``'s ``scaler``), in two lines: what it
+    did and why, then the fleet's counts and the replica jobs it launched (none: no scaler)."""
+    if not isinstance(scaler, dict):
+        return []
+    action = scaler.get("action", "-")
+    did = "hold" if action == "hold" else f"{action} {scaler.get('count', '-')}"
+    held = f" ({scaler['held_back']})" if scaler.get("held_back") else ""
+    counts = scaler.get("replicas") or {}
+    bounds = scaler.get("bounds") or {}
+    scaled = ", ".join(
+        f"{job.get('name', '?')} {job.get('state', '?')}" for job in scaler.get("scaled") or ()
+    )
+    return [
+        f"scaler: {did} ({_num(scaler.get('age_s'))} s ago): {scaler.get('reason', '')}{held}",
+        "  replicas wanted {wanted} ready {ready} starting {starting} draining {draining}".format(
+            **{key: counts.get(key, "-") for key in ("wanted", "ready", "starting", "draining")}
+        )
+        + f"  range {bounds.get('min', '-')}..{bounds.get('max', '-')}  failed launches "
+        f"{scaler.get('failed_launches', 0)}  scaled: {scaled or 'none'}",
+    ]
 
 
 def _policy_line(status: dict[str, Any]) -> str:
@@ -239,4 +263,4 @@ def live_view(snap: Snapshot) -> Any:
 
 def _below(line: str) -> bool:
     """Lines of the full summary shown under the table (the head says the others)."""
-    return line.startswith(("warning: ", "rollouts", "run ", "  "))
+    return line.startswith(("warning: ", "rollouts", "run ", "scaler: ", "  "))

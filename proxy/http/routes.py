@@ -23,6 +23,7 @@ from proxy.http.handlers import Handlers
 from proxy.http.receiver import ReceiverRoutes
 from proxy.http.refusals import UnknownRoute, WrongMethod
 from proxy.http.run_admin import RunAdmin
+from proxy.http.scaler_admin import ScalerAdmin
 from proxy.runs.run import PREFIX as RUN_PREFIX
 
 PASSTHROUGH_GET = ("/version", "/get_world_size", "/ping")
@@ -72,15 +73,19 @@ def table(h: Handlers, receiver: ReceiverRoutes) -> list[Route]:
 def add_routes(
     app: web.Application,
     h: Handlers,
-    admin: Admin,
-    run_admin: RunAdmin,
+    admins: tuple[Admin, RunAdmin, ScalerAdmin],
     receiver: ReceiverRoutes,
     edge: Edge,
 ) -> None:
+    """Every route; ``admins``: the admin API's replicas, runs and scaler routes, each behind
+    the admin key (the first's ``guard``)."""
     router = app.router
+    admin, run_admin, scaler_admin = admins
+    tables = (admin.routes_table(), run_admin.routes_table(), scaler_admin.routes_table())
     admin_routes = [
         Route(method, path, "admin", admin.guard(handler), open=True, runs=False)
-        for method, path, handler in (*admin.routes_table(), *run_admin.routes_table())
+        for table_ in tables
+        for method, path, handler in table_
     ]
     for route in [*table(h, receiver), *admin_routes]:
         for prefix in ("", RUN_PREFIX) if route.runs else ("",):

@@ -23,6 +23,7 @@ from proxy.fleet.pool import ReplicaPool
 from proxy.fleet.shares import RunShares
 from proxy.fleet.sync import FleetSync
 from proxy.insight.advisor import VERDICTS, Advice, RunSample, Sample
+from proxy.insight.scaler import ScalerReports
 from proxy.metrics.collector import StateSources
 from proxy.metrics.recorder import Metrics, Rollouts
 from proxy.routing.policy import Policy
@@ -45,6 +46,7 @@ class Status:
     runs: Runs = field(default_factory=Runs)  # several runs on one fleet (``proxy.runs``)
     shares: RunShares | None = None  # the runs' shares of max_loras, as the pool last told
     watcher: Watcher | None = None  # the adapter source's watcher (None: no source)
+    scaler: ScalerReports = field(default_factory=ScalerReports)  # the run's scaler's reports
     started: float = field(init=False)  # when the proxy was assembled, by ``clock`` (uptime)
 
     def __post_init__(self) -> None:
@@ -131,6 +133,7 @@ class Status:
             policies=self.policies,
             advice=(lambda: advice().verdict) if advice is not None else str,
             verdicts=VERDICTS,
+            scaler=self.scaler.replicas,
         )
 
     def policy_alarm(self) -> int:
@@ -176,6 +179,13 @@ class Status:
         """``/proxy/status``'s ``runs`` (and the admin API's list): each declared run."""
         return {view.name: view.as_dict() for view in self.run_views(advice)}
 
+    def replica_pages(self) -> list[dict[str, Any]]:
+        """Each replica as ``views.replica_status`` shows it, with the prompt tokens it was sent
+        and those its prefix cache served (what the scaler weighs before retiring one)."""
+        usage = self.metrics.replica_usage()
+        empty = {"prompt_tokens": 0.0, "cached_tokens": 0.0}
+        return [{**views.replica_status(r), **usage.get(r.id, empty)} for r in self.pool]
+
     def page(
         self, advice: Advice | None, run_advice: dict[str, Advice], **edge: int
     ) -> dict[str, Any]:
@@ -195,7 +205,7 @@ class Status:
             "adapters": self.adapters.status(),
             "adapter_source": self.source(),
             "warnings": self.warnings(),
-            "replicas": [views.replica_status(r) for r in self.pool],
+            "replicas": self.replica_pages(),
             "tasks": len(asyncio.all_tasks()),
             "pid": os.getpid(),
             "uptime_s": round(uptime, 3),
@@ -212,6 +222,7 @@ class Status:
             "inflight_by_version": self.inflight_by_version(),
             "rollouts": {run: c.as_dict() for run, c in self.rollouts().items()},
             "restarts": restarts_so_far(),
+            "scaler": self.scaler.page(self.clock.monotonic()),
             **edge,
             # Declared runs only: a single-run proxy's page is as it was.
             **({"runs": self.runs_page(run_advice)} if self.runs else {}),

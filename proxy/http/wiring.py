@@ -28,6 +28,7 @@ from proxy.http.refusals import TooManyConnections
 from proxy.http.responses import Redactor
 from proxy.http.routes import add_routes
 from proxy.http.run_admin import RunAdmin
+from proxy.http.scaler_admin import ScalerAdmin
 from proxy.http.server import Guard
 from proxy.http.status import Status
 from proxy.http.tracing import Spans
@@ -43,13 +44,15 @@ class HttpRoom:
     handlers: Handlers
     admin: Admin
     run_admin: RunAdmin
+    scaler_admin: ScalerAdmin
     receiver: ReceiverRoutes
     guard: Guard
     client_log: ClientErrorLog
     edge: Edge
 
     def routes(self, app: web.Application) -> None:
-        add_routes(app, self.handlers, self.admin, self.run_admin, self.receiver, self.edge)
+        admin = (self.admin, self.run_admin, self.scaler_admin)
+        add_routes(app, self.handlers, admin, self.receiver, self.edge)
 
 
 def build_edge(
@@ -88,6 +91,7 @@ def build_edge(
     hosts = HostAllowlist.of(settings)
     admin = Admin(fleet.pool, KeyCheck(settings.admin_key, "admin"), hosts, bodies)
     run_admin = RunAdmin(runs, status, sampler, adapters.service, bodies)
+    scaler_admin = ScalerAdmin(status.scaler, metrics, bodies, clock)
     edge = Edge(
         metrics,
         guard,
@@ -102,6 +106,7 @@ def build_edge(
         handlers,
         admin,
         run_admin,
+        scaler_admin,
         ReceiverRoutes(adapters.receiver),
         guard,
         ClientErrorLog(metrics.record_bad_input, clock.monotonic),

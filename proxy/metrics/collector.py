@@ -40,6 +40,8 @@ class StateSources:
     policy_alarm: Callable[[], int] = _no_count
     mismatches: Callable[[], dict[str, int]] = dict
     policies: Callable[[], list[tuple[str, str, str, str]]] = list
+    # The run's scaler's replica counts by state, as it last reported them (empty: no scaler).
+    scaler: Callable[[], dict[str, int]] = dict
 
 
 class StateCollector(Collector):
@@ -168,6 +170,15 @@ class StateCollector(Collector):
         for kind, size in sorted(sources.routing().items()):
             tracked.add_metric([kind], size)
         yield tracked
+        scaler = GaugeMetricFamily(
+            PREFIX + "scaler_replicas",
+            "The run's replicas as its scaler last reported them: wanted (ready and starting), "
+            "ready, starting, draining (absent without a scaler)",
+            labels=["state"],
+        )
+        for counted, count in sources.scaler().items():
+            scaler.add_metric([counted], count)
+        yield scaler
         versions = GaugeMetricFamily(
             PREFIX + "adapter_versions",
             "Adapter versions: wanted on the fleet, loading, mirroring (seen on the trainer's "

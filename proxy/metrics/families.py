@@ -38,6 +38,7 @@ from proxy.metrics.labels import (
     PUSH_BUCKETS,
     PUSH_FALLBACK_CAUSES,
     REJECTION_REASONS,
+    SCALER_ACTIONS,
     SYNC_PATHS,
     SYNC_WINDOW_BUCKETS,
 )
@@ -286,6 +287,13 @@ FAMILIES = (
         "histogram",
         "From a version first seen on the trainer's disk to its copy landed in the bucket",
         buckets=MIRROR_BUCKETS,
+    ),
+    Family(
+        "scaler_decisions",
+        "counter",
+        "The run's scaler's decisions as it reported them (POST /admin/scaler), by action",
+        ("action",),
+        zeros=_each(SCALER_ACTIONS),
     ),
     Family(
         "adapter_mirror_failures",

@@ -49,6 +49,10 @@ BAD_INPUT_KINDS = (
     "other",
 )
 CONTROL_ACTIONS = ("pause", "resume", "reset_prefix_cache")
+# The run's scaler's decisions (``proxy.insight.scaler.ACTIONS``, the same set) and the states
+# it counts replicas in (``STATES``).
+SCALER_ACTIONS = ("add", "retire", "hold")
+SCALER_STATES = ("wanted", "ready", "starting", "draining")
 BACKGROUND_TASKS = ("health", "discovery", "watcher", "adapters", "mirror", "advisor", "load")
 # Why a replica loaded from the mount instead of a pushed copy (proxy.adapters.push).
 PUSH_FALLBACK_CAUSES = ("no_receiver", "refused", "unreachable", "unreadable")

@@ -103,6 +103,7 @@ class Metrics:
     _adapter_push_fallbacks: Children[Counter]
     _adapter_fleet_sync_seconds: Children[Histogram]
     _adapter_mirror_seconds: Histogram
+    _scaler_decisions: Children[Counter]
     _adapter_mirror_failures: Children[Counter]
 
     def __init__(self, pool: ReplicaPool) -> None:
@@ -236,6 +237,18 @@ class Metrics:
 
     def record_mirror_failure(self, cause: str) -> None:
         self._adapter_mirror_failures[cause,].inc()
+
+    def record_scaler_decision(self, action: str) -> None:
+        self._scaler_decisions[action,].inc()
+
+    def replica_usage(self) -> dict[str, dict[str, float]]:
+        """Each replica's prompt tokens (usage) and those its prefix cache served, so far."""
+        usage: dict[str, dict[str, float]] = {}
+        for (rid, kind), value in self._replica_tokens.values.items():
+            usage.setdefault(rid, {"prompt_tokens": 0.0, "cached_tokens": 0.0})[
+                f"{kind}_tokens"
+            ] = value
+        return usage
 
     def record_decision(self, reason: str) -> None:
         self._routing_decisions.add((reason,))

@@ -65,3 +65,28 @@ def test_once_says_every_warning_in_full() -> None:
     text = plain(Snapshot("http://127.0.0.1:8000", status(2), FIGURES))
     for warning in WARNINGS:
         assert f"warning: {warning}\n" in text
+
+
+SCALER = {
+    "action": "add",
+    "count": 1,
+    "age_s": 12.0,
+    "reason": "the trainer waited 31% of the last window for samples for 180 s",
+    "held_back": None,
+    "replicas": {"wanted": 3, "ready": 2, "starting": 1, "draining": 0},
+    "bounds": {"min": 1, "max": 4},
+    "failed_launches": 0,
+    "scaled": [{"name": "r1-replica-2", "job": "abc", "state": "starting"}],
+}
+
+
+def test_the_scalers_last_decision_and_scaled_jobs_show_in_once_and_live() -> None:
+    snap = Snapshot("http://127.0.0.1:8000", {**status(2), "scaler": SCALER}, FIGURES)
+    once = plain(snap)
+    assert "scaler: add 1 (12 s ago): the trainer waited 31% of the last window" in once
+    assert (
+        "replicas wanted 3 ready 2 starting 1 draining 0  range 1..4  failed launches 0  "
+        "scaled: r1-replica-2 starting" in once
+    )
+    assert any(line.startswith("scaler: add 1") for line in rendered(snap))
+    assert "scaler" not in plain(Snapshot("http://127.0.0.1:8000", status(2), FIGURES))

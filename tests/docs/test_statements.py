@@ -17,7 +17,8 @@ Read from README.md, the pages under docs/ and the repository pages the site sho
 - Python is compiled; TOML is read, and a proxy's settings file loads through the settings
   loader; JSON and YAML parse;
 - every dollar figure in the prose is one a command prints or ``deploy.prices`` lists: an hourly
-  cost after a ``deploy`` command is what that command's ``--dry-run`` prints, a price table's
+  cost after a ``deploy`` command is what that command's ``--dry-run`` prints (for a fleet that
+  sizes itself, either end of the range it prints), a price table's
   row is the price deploy uses, anything else a plan's cap (as its ``--dry-run`` prints it) or a
   listed price;
 - what ``tests.support.claims`` holds: how long a command takes (one figure wherever it is said),
@@ -104,6 +105,13 @@ class Plan:
 
     def dollars_per_hour(self) -> float:
         return _dollars(self.per_hour())
+
+    def scaled(self) -> set[float]:
+        """The ends of a fleet that sizes itself's cost range, as the dry run says (``as it
+        scales the run costs $A to $B per hour``; none for a fixed fleet)."""
+        found = re.search(r"as it scales the run costs (\$[\d,.]+) to (\$[\d,.]+) per hour",
+                          self.printed)  # fmt: skip
+        return {round(_dollars(found[1]), 2), round(_dollars(found[2]), 2)} if found else set()
 
     def cap(self) -> float:
         """What nobody stopping the run costs, as the dry run says."""
@@ -480,7 +488,10 @@ def check_costs(path: Path, checked: Checked) -> list[str]:
                     problems.append(f"line {line}: {said}: no plan above costs that ({shown})")
             elif not before:
                 problems.append(f"line {line}: ${found[1]} per hour, after no deploy command")
-            elif round(amount, 2) != round(before[-1].dollars_per_hour(), 2):
+            elif (
+                round(amount, 2) != round(before[-1].dollars_per_hour(), 2)
+                and round(amount, 2) not in before[-1].scaled()
+            ):
                 problems.append(
                     f"line {line}: ${found[1]} per hour, the plan above: {before[-1].per_hour()}"
                 )

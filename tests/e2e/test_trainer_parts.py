@@ -286,8 +286,10 @@ def test_rank_zero_says_how_far_a_step_waiting_for_samples_is(
         accelerator=types.SimpleNamespace(num_processes=1),
         add_callback=callbacks.append,
     )
-    stop = train._watch_samples(trainer, options)
-    assert stop is not None and isinstance(trainer.rollout_queue, progress.Counted)
+    watching = train._watch_samples(trainer, options)
+    assert watching is not None and isinstance(trainer.rollout_queue, progress.Counted)
+    stop, watched = watching
+    assert watched is trainer.rollout_queue.progress  # what the scaler reads the wait from
     samples.put(types.SimpleNamespace(input_ids=[1, 2, 3]))
     trainer.rollout_queue.get(timeout=1)
     assert spoke.wait(5)

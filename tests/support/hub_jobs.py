@@ -16,6 +16,8 @@ It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 m
 - ``GET /api/jobs/{ns}/{id}``: ``inspect_job``; a job's stage moves with TIME, not with calls:
   its script says how long each stage lasts on the hub's clock (a test passes its fake clock);
 - ``POST /api/jobs/{ns}/{id}/cancel``: ``cancel_job`` (403 for a job in ``uncancellable``);
+  each of ``JobsHub.on_cancel`` is awaited before the answer (what happens elsewhere while a
+  cancel is under way: the scaler's launch racing ``deploy down``);
 - retries: a spec's ``attempts`` (huggingface_hub 2.1.1+) is answered as ``retry`` (the runs
   the service may add, ``attempts - 1``: the client's ``JobInfo.retry``); a job that fails
   (``JobsHub.fail``) with runs left runs again as the same job, its script from the start;
@@ -45,7 +47,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -160,6 +162,7 @@ class JobsHub:
     uncancellable: set[str] = field(default_factory=set)  # job ids whose cancel answers 403
     exposed: dict[str, str] = field(default_factory=dict)
     addresses: dict[str, str] = field(default_factory=dict)  # job name -> its group address
+    on_cancel: list[Callable[[StandInJob], Awaitable[None]]] = field(default_factory=list)
     scripts: dict[str, tuple[list[Step], list[str]]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -358,6 +361,8 @@ async def _cancel_job(request: web.Request) -> web.Response:
     if not job.terminal:
         job.move_to("CANCELED")
     request.app[JOBS_HUB].cancelled.append(job.id)
+    for hook in request.app[JOBS_HUB].on_cancel:
+        await hook(job)
     return web.json_response({})
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.scale_flags import ReplicaCountArg
 from proxy.cli import load_settings
 from proxy.config import Settings, accepted_names
 from proxy.config.deprecated import DeprecatedNames, canonical
@@ -70,7 +71,8 @@ def _kind(action: argparse.Action) -> str:
         return "duration"
     if isinstance(action.type, SizeArg) or action.metavar == "BYTES":
         return "size"
-    if action.type is int or action.metavar == "N":
+    # deploy's --replica-count takes a count or a range of counts (MIN..MAX: the scaler on).
+    if action.type is int or action.metavar == "N" or isinstance(action.type, ReplicaCountArg):
         return "int"
     if action.type is float or action.metavar in ("NUMBER", "FRACTION"):
         return "number"
