@@ -12,6 +12,7 @@ import orjson
 from proxy.app import PROXY
 from tests.support.adapters import write_adapter
 from tests.support.calls import completion, listed, load_body, metric_value, post
+from tests.support.clock import FakeClock
 from tests.support.fleet import Stack, run_stack
 from tests.support.waiting import eventually, wait_for
 
@@ -56,15 +57,17 @@ async def test_pause_is_answered_while_requests_keep_flowing(tmp_path: Path) -> 
 
 
 async def test_forward_pause_freezes_the_fleet() -> None:
-    async with run_stack(2, forward_pause=True) as stack:
+    clock = FakeClock()  # the frozen time is the proxy's clock's: 2.5 s, however fast the calls
+    async with run_stack(2, forward_pause=True, clock=clock) as stack:
         status, body, _ = await post(stack, "/pause?mode=keep", b"")
         assert (status, orjson.loads(body)) == (200, {"status": "paused"})  # vLLM's own answer
         assert all(sim.state.engine.gate.paused for sim in stack.sims)
+        clock.advance(2.5)
         assert (await post(stack, "/resume", b""))[0] == 200
         assert not any(sim.state.engine.gate.paused for sim in stack.sims)
         status_page = await (await stack.session.get(stack.proxy_url + "/proxy/status")).json()
         assert status_page["syncs"]["pause"] == "forwarded"
-        assert status_page["syncs"]["paused_s"] > 0
+        assert status_page["syncs"]["paused_s"] == 2.5
         text = stack.proxy_app[PROXY].page.render().decode()
         assert metric_value(text, "rollout_proxy_sync_paused_seconds_count") == 1
 
