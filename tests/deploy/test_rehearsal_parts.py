@@ -13,7 +13,8 @@ from deploy.errors import DeployError
 from deploy.install import VLLM_IMAGE
 from deploy.rehearsal.images import _layer, stand_in
 from deploy.rehearsal.network import Group, Member
-from deploy.rehearsal.run import _substitute, cpu_trainer_args, failed
+from deploy.rehearsal.run import failed
+from deploy.rehearsal.stand_ins import cpu_trainer_args, substitute
 from deploy.rehearsal.tunnel import Tunnel
 
 
@@ -98,8 +99,8 @@ def test_the_tunnel_relays_https_connects_and_nothing_else() -> None:
 
 def test_substitutions_replace_the_value_and_the_recipe_comes_last() -> None:
     args = ("--dataset", "openai/gsm8k", "--max-steps", "500", "--dataset-config=main")
-    assert _substitute(args, "--dataset", "/w/data.jsonl")[:2] == ("--dataset", "/w/data.jsonl")
-    assert _substitute(("--dataset=hub/x",), "--dataset", "/d") == ("--dataset=/d",)
+    assert substitute(args, "--dataset", "/w/data.jsonl")[:2] == ("--dataset", "/w/data.jsonl")
+    assert substitute(("--dataset=hub/x",), "--dataset", "/d") == ("--dataset=/d",)
     assert cpu_trainer_args(3)[:2] == ("--max-steps", "3")
 
 

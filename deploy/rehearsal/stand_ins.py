@@ -1,0 +1,69 @@
+"""What a rehearsal runs instead of what it cannot run here, each a pure function of the plan
+(``Rehearsal.stand_ins`` says each one before anything starts):
+
+- the replicas get the CPU build's vLLM flags after the planned ones (``CPU_REPLICA_ARGS``), or,
+  with ``--replica-backend sim``, the simulated replica instead of vLLM (``sim_replica_argv``):
+  the same entry point (``python3 -m replica_entry``) with ``--backend sim``, the name, LoRA
+  limits and adapter receiver the planned vLLM flags give, then ``--sim-args`` (the simulator's
+  speed: ``--gen-token-s``, ``--later-version``/``--later-gen-token-s``, ``--max-num-seqs``, ...;
+  argparse keeps the last); it needs no model, starts in seconds, and a scaler's rehearsal runs
+  in about a minute;
+- the trainer trains ``steps`` steps of a CPU-sized recipe (``cpu_trainer_args``, after the planned
+  flags: argparse keeps the last), its dataset a local file (``substitute``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from deploy.errors import DeployError
+from deploy.plan import PORT, RunPlan
+from deploy.preflight import replica_options
+
+CPU_REPLICA_ARGS = ("--max-model-len", "512", "--dtype", "float32", "--block-size", "32")
+CPU_REPLICA_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}
+
+
+def cpu_trainer_args(steps: int) -> tuple[str, ...]:
+    return (
+        *("--max-steps", str(steps), "--num-generations", "4", "--max-completion-length", "32"),
+        *("--token-budget", "256", "--gradient-accumulation-steps", "1"),
+        *("--weight-sync-steps", "1", "--learning-rate", "1e-3"),
+    )
+
+
+def substitute(args: Sequence[str], flag: str, value: str) -> tuple[str, ...]:
+    """``args`` with ``flag``'s value (``--flag V`` or ``--flag=V``) replaced by ``value``."""
+    out = list(args)
+    for index, word in enumerate(out):
+        if word == flag and index + 1 < len(out):
+            out[index + 1] = value
+        elif word.startswith(f"{flag}="):
+            out[index] = f"{flag}={value}"
+    return tuple(out)
+
+
+def sim_replica_argv(plan: RunPlan, sim_args: Sequence[str]) -> list[str]:
+    """The simulated replica standing in for ``plan``'s vLLM replica (the module docstring);
+    ``DeployError`` when ``sim_args`` are not the simulator's flags."""
+    from replica_entry.cli import build_parser, settings_from_args
+
+    vllm = replica_options(plan)
+    argv = [
+        *("python3", "-m", "replica_entry", "--backend", "sim"),
+        *("--host", "0.0.0.0", "--port", str(PORT), "--served-model-name", vllm.served_name),
+        *("--max-loras", str(vllm.effective_max_loras)),
+        *("--max-lora-rank", str(vllm.max_lora_rank)),
+        *(("--max-model-len", str(vllm.max_model_len)) if vllm.max_model_len else ()),
+        "--adapter-receiver" if vllm.adapter_receiver else "--no-adapter-receiver",
+        *sim_args,
+    ]
+    parser = build_parser()
+    try:
+        settings_from_args(parser.parse_args(argv[3:]), parser)
+    except SystemExit:
+        raise DeployError(
+            "--sim-args: the simulated replica refuses them (its message is above): "
+            "`python -m replica_entry --backend sim --help` lists its flags"
+        ) from None
+    return argv
