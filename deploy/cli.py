@@ -295,13 +295,13 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
     # A run on a fleet: the fleet (its replicas, its proxy job) is rehearsed with it.
     shared = preflight.checked(fleet_of(plan)) if plan.fleet else None
-    if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
-        return run_up(args, trainer_args, runtime)
     sim_args = tuple(shlex.split(args.sim_args))
     if sim_args and args.replica_backend != "sim":
         raise DeployError("--sim-args are the simulated replicas' flags: add --replica-backend sim")
     if args.replica_backend == "sim":
         sim_replica_argv(plan, sim_args)  # refused flags stop here, before anything is made
+    if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
+        return run_up(args, trainer_args, runtime)
     refused = host_refusal(plan)
     if refused is not None:
         raise DeployError(refused)

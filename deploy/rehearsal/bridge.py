@@ -17,6 +17,10 @@ it leaves the group's DNS; a job started through the bridge that ends by itself 
 
 A request for anything but the Jobs API (a model download, say) answers 404, and the bridge says
 it in the rehearsal's output: nothing is downloaded in a rehearsal, and nothing tries unnoticed.
+Two other routes are answered as the Hub answers them, with no token (the client sends none):
+``/api/agent-harnesses``, which huggingface_hub 2.4 asks once a day per home folder for the AI
+agent harnesses it knows (for its user agent; none here), and ``HEAD /api/telemetry/...``, the
+pings libraries send through it (TRL's, when a trainer starts): taken, and dropped.
 
 Bounds: ``MAX_API_JOBS`` jobs started through it per rehearsal (then 429), ``MAX_BODY_BYTES`` per
 request (413), ``MAX_STREAMS`` log streams at once (429), each at most ``STREAM_MAX_S`` (the
@@ -73,6 +77,8 @@ WATCH_S = 0.25
 WORKERS = 4
 MAX_SAID = 20
 START_TIMEOUT_S = 30.0  # for the server itself to listen or close
+HARNESSES = "/api/agent-harnesses"  # public on the Hub (module docstring)
+TELEMETRY = "/api/telemetry/"  # public on the Hub (module docstring)
 
 
 class Runner(Protocol):
@@ -157,6 +163,8 @@ class Bridge:
         app = web.Application(middlewares=[_guard], client_max_size=MAX_BODY_BYTES)
         app[BRIDGE] = self
         add = app.router
+        add.add_get(HARNESSES, _harnesses)
+        add.add_route("HEAD", TELEMETRY + "{topic:.+}", _telemetry)
         add.add_get("/api/whoami-v2", _whoami)
         add.add_post("/api/jobs/{ns}", _run_job)
         add.add_get("/api/jobs/{ns}", _list_jobs)
@@ -231,17 +239,19 @@ BRIDGE = web.AppKey("bridge", Bridge)
 
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The token first, then the route; every failure one JSON line, never an exception out."""
+    """The route first, then the token; every failure one JSON line, never an exception out."""
     bridge = request.app[BRIDGE]
     where = f"{request.method} {request.path}"
+    if request.match_info.route.resource is None:  # not a route of the Jobs API
+        bridge.refusals += 1
+        bridge.tell(f"bridge: refused {where}: the rehearsal's Hub serves the Jobs API only")
+        return error(404, "the rehearsal's Hub serves the Jobs API only: nothing is downloaded")
+    if request.path == HARNESSES or request.path.startswith(TELEMETRY):
+        return await handler(request)
     if not bearer_matches(request, bridge.token):
         bridge.refusals += 1
         bridge.tell(f"bridge: refused {where}: no or a wrong token (the job's HF_TOKEN is it)")
         return refused()
-    if request.match_info.route.resource is None:  # not a Jobs API route
-        bridge.refusals += 1
-        bridge.tell(f"bridge: refused {where}: the rehearsal's Hub serves the Jobs API only")
-        return error(404, "the rehearsal's Hub serves the Jobs API only: nothing is downloaded")
     bridge.calls += 1
     try:
         return await handler(request)
@@ -269,6 +279,14 @@ def _job(request: web.Request) -> BridgeJob:
     if job is None:
         raise web.HTTPNotFound(text="Job not found")
     return job
+
+
+async def _harnesses(request: web.Request) -> web.Response:
+    return web.json_response({"standardEnvVars": [], "harnesses": {}})
+
+
+async def _telemetry(request: web.Request) -> web.Response:
+    return web.Response()
 
 
 async def _whoami(request: web.Request) -> web.Response:

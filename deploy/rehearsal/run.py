@@ -226,7 +226,7 @@ class Rehearsal:
         values = plan.secret_values(self.token, key)
 
         def start(spec: JobSpec, again: jobs.LocalJob | None = None) -> jobs.LocalJob:
-            job = starter.start(spec, values, again.member if again is not None else None)
+            job = starter.launch(spec, values, again.member if again is not None else None)
             self.started.append(job)
             self.book.record(spec, job)
             return job

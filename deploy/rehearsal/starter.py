@@ -69,20 +69,25 @@ class Starter:
             self._base_site = images.base_site_packages(self.base_python)
         return self._base_site
 
-    def start(
+    def start(self, spec: JobSpec, secrets: Mapping[str, str]) -> jobs.LocalJob:
+        """A job asked for through the bridge (its ``Runner``): substituted as the plan's jobs
+        are (the module docstring), then started as they are, every line said as the bridge's."""
+        if spec.command in self.substitutes:
+            command, what = self.substitutes[spec.command]
+            self.say(f"bridge: {spec.name}'s command is the plan's: it runs {what}")
+            spec = replace(spec, command=command)
+        return self.launch(spec, secrets, origin="bridge: ")
+
+    def launch(
         self,
         spec: JobSpec,
         secrets: Mapping[str, str],
         again: Member | None = None,
         origin: str = "",
     ) -> jobs.LocalJob:
-        """Start ``spec``; ``secrets`` holds a value for each of its secret names; ``again``: run
-        a job of the plan again (``jobs.start``); ``origin``: said before ``started`` (the
-        bridge's jobs: ``bridge: ``)."""
-        if origin and spec.command in self.substitutes:
-            command, what = self.substitutes[spec.command]
-            self.say(f"{origin}{spec.name}'s command is the plan's: it runs {what}")
-            spec = replace(spec, command=command)
+        """Start ``spec`` (the plan's, as planned, or the bridge's); ``secrets`` holds a value
+        for each of its secret names; ``again``: run a job of the plan again (``jobs.start``);
+        ``origin``: said before ``started``."""
         with self._lock:
             folder = spec.name if again is None else f"{spec.name}.attempt2"
             serial = 2

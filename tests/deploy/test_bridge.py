@@ -323,6 +323,12 @@ def test_a_wrong_token_another_namespace_and_other_routes_are_refused(served: Se
     assert "namespace alice's jobs only" in str(elsewhere.value)
     assert download.value.response.status_code == 404
     assert served.api.whoami()["name"] == NS
+    # The Hub's two public routes the client calls with no token: answered, not refused.
+    with urllib.request.urlopen(f"{served.bridge.url}/api/agent-harnesses", timeout=10) as got:
+        assert json.loads(got.read()) == {"standardEnvVars": [], "harnesses": {}}
+    ping = urllib.request.Request(f"{served.bridge.url}/api/telemetry/trl/other", method="HEAD")
+    with urllib.request.urlopen(ping, timeout=10) as got:
+        assert got.status == 200
     assert served.bridge.refusals == 2
     assert (
         "bridge: refused GET /api/models/Qwen/Qwen2.5-Math-1.5B: the rehearsal's Hub serves "
