@@ -38,7 +38,7 @@ from deploy.health import get
 from deploy.install import project_version, source_root
 from deploy.launch import REPLICA_KEY_BYTES
 from deploy.plan import PORT, RunPlan
-from deploy.plan_jobs import proxy_spec, replica_spec, trainer_specs
+from deploy.plan_jobs import proxy_spec, trainer_specs
 from deploy.preflight import trainer_options
 from deploy.prices import cost_per_hour
 from deploy.readiness import routes_everywhere
@@ -48,11 +48,14 @@ from deploy.rehearsal.bridge_jobs import Book
 from deploy.rehearsal.network import Group
 from deploy.rehearsal.stand_ins import (
     CPU_REPLICA_ARGS,
+    Command,
     cpu_trainer_args,
+    rehearsed_replica,
+    replica_substitutes,
     sim_replica_argv,
     substitute,
 )
-from deploy.rehearsal.starter import STOP_GRACE_S, Command, Starter
+from deploy.rehearsal.starter import STOP_GRACE_S, Starter
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.specs import JobSpec
 from deploy.wheel import build_wheel
@@ -186,7 +189,7 @@ class Rehearsal:
         self.say(f"trainer: CPU recipe after the planned flags: {recipe}")
         rehearsed = replace(plan, model=str(model), trainer_args=trainer_args,
                             replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS))  # fmt: skip
-        if self.replica_backend == "sim":
+        if self.sim:
             argv = sim_replica_argv(rehearsed, self.sim_args)
             self.say(f"replicas: the simulated replica for vLLM: {shlex.join(argv)}")
         else:
@@ -199,22 +202,15 @@ class Rehearsal:
 
     def replica(self, plan: RunPlan, index: int) -> JobSpec:
         """Replica ``index`` of ``plan`` as rehearsed (vLLM's, or the simulated replica)."""
-        spec = replica_spec(plan, index)
-        if self.replica_backend == "vllm":
-            return spec
-        argv = sim_replica_argv(plan, self.sim_args)
-        return replace(spec, command=plan.install.wrap_into_image(argv, "replica"))
+        return rehearsed_replica(plan, index, self.sim_args if self.sim else None)
+
+    @property
+    def sim(self) -> bool:
+        return self.replica_backend == "sim"
 
     def substitutes(self, rehearsed: RunPlan) -> dict[Command, tuple[Command, str]]:
-        """The planned replica commands (as ``deploy up`` writes them, and with the rehearsal's
-        model) a job asking the bridge for a replica may send, each to what the rehearsal runs
-        instead (``starter``)."""
-        runs = self.replica(rehearsed, 0).command
-        what = "the simulated replica" if self.replica_backend == "sim" else "vLLM's CPU flags"
-        planned = {replica_spec(self.plan, 0).command,
-                   replica_spec(replace(rehearsed, replica_args=self.plan.replica_args), 0).command,
-                   replica_spec(rehearsed, 0).command}  # fmt: skip
-        return {command: (runs, what) for command in planned if command != runs}
+        """What a replica asked for through the bridge runs (``stand_ins.replica_substitutes``)."""
+        return replica_substitutes(self.plan, rehearsed, self.sim_args if self.sim else None)
 
     def launch(self, plan: RunPlan, starter: Starter, fleet: RunPlan | None = None) -> None:
         """``plan``'s jobs; a run on a fleet: ``fleet``'s replicas and proxy job first."""

@@ -10,15 +10,24 @@
   in about a minute;
 - the trainer trains ``steps`` steps of a CPU-sized recipe (``cpu_trainer_args``, after the planned
   flags: argparse keeps the last), its dataset a local file (``substitute``).
+
+A replica a job asks the rehearsal's bridge for runs what the plan's replicas run when its
+command is the planned one (``replica_substitutes``): as ``deploy up`` writes it (the Hub's model),
+or with the rehearsal's model, with or without the CPU flags.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from deploy.errors import DeployError
 from deploy.plan import PORT, RunPlan
+from deploy.plan_jobs import replica_spec
 from deploy.preflight import replica_options
+from deploy.specs import JobSpec
+
+Command = tuple[str, ...]
 
 CPU_REPLICA_ARGS = ("--max-model-len", "512", "--dtype", "float32", "--block-size", "32")
 CPU_REPLICA_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}
@@ -67,3 +76,25 @@ def sim_replica_argv(plan: RunPlan, sim_args: Sequence[str]) -> list[str]:
             "`python -m replica_entry --backend sim --help` lists its flags"
         ) from None
     return argv
+
+
+def rehearsed_replica(plan: RunPlan, index: int, sim_args: Sequence[str] | None) -> JobSpec:
+    """Replica ``index`` of the rehearsed ``plan``: as planned (vLLM), or, with ``sim_args``
+    (None: vLLM), the simulated replica in its command, installed as planned."""
+    spec = replica_spec(plan, index)
+    if sim_args is None:
+        return spec
+    argv = sim_replica_argv(plan, sim_args)
+    return replace(spec, command=plan.install.wrap_into_image(argv, "replica"))
+
+
+def replica_substitutes(
+    planned: RunPlan, rehearsed: RunPlan, sim_args: Sequence[str] | None
+) -> dict[Command, tuple[Command, str]]:
+    """Each planned replica command (the module docstring) a job may send the bridge, to the
+    command the rehearsal's replicas run and what that is."""
+    runs = rehearsed_replica(rehearsed, 0, sim_args).command
+    what = "the simulated replica" if sim_args is not None else "vLLM with the CPU flags"
+    local_model = replace(rehearsed, replica_args=planned.replica_args)
+    commands = {replica_spec(plan, 0).command for plan in (planned, local_model, rehearsed)}
+    return {command: (runs, what) for command in commands if command != runs}

@@ -29,12 +29,11 @@ from pathlib import Path
 from deploy.errors import DeployError
 from deploy.rehearsal import images, jobs
 from deploy.rehearsal.network import Group, Member
-from deploy.rehearsal.stand_ins import CPU_REPLICA_ENV
+from deploy.rehearsal.stand_ins import CPU_REPLICA_ENV, Command
 from deploy.specs import JobSpec
 
 ONLINE_ROLES = frozenset({"trainer"})
 STOP_GRACE_S = 15.0
-Command = tuple[str, ...]
 
 
 @dataclass

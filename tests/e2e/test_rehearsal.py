@@ -135,6 +135,8 @@ def _check(plan: str, code: int, out: str, err: str, workdir: Path) -> None:
     assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
     assert "trained 1 step(s) through the proxy and exited 0" in out
     assert f"costs about {cost} while it runs" in out
+    # The trainer is online to the rehearsal's Hub: it asked it for nothing (no download).
+    assert "bridge: answered 0 Jobs API call(s), started 0 job(s) for them, refused 0 other" in out
     # The bucket folder holds what the trainer wrote at /lora/math-r1 inside its job.
     run_dir = workdir / "run" / "bucket" / "math-r1"
     assert (run_dir / ".vllm_lora" / "trl-policy-v2").is_dir()
