@@ -47,7 +47,7 @@ lint: venv
 # lint, the core suite (unit, integration, contract, reliability, deploy; about 3 minutes), the
 # deploy and discovery tests on the oldest huggingface_hub we allow, then the real tier (vLLM CPU
 # servers + TRL, a run that learns, three rehearsals of deploy's jobs and the rehearsal's Jobs API
-# bridge (17-20 s); about 14.5 minutes).
+# bridge (6-20 s); about 14.5 minutes).
 test: venv lint docs test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor

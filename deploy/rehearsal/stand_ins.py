@@ -6,8 +6,8 @@
   the same entry point (``python3 -m replica_entry``) with ``--backend sim``, the name, LoRA
   limits and adapter receiver the planned vLLM flags give, then ``--sim-args`` (the simulator's
   speed: ``--gen-token-s``, ``--later-version``/``--later-gen-token-s``, ``--max-num-seqs``, ...;
-  argparse keeps the last); it needs no model, starts in seconds, and a scaler's rehearsal runs
-  in about a minute;
+  argparse keeps the last); it needs no model and answers in seconds (the default plan with it,
+  trainer included, rehearsed in 50-57 s here);
 - the trainer trains ``steps`` steps of a CPU-sized recipe (``cpu_trainer_args``, after the planned
   flags: argparse keeps the last), its dataset a local file (``substitute``).
 
