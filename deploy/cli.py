@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,7 @@ from deploy.preflight import BadFlags
 from deploy.prices import plan_cost
 from deploy.reach import network_error, reachable
 from deploy.rehearsal.run import Rehearsal, host_refusal
+from deploy.rehearsal.stand_ins import sim_replica_argv
 from deploy.scale_flags import budget_refusal, scaler_summary
 from deploy.specs import ROLES
 from deploy.status import report
@@ -126,6 +128,19 @@ def build_parser() -> argparse.ArgumentParser:
         "a new folder in /var/tmp)",
     )
     add("--train-timeout", type=LIFETIME_ARG, default="15m", help="how long the trainer may take")
+    add(
+        "--replica-backend",
+        choices=("vllm", "sim"),
+        default="vllm",
+        help="what the replica jobs run: vLLM's CPU build, or the simulated replica (the same "
+        "HTTP contract, no model, up in seconds: a scaler's rehearsal)",
+    )
+    add(
+        "--sim-args",
+        default="",
+        help="the simulated replicas' flags, one quoted string (their speed: --gen-token-s, "
+        "--later-version with --later-gen-token-s, --max-num-seqs; see rollout-replica --help)",
+    )
     for name, sub in _commands(commands, common, (
         ("status", "stage and health of every job of a run, and the proxy's figures"),
         ("logs", "the logs of a run's jobs"),
@@ -289,6 +304,11 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     plan = preflight.checked(plan_from_args(args, trainer_args, runtime.clock))
     # A run on a fleet: the fleet (its replicas, its proxy job) is rehearsed with it.
     shared = preflight.checked(fleet_of(plan)) if plan.fleet else None
+    sim_args = tuple(shlex.split(args.sim_args))
+    if sim_args and args.replica_backend != "sim":
+        raise DeployError("--sim-args are the simulated replicas' flags: add --replica-backend sim")
+    if args.replica_backend == "sim":
+        sim_replica_argv(plan, sim_args)  # refused flags stop here, before anything is made
     if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows
         return run_up(args, trainer_args, runtime)
     refused = host_refusal(plan)
@@ -319,6 +339,7 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     Rehearsal(
         plan, base, workdir, runtime.say, steps=args.steps,
         ready_timeout_s=args.ready_timeout, train_timeout_s=args.train_timeout, fleet=shared,
+        replica_backend=args.replica_backend, sim_args=sim_args,
     ).run()  # fmt: skip
     if args.workdir is None:  # a folder of our own: gone once it passed (kept when it failed)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -78,6 +78,19 @@ def build_parser() -> argparse.ArgumentParser:
     add("--gen-token-s", type=SECONDS, default=0.0, help="time per generated token")
     add("--overhead-s", type=SECONDS, default=0.0, help="time per request")
     add("--batch-factor", type=float, default=0.0, help="slowdown per other running request")
+    add(
+        "--later-version",
+        type=int,
+        default=None,
+        help="from this adapter version on (trl-policy-vN, N at least this), --later-gen-token-s "
+        "per generated token: completions that shrink or grow as the run trains",
+    )
+    add(
+        "--later-gen-token-s",
+        type=SECONDS,
+        default=None,
+        help="time per generated token from --later-version on",
+    )
     add("--vocab-size", type=int, default=1000, help="token ids it generates from")
     receiver = parser.add_argument_group("adapter receiver (pushed adapters)")
     receiver.add_argument(

@@ -15,6 +15,7 @@ leaks in but its pip settings (where its registries are) and the rehearsal's own
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ from proxy.lifeline import preexec
 
 PASSED_THROUGH = ("PIP_", "UV_")  # this machine's registry settings
 LOG_TAIL_LINES = 25
+KILLED_WAIT_S = 5.0  # for a job's process to be reaped once SIGKILLed
 
 
 @dataclass
@@ -69,13 +71,15 @@ def start(
     keep: Sequence[Path] = (),
     again: Member | None = None,
     attempt: int = 1,
+    folder: str | None = None,
 ) -> LocalJob:
     """Join ``spec`` to the group and start its command; returns at once. ``again``: the member
     of an earlier attempt of this job, run again (``attempt``) as HF Jobs retries a job: its
-    address and aliases, a fresh ``/tmp`` and home (a new container), the same bucket."""
+    address and aliases, a fresh ``/tmp`` and home (a new container), the same bucket.
+    ``folder``: what its folders and log are named (default: its name, and the attempt's)."""
     aliases = spec.network.aliases if spec.network else ()
     member = again or group.join(spec.name, aliases)
-    name = spec.name if attempt == 1 else f"{spec.name}.attempt{attempt}"
+    name = folder or (spec.name if attempt == 1 else f"{spec.name}.attempt{attempt}")
     tmp = workdir / "tmp" / name
     home = workdir / "home" / name
     tmp.mkdir(parents=True)
@@ -99,9 +103,9 @@ def start(
     )  # fmt: skip
     machine.root.mkdir(parents=True)
     machine.started.parent.mkdir(exist_ok=True)
-    for folder in keep:
-        if folder.is_relative_to("/tmp"):  # carried into the job's own /tmp
-            (tmp / folder.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
+    for kept in keep:
+        if kept.is_relative_to("/tmp"):  # carried into the job's own /tmp
+            (tmp / kept.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
     setup = script(machine, machine.listings())
     argv = [
         *("ip", "netns", "exec", member.netns),
@@ -116,3 +120,20 @@ def start(
             preexec_fn=preexec(signal.SIGKILL),  # a killed rehearsal leaves no job running
         )  # fmt: skip
     return LocalJob(spec, member, log_path, process, machine.started)
+
+
+def stop(job: LocalJob, grace_s: float) -> None:
+    """Stop ``job`` as HF Jobs stops a cancelled one: SIGTERM to its command's process group,
+    SIGKILL once ``grace_s`` has passed without it ending; returns once it ended. What is gone
+    already is fine."""
+    if job.exit_code() is not None:
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(job.process.pid, signal.SIGTERM)
+    try:
+        job.process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(job.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.process.wait(KILLED_WAIT_S)

@@ -5,7 +5,9 @@ with one address on a bridge the rehearsal creates, and a hosts file bind-mounte
 ``/etc/hosts`` that answers as the group's DNS does: ``${HF_NETWORK_GROUP_PREFIX}<alias>`` to
 every member claiming the alias, ``$HF_NETWORK_GROUP_HOSTNAME`` to every member, and each job's
 name (its host name) to its own address. The file is
-rewritten in place as members join (a bind mount keeps following the same file). The jobs'
+rewritten in place as members join (a bind mount keeps following the same file) and as they
+leave (``leave``: a job that ended or was cancelled no longer resolves, as on HF Jobs, where
+an alias names the running members; its namespace stays until ``close``). The jobs'
 only way out is ``Tunnel``: a CONNECT relay on the bridge that takes any ``host:443`` (HTTPS,
 ``HTTPS_PROXY``, ``deploy.rehearsal.tunnel``), as pip in a job reaches PyPI.
 
@@ -89,6 +91,7 @@ class Group:
     call: Call = run_command
     id: int | None = None  # claimed by open()
     members: list[Member] = field(default_factory=list)
+    left: set[str] = field(default_factory=set)  # the namespaces of members that left
     links: list[str] = field(default_factory=list)  # what this group created, deleted by close
 
     @property
@@ -169,6 +172,8 @@ class Group:
     def write_hosts(self) -> None:
         lines = ["127.0.0.1 localhost", "::1 localhost"]
         for member in self.members:
+            if member.netns in self.left:
+                continue
             lines.append(f"{member.address} {member.job_name} {self.hostname}")
             lines += [f"{member.address} {self.prefix}{alias}" for alias in member.aliases]
         with self.hosts_file.open("r+" if self.hosts_file.exists() else "w") as handle:
@@ -176,13 +181,22 @@ class Group:
             handle.write("\n".join(lines) + "\n")
             handle.truncate()
 
+    def leave(self, member: Member) -> None:
+        """``member``'s names and aliases out of the hosts file (the module docstring)."""
+        self.left.add(member.netns)
+        self.write_hosts()
+
+    def kill(self, member: Member) -> None:
+        """SIGKILL every process still in ``member``'s namespace (a job's machine switched off)."""
+        for pid in self.call(["ip", "netns", "pids", member.netns]).stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+
     def close(self) -> None:
         """This group's namespaces (their processes first) and links, nothing else; what is
         gone already is fine."""
         for member in self.members:
-            for pid in self.call(["ip", "netns", "pids", member.netns]).stdout.split():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), signal.SIGKILL)
+            self.kill(member)
             self.call(["ip", "netns", "del", member.netns])
         for link in reversed(self.links):  # the bridge last
             self.call(["ip", "link", "del", link])

@@ -1,12 +1,17 @@
 """The rehearsal itself: the plan's jobs in launch order, waited on as ``deploy up`` waits.
 
-Substitutions, each printed before anything starts: the Hub model becomes a local tiny model and
-the Hub dataset a local file with the plan's columns (nothing is downloaded); the replicas get
-the CPU build's vLLM flags (``CPU_REPLICA_ARGS``) after the planned ones; the trainer trains
-``steps`` steps of a CPU-sized recipe (``cpu_trainer_args``, after the planned flags: argparse
-keeps the last). Everything else (images, install steps, flags, secrets, network aliases,
-mounts) is the plan's. The replicas must answer ``/health``, the proxy (sidecar or its own job)
-must route to every replica, then the trainer must train its steps through it and exit 0.
+Substitutions, each printed before anything starts (``stand_ins``): the Hub model becomes a local
+tiny model and the Hub dataset a local file with the plan's columns (nothing is downloaded); the
+replicas get the CPU build's vLLM flags after the planned ones, or are the simulated replica
+(``replica_backend="sim"``, with ``sim_args``); the trainer trains ``steps`` steps of a CPU-sized
+recipe. Everything else (images, install steps, flags, secrets, network aliases, mounts) is the
+plan's. The replicas must answer ``/health``, the proxy (sidecar or its own job) must route to
+every replica, then the trainer must train its steps through it and exit 0.
+
+The Hub the jobs see is the rehearsal's bridge (``bridge``): the Jobs API, answered from this
+rehearsal's jobs and starting new ones with the same starter (``starter``), at ``HF_ENDPOINT``
+with a token made for the rehearsal (every job's ``HF_TOKEN`` secret); its summary closes the
+output. A plan job cancelled through it is no failure of the rehearsal.
 """
 
 from __future__ import annotations
@@ -26,27 +31,37 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from deploy.errors import DeployError
 from deploy.health import get
 from deploy.install import project_version, source_root
 from deploy.launch import REPLICA_KEY_BYTES
 from deploy.plan import PORT, RunPlan
-from deploy.plan_jobs import proxy_spec, replica_spec, trainer_specs
+from deploy.plan_jobs import proxy_spec, trainer_specs
 from deploy.preflight import trainer_options
 from deploy.prices import cost_per_hour
 from deploy.readiness import routes_everywhere
-from deploy.rehearsal import images, jobs
+from deploy.rehearsal import jobs
+from deploy.rehearsal.bridge import Bridge
+from deploy.rehearsal.bridge_jobs import Book
 from deploy.rehearsal.network import Group
+from deploy.rehearsal.stand_ins import (
+    CPU_REPLICA_ARGS,
+    Command,
+    cpu_trainer_args,
+    rehearsed_replica,
+    replica_substitutes,
+    sim_replica_argv,
+    substitute,
+)
+from deploy.rehearsal.starter import STOP_GRACE_S, Starter
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.specs import JobSpec
 from deploy.wheel import build_wheel
 
-CPU_REPLICA_ARGS = ("--max-model-len", "512", "--dtype", "float32", "--block-size", "32")
-CPU_REPLICA_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}
 POLL_S = 1.0
 PROGRESS_S = 30.0  # a progress line at least this often while a wait goes on
-STOP_GRACE_S = 15.0
 TINY_MODEL_TIMEOUT_S = 300.0
 DATASET_ROWS = 64
 QUIET = (OSError, subprocess.TimeoutExpired)  # what stopping a job that is gone may raise
@@ -76,24 +91,6 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def cpu_trainer_args(steps: int) -> tuple[str, ...]:
-    return (
-        *("--max-steps", str(steps), "--num-generations", "4", "--max-completion-length", "32"),
-        *("--token-budget", "256", "--gradient-accumulation-steps", "1"),
-        *("--weight-sync-steps", "1", "--learning-rate", "1e-3"),
-    )
-
-
-def _substitute(args: Sequence[str], flag: str, value: str) -> tuple[str, ...]:
-    out = list(args)
-    for index, word in enumerate(out):
-        if word == flag and index + 1 < len(out):
-            out[index + 1] = value
-        elif word.startswith(f"{flag}="):
-            out[index] = f"{flag}={value}"
-    return tuple(out)
-
-
 @dataclass
 class Rehearsal:
     plan: RunPlan  # as ``deploy up`` would launch it (preflight passed)
@@ -104,7 +101,11 @@ class Rehearsal:
     ready_timeout_s: float = 900.0
     train_timeout_s: float = 900.0
     fleet: RunPlan | None = None  # a run on a fleet: the fleet's plan, its jobs rehearsed first
-    started: list[jobs.LocalJob] = field(default_factory=list)
+    replica_backend: Literal["vllm", "sim"] = "vllm"
+    sim_args: tuple[str, ...] = ()  # the simulated replicas' flags (their speed)
+    started: list[jobs.LocalJob] = field(default_factory=list)  # the plan's jobs
+    book: Book = field(default_factory=Book)  # every job the bridge answers for
+    token: str = field(default_factory=lambda: f"hf_rehearsal_{secrets.token_urlsafe(24)}")
 
     def run(self) -> None:
         refused = host_refusal(self.plan)
@@ -116,8 +117,11 @@ class Rehearsal:
                 f"{self.plan.mount_path}, which every job sees as the bucket: choose a folder "
                 "elsewhere (default: one in /var/tmp)"
             )
-        group = Group(self.plan.network_group or self.plan.run_name, self.workdir / "hosts")
+        group_name = self.plan.network_group or self.plan.run_name
+        group = Group(group_name, self.workdir / "hosts")
         tunnel = Tunnel()
+        bridge = Bridge(self.book, token=self.token, namespace=self.plan.namespace,
+                        group=group_name, say=self.say)  # fmt: skip
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _interrupt) if main else None  # as a Ctrl-C
         try:
@@ -130,13 +134,21 @@ class Rehearsal:
             self.say(f"network: bridge {group.bridge} on {group.subnet}, a namespace per job "
                      f"({group.tag}n2, {group.tag}n3, ...), all removed at the end")  # fmt: skip
             registry = tunnel.start(group.gateway)
-            self.launch(rehearsed, group, registry, fleet)
+            hub = bridge.start(group.gateway)
+            self.say(f"hub: the bridge at {hub} (HF_ENDPOINT of every job; the Jobs API only)")
+            starter = Starter(self.base_python, self.workdir, group, self.plan.bucket,
+                              self.workdir / "bucket", registry, hub, self.say,
+                              self.substitutes(rehearsed))  # fmt: skip
+            bridge.attach(starter)
+            self.launch(rehearsed, starter, fleet)
         except (subprocess.SubprocessError, OSError) as exc:
             raise DeployError(
                 f"the rehearsal could not set its jobs up ({exc}): check --image-base (a Python "
                 f"with vLLM and torch) and that {self.workdir} can be written"
             ) from None
         finally:
+            bridge.close()  # no job starts from here on
+            self.say(bridge.summary())
             self.stop(group)
             tunnel.close()
             if main:
@@ -171,50 +183,51 @@ class Rehearsal:
         self.say(
             f"dataset {options.dataset} -> {DATASET_ROWS} local rows with its columns ({data})"
         )
-        trainer_args = (*_substitute(plan.trainer_args, "--dataset", str(data)),
+        trainer_args = (*substitute(plan.trainer_args, "--dataset", str(data)),
                         *cpu_trainer_args(self.steps))  # fmt: skip
         recipe = shlex.join(cpu_trainer_args(self.steps))
         self.say(f"trainer: CPU recipe after the planned flags: {recipe}")
-        self.say(
-            f"replicas: vLLM's CPU flags after the planned ones: {shlex.join(CPU_REPLICA_ARGS)}"
-        )
-        return replace(
-            plan,
-            model=str(model),
-            trainer_args=trainer_args,
-            replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS),
-        )
+        rehearsed = replace(plan, model=str(model), trainer_args=trainer_args,
+                            replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS))  # fmt: skip
+        if self.sim:
+            argv = sim_replica_argv(rehearsed, self.sim_args)
+            self.say(f"replicas: the simulated replica for vLLM: {shlex.join(argv)}")
+        else:
+            self.say(
+                f"replicas: vLLM's CPU flags after the planned ones: {shlex.join(CPU_REPLICA_ARGS)}"
+            )
+        self.say("trainer: online to the rehearsal's Hub (the bridge; its Jobs API only), the "
+                 "other jobs offline (HF_HUB_OFFLINE=1)")  # fmt: skip
+        return rehearsed
 
-    def launch(
-        self, plan: RunPlan, group: Group, registry: str, fleet: RunPlan | None = None
-    ) -> None:
+    def replica(self, plan: RunPlan, index: int) -> JobSpec:
+        """Replica ``index`` of ``plan`` as rehearsed (vLLM's, or the simulated replica)."""
+        return rehearsed_replica(plan, index, self.sim_args if self.sim else None)
+
+    @property
+    def sim(self) -> bool:
+        return self.replica_backend == "sim"
+
+    def substitutes(self, rehearsed: RunPlan) -> dict[Command, tuple[Command, str]]:
+        """What a replica asked for through the bridge runs (``stand_ins.replica_substitutes``)."""
+        return replica_substitutes(self.plan, rehearsed, self.sim_args if self.sim else None)
+
+    def launch(self, plan: RunPlan, starter: Starter, fleet: RunPlan | None = None) -> None:
         """``plan``'s jobs; a run on a fleet: ``fleet``'s replicas and proxy job first."""
-        bucket = self.workdir / "bucket"
         served = fleet or plan  # whose replicas and proxy the trainer trains through
-        self.publish(plan, bucket)
+        self.publish(plan, starter.bucket_dir)
         if fleet is not None:
-            self.publish(fleet, bucket)
+            self.publish(fleet, starter.bucket_dir)
         key = secrets.token_urlsafe(REPLICA_KEY_BYTES)  # as `up` makes one
-        values = plan.secret_values("hf_rehearsal_token_not_a_real_one", key)
-        env = {"HF_HUB_OFFLINE": "1", "HTTPS_PROXY": registry, "https_proxy": registry}
-        base_site = images.base_site_packages(self.base_python)  # image layers link into it
+        values = plan.secret_values(self.token, key)
 
         def start(spec: JobSpec, again: jobs.LocalJob | None = None) -> jobs.LocalJob:
-            image_bin = images.make_environment(
-                spec.image, self.base_python, self.workdir / "envs" / spec.name
-            )
-            extra = {**env, **(CPU_REPLICA_ENV if spec.role == "replica" else {})}
-            member, attempt = (again.member, 2) if again is not None else (None, 1)
-            job = jobs.start(spec, group=group, image_bin=image_bin, bucket_dir=bucket,
-                             workdir=self.workdir, secrets=values, extra_env=extra,
-                             keep=[base_site], again=member, attempt=attempt)  # fmt: skip
+            job = starter.launch(spec, values, again.member if again is not None else None)
             self.started.append(job)
-            aliases = ", ".join(job.member.aliases) or "none"
-            self.say(f"started {spec.name} ({spec.image}) at {job.member.address}, "
-                     f"aliases {aliases}: log {job.log_path}")  # fmt: skip
+            self.book.record(spec, job)
             return job
 
-        replicas = [start(replica_spec(served, i)) for i in range(served.replicas)]
+        replicas = [start(self.replica(served, i)) for i in range(served.replicas)]
         self.wait(replicas, "/health", key, lambda probe: probe.ok)
         if served.topology == "job":
             proxy = start(proxy_spec(served))
@@ -322,23 +335,25 @@ class Rehearsal:
                  f"{plan.proxy_state_dir} and routes to every replica")  # fmt: skip
 
     def check_alive(self, job: jobs.LocalJob) -> None:
-        if job.exit_code() is not None:
+        if job.exit_code() is not None and not self.book.cancelled(job):
             raise self.failure(job, f"exited with code {job.exit_code()}")
 
     def failure(self, job: jobs.LocalJob, what: str) -> DeployError:
         return failed(job.spec.name, what, job.tail(), job.log_path, job.command_ran())
 
     def stop(self, group: Group) -> None:
-        for job in self.started:
+        """Every job: the plan's and those started through the bridge."""
+        every = [*self.started, *(job.local for job in self.book.all() if job.local)]
+        for job in every:
             if job.exit_code() is None:
                 with contextlib.suppress(*QUIET):
                     os.killpg(job.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
-        for job in self.started:
+        for job in every:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 job.process.wait(max(deadline - time.monotonic(), 0.1))
         group.close()  # kills whatever is left in each job's namespace
-        for job in self.started:
+        for job in every:
             with contextlib.suppress(*QUIET):
                 job.process.wait(5)
 

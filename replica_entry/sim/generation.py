@@ -74,7 +74,7 @@ class Generation:
         steps = min(steps, self.job.steps - self.step)
         if self.aborted or steps <= 0:
             return
-        step_s = self._simulator.latency.decode_step_s(self._ticket.other_running)
+        step_s = self._simulator.latency.decode_step_s(self._ticket.other_running, self.job.lora)
         engine = self._simulator.engine
         finished, spent = await engine.spend(self._ticket, steps * step_s, probe)
         if finished:

@@ -51,7 +51,10 @@ class SimSettings(BaseModel):
 
     Latency knobs (``*_s``, ``batch_factor``) are zero by default so tests run fast; the model
     is ``time = (overhead_s + uncached_prompt_tokens * prompt_token_s + generated_tokens *
-    gen_token_s) * (1 + batch_factor * other_running_requests) + faults.delay_s``.
+    gen_token_s) * (1 + batch_factor * other_running_requests) + faults.delay_s``, where a
+    request for adapter version ``later_version`` or newer (``trl-policy-vN``) takes
+    ``later_gen_token_s`` per token instead (``sim.latency``: completions that shrink or grow as
+    the run trains; both or neither).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
@@ -71,6 +74,10 @@ class SimSettings(BaseModel):
     gen_token_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     overhead_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     batch_factor: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    later_version: int | None = Field(default=None, ge=1)
+    later_gen_token_s: float | None = Field(
+        default=None, ge=0.0, allow_inf_nan=False, validate_default=True
+    )
     vocab_size: int = Field(default=1000, ge=2)
     # The adapter receiver (``adapter_receiver.wire``'s routes), as replica_entry installs it in
     # vLLM: its store is a fresh directory per process unless ``adapter_store`` names one (then
@@ -94,6 +101,13 @@ class SimSettings(BaseModel):
         max_loras = info.data.get("max_loras")
         if value is not None and max_loras is not None and value < max_loras:
             raise ValueError(f"must be >= max_loras ({max_loras})")
+        return value
+
+    @field_validator("later_gen_token_s")
+    @classmethod
+    def _later_both_or_neither(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if (value is None) != (info.data.get("later_version") is None):
+            raise ValueError("goes with later_version (--later-version): give both, or neither")
         return value
 
     @field_validator("api_key")

@@ -52,7 +52,8 @@ class SimState:
         self.cache = PrefixCache(s.block_size, s.cache_blocks)
         self.metrics = SimMetrics(s.model)
         self.records = RequestLog()
-        latency = LatencyModel(s.overhead_s, s.prompt_token_s, s.gen_token_s, s.batch_factor)
+        latency = LatencyModel(s.overhead_s, s.prompt_token_s, s.gen_token_s, s.batch_factor,
+                               s.later_version, s.later_gen_token_s or 0.0)  # fmt: skip
         self.simulator = Simulator(self.engine, self.cache, latency, self.metrics, s.vocab_size)
 
     @property

@@ -1,20 +1,37 @@
 """The rehearsal's parts that need neither root nor vLLM: image layers, the group's hosts file,
-the registry tunnel, the substitutions. (``tests/e2e/test_rehearsal.py`` runs the whole.)"""
+the registry tunnel, the substitutions (the simulated replica too), the jobs' variables.
+(``tests/e2e/test_rehearsal.py`` runs the whole.)"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from deploy.errors import DeployError
 from deploy.install import VLLM_IMAGE
+from deploy.plan import RunPlan
+from deploy.plan_jobs import replica_spec, trainer_spec
+from deploy.preflight import replica_options
 from deploy.rehearsal.images import _layer, stand_in
 from deploy.rehearsal.network import Group, Member
-from deploy.rehearsal.run import _substitute, cpu_trainer_args, failed
+from deploy.rehearsal.run import Rehearsal, failed
+from deploy.rehearsal.stand_ins import (
+    CPU_REPLICA_ARGS,
+    cpu_trainer_args,
+    sim_replica_argv,
+    substitute,
+)
+from deploy.rehearsal.starter import Starter
 from deploy.rehearsal.tunnel import Tunnel
+from deploy.specs import BucketMount
+from replica_entry.cli import build_parser as build_replica_parser
+from replica_entry.cli import settings_from_args
+from tests.support.clock import SteppingClock
 
 
 def _dist(site: Path, name: str, *entries: str) -> None:
@@ -98,8 +115,8 @@ def test_the_tunnel_relays_https_connects_and_nothing_else() -> None:
 
 def test_substitutions_replace_the_value_and_the_recipe_comes_last() -> None:
     args = ("--dataset", "openai/gsm8k", "--max-steps", "500", "--dataset-config=main")
-    assert _substitute(args, "--dataset", "/w/data.jsonl")[:2] == ("--dataset", "/w/data.jsonl")
-    assert _substitute(("--dataset=hub/x",), "--dataset", "/d") == ("--dataset=/d",)
+    assert substitute(args, "--dataset", "/w/data.jsonl")[:2] == ("--dataset", "/w/data.jsonl")
+    assert substitute(("--dataset=hub/x",), "--dataset", "/d") == ("--dataset=/d",)
     assert cpu_trainer_args(3)[:2] == ("--max-steps", "3")
 
 
@@ -112,3 +129,72 @@ def test_a_failed_job_is_reported_for_what_the_rehearsal_shows(tmp_path: Path) -
     assert "  | boom\n" in error and f"all of it: {log}." in error
     assert "stand-ins" in error and "rehearse again" in error
     assert "real launch" not in error and "the same way" not in error
+
+
+def test_a_member_that_left_no_longer_resolves(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    group = Group("run", hosts, prefix="run-ab12-")
+    kept = Member("run-replica-0", "n2", "10.231.1.2", ("replica",))
+    gone = Member("run-replica-1", "n3", "10.231.1.3", ("replica",))
+    group.members += [kept, gone]
+    group.leave(gone)
+    lines = hosts.read_text().splitlines()
+    assert "10.231.1.2 run-ab12-replica" in lines
+    assert not any("10.231.1.3" in line for line in lines)  # its alias and its own name
+
+
+def _plan(*flags: str) -> RunPlan:
+    from deploy.cli import build_parser
+    from deploy.preflight import checked
+    from deploy.up_flags import plan_from_args
+
+    argv = ["up", "--bucket", "alice/rollouts", "--model", "Qwen/Qwen2.5-Math-1.5B",
+            "--replica-count", "1", "--run-name", "r1", *flags]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    return checked(plan_from_args(args, ["--dataset", "d.jsonl"], SteppingClock()))
+
+
+def test_the_simulated_replica_takes_the_planned_name_and_lora_limits() -> None:
+    plan = _plan("--replica-args", "--max-loras 9")
+    argv = sim_replica_argv(plan, ("--gen-token-s", "0.05"))
+    assert argv[:5] == ["python3", "-m", "replica_entry", "--backend", "sim"]
+    parser = build_replica_parser()
+    settings = settings_from_args(parser.parse_args(argv[3:]), parser)
+    vllm = replica_options(plan)
+    assert settings.model == vllm.served_name == "Qwen/Qwen2.5-Math-1.5B"
+    assert (settings.max_loras, settings.max_lora_rank) == (9, vllm.max_lora_rank)
+    assert settings.gen_token_s == 0.05 and settings.adapter_receiver
+    with pytest.raises(DeployError, match="the simulated replica refuses them"):
+        sim_replica_argv(plan, ("--later-version", "3"))  # without --later-gen-token-s
+
+
+def test_a_replica_the_bridge_is_asked_for_runs_what_the_rehearsal_runs(tmp_path: Path) -> None:
+    """A scaler sends the replica's spec as deploy plans it (the Hub's model, no CPU flags), or
+    with the rehearsal's model: either runs what the plan's replicas run here."""
+    plan = _plan()
+    rehearsal = Rehearsal(plan, Path(sys.executable), tmp_path, print, replica_backend="sim",
+                          sim_args=("--gen-token-s", "0.01"))  # fmt: skip
+    rehearsed = replace(plan, model=str(tmp_path / "model"),
+                        replica_args=(*plan.replica_args, *CPU_REPLICA_ARGS))  # fmt: skip
+    runs = rehearsal.replica(rehearsed, 1)
+    assert "--backend sim" in runs.command[-1] and "--gen-token-s 0.01" in runs.command[-1]
+    assert runs.labels == replica_spec(plan, 1).labels
+    substitutes = rehearsal.substitutes(rehearsed)
+    assert substitutes[replica_spec(plan, 1).command] == (runs.command, "the simulated replica")
+    assert replica_spec(rehearsed, 0).command in substitutes
+    assert runs.command not in substitutes
+
+
+def test_the_trainer_is_online_to_the_bridge_and_the_others_offline(tmp_path: Path) -> None:
+    plan = _plan()
+    starter = Starter(Path(sys.executable), tmp_path, Group("r1", tmp_path / "hosts"),
+                      plan.bucket, tmp_path / "bucket", "http://10.231.0.1:1", "http://hub",
+                      print)  # fmt: skip
+    trainer, replica = trainer_spec(plan), replica_spec(plan, 0)
+    assert starter.variables(trainer)["HF_ENDPOINT"] == "http://hub"
+    assert "HF_HUB_OFFLINE" not in starter.variables(trainer)
+    assert starter.variables(replica)["HF_HUB_OFFLINE"] == "1"
+    assert starter.refusal(replica) is None
+    other = replace(replica, volumes=(BucketMount("bob/b", "/lora", True),))
+    assert "one bucket, alice/rollouts" in (starter.refusal(other) or "")
+    assert "no stand-in" in (starter.refusal(replace(replica, image="me/mine:1")) or "")

@@ -12,6 +12,7 @@ what its own rehearsal made. Needs root (namespaces, bind mounts), as CI has.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,10 +29,12 @@ import pytest
 
 from deploy.install import VLLM_IMAGE, project_version, source_root
 from deploy.plan import RunPlan
-from deploy.plan_jobs import trainer_spec
+from deploy.plan_jobs import replica_spec, trainer_spec
 from deploy.rehearsal import images, jobs
+from deploy.rehearsal.bridge import Bridge
 from deploy.rehearsal.network import Group, listed_names, owner_of
-from deploy.rehearsal.run import failed
+from deploy.rehearsal.run import Rehearsal, failed
+from deploy.rehearsal.starter import Starter
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.wheel import build_wheel
 from tests.support.docs import deploy_commands
@@ -132,6 +135,8 @@ def _check(plan: str, code: int, out: str, err: str, workdir: Path) -> None:
     assert re.search(r"trainer: trl-policy-v2 loaded on 1 replica", out)
     assert "trained 1 step(s) through the proxy and exited 0" in out
     assert f"costs about {cost} while it runs" in out
+    # The trainer is online to the rehearsal's Hub: it asked it for nothing (no download).
+    assert "bridge: answered 0 Jobs API call(s), started 0 job(s) for them, refused 0 other" in out
     # The bucket folder holds what the trainer wrote at /lora/math-r1 inside its job.
     run_dir = workdir / "run" / "bucket" / "math-r1"
     assert (run_dir / ".vllm_lora" / "trl-policy-v2").is_dir()
@@ -260,3 +265,113 @@ def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -
     ], job.log_text()
     installed = {path.name for path in (workdir / "env").glob("lib/python3*/site-packages/*")}
     assert {"trl", "peft", "kernels"} <= installed  # the install step ran first, and passed
+
+
+# What a scaler inside the trainer job does, through the real huggingface_hub client: list the
+# run's jobs, launch a replica with the spec deploy plans and the replicas' secrets, wait for it
+# to run and answer at its alias, cancel it, see it gone. Each step's time goes to its log.
+SCALER = """
+import json, os, sys, time, urllib.request
+from huggingface_hub import HfApi, Volume
+
+began = time.monotonic()
+api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token=os.environ["HF_TOKEN"])
+ns = api.whoami()["name"]
+kwargs = json.loads(os.environ["REPLICA_SPEC"])
+kwargs["volumes"] = [Volume(**volume) for volume in kwargs["volumes"]]
+run = kwargs["labels"]["rollout-run"]
+print("siblings:", [job.labels["name"] for job in api.list_jobs(labels={"rollout-run": run},
+                                                                namespace=ns)])
+secrets = {name: os.environ[name] for name in ("HF_TOKEN", "VLLM_API_KEY")}
+job = api.run_job(**kwargs, secrets=secrets, namespace=ns)
+url = "http://" + os.environ["HF_NETWORK_GROUP_PREFIX"] + "replica:8000/v1/models"
+
+def stage():
+    return api.inspect_job(job_id=job.id, namespace=ns).status.stage
+
+def answers():
+    key = {"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=key), timeout=2) as got:
+            return got.status == 200
+    except OSError:
+        return False
+
+def until(check, what, timeout_s=60):
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            sys.exit(f"timed out waiting for {what}")
+        time.sleep(0.2)
+    print(f"{what} after {time.monotonic() - began:.1f} s", flush=True)
+
+until(lambda: stage() == "RUNNING", "RUNNING")
+until(answers, "answering at its alias")
+api.cancel_job(job_id=job.id, namespace=ns)
+until(lambda: stage() == "CANCELED", "CANCELED")
+until(lambda: not answers(), "gone from its alias")
+lines = list(api.fetch_job_logs(job_id=job.id, namespace=ns))
+print("its log:", [line for line in lines if "replica ready on" in line])
+"""
+BRIDGE_TEST_BUDGET_S = 60.0
+
+
+def test_a_job_launches_a_replica_through_the_bridge_reaches_it_and_cancels_it(
+    workdir: Path,
+) -> None:
+    """The bridge inside a rehearsal, in about half a minute: the trainer job runs a scaler's
+    calls (``SCALER``) with the real client against ``$HF_ENDPOINT``; the replica it launches
+    with deploy's planned spec (vLLM's command, which the rehearsal runs as the simulated
+    replica, said) is started by the rehearsal's own starter into the group, reached at the
+    ``replica`` alias from the trainer's namespace with the run's key, cancelled, and gone."""
+    plan = _plan()
+    rehearsal = Rehearsal(plan, Path(sys.executable), workdir, print, replica_backend="sim")
+    key = "rehearsal-replica-key"
+    spec = replica_spec(plan, 1)  # as `deploy up` plans it: vLLM's command, the Hub's model
+    planned = spec.run_job_kwargs(dict.fromkeys(spec.secret_names, ""), plan.namespace)
+    replica = {name: planned[name] for name in ("image", "command", "env", "flavor", "timeout",
+                                                "name", "labels", "expose", "attempts",
+                                                "network_group", "network_aliases")}  # fmt: skip
+    replica["volumes"] = [volume.to_dict() for volume in planned["volumes"]]
+    env = {"PYTHONUNBUFFERED": "1", "REPLICA_SPEC": json.dumps(replica)}
+    scaler = replace(trainer_spec(plan), command=("python3", "-c", SCALER), env=env)
+    root = source_root()
+    assert root is not None
+    group = Group(plan.network_group or plan.run_name, workdir / "hosts")
+    tunnel = Tunnel()
+    said: list[str] = []
+    bridge = Bridge(rehearsal.book, token=rehearsal.token, namespace=plan.namespace,
+                    group=group.name, say=said.append)  # fmt: skip
+    began = time.monotonic()
+    build_wheel(root, workdir / "bucket" / plan.code_dir, project_version("wheel"))
+    try:
+        group.open()
+        starter = Starter(Path(sys.executable), workdir, group, plan.bucket, workdir / "bucket",
+                          tunnel.start(group.gateway), bridge.start(group.gateway), said.append,
+                          rehearsal.substitutes(plan))  # fmt: skip
+        bridge.attach(starter)
+        first = starter.launch(scaler, plan.secret_values(rehearsal.token, key))
+        rehearsal.book.record(scaler, first)
+        code = first.process.wait(2 * BRIDGE_TEST_BUDGET_S)
+        took = time.monotonic() - began
+    finally:
+        bridge.close()
+        rehearsal.stop(group)  # every job the book holds
+        tunnel.close()
+    log = first.log_text()
+    print(f"bridge test: {took:.1f} s\n{log[-2000:]}\n" + "\n".join(said))
+    assert code == 0, log[-3000:] + "\n".join(said)
+    assert "siblings: ['math-r1-trainer']" in log
+    for step in ("RUNNING", "answering at its alias", "CANCELED", "gone from its alias"):
+        assert f"\n{step} after " in log, step
+    assert "its log: ['replica ready on http://0.0.0.0:8000" in log
+    launched = [job for job in rehearsal.book.all() if job.origin == "api"]
+    assert [job.name for job in launched] == ["math-r1-replica-1"]
+    assert launched[0].stage()[0] == "CANCELED"
+    assert launched[0].local is not None and launched[0].local.exit_code() is not None
+    assert "math-r1-replica-1's command is the plan's: it runs the simulated replica" in "\n".join(
+        said
+    )
+    assert "bridge: math-r1-replica-1 cancelled through the Jobs API: stopped" in "\n".join(said)
+    assert rehearsal.token not in log + "\n".join(said) and key not in log
+    assert took < BRIDGE_TEST_BUDGET_S

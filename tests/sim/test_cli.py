@@ -28,13 +28,14 @@ def test_flags_map_onto_settings_and_faults() -> None:
         "--model", "m", "--max-model-len", "2048", "--max-loras", "7", "--max-lora-rank", "16",
         "--max-cpu-loras", "9", "--block-size", "32", "--cache-blocks", "10", "--seed", "3",
         "--prompt-token-s", "0.1", "--gen-token-s", "0.2", "--overhead-s", "0.3",
-        "--batch-factor", "0.4", "--vocab-size", "500", "--api-key", "k", "--unhealthy",
+        "--batch-factor", "0.4", "--later-version", "5", "--later-gen-token-s", "0.05",
+        "--vocab-size", "500", "--api-key", "k", "--unhealthy",
         "--delay-s", "1.5", "--fail-status", "503", "--drop-mid-response", "--mount-lag-s", "2",
     )  # fmt: skip
     assert settings == SimSettings(
         model="m", max_model_len=2048, max_loras=7, max_lora_rank=16, max_cpu_loras=9,
         block_size=32, cache_blocks=10, api_key="k", seed=3, prompt_token_s=0.1, gen_token_s=0.2,
-        overhead_s=0.3, batch_factor=0.4, vocab_size=500,
+        overhead_s=0.3, batch_factor=0.4, later_version=5, later_gen_token_s=0.05, vocab_size=500,
         faults=Faults(
             unhealthy=True, delay_s=1.5, fail_status=503, drop_mid_response=True, mount_lag_s=2.0
         ),
@@ -60,6 +61,8 @@ def test_the_api_key_defaults_to_vllm_api_key(monkeypatch: pytest.MonkeyPatch) -
         (["--delay-s", "-1"], "--delay-s"),
         (["--block-size", "zero"], "--block-size"),
         (["--port", "70000"], "--port"),
+        (["--later-version", "3"], "--later-gen-token-s"),  # one of the two alone
+        (["--later-gen-token-s", "1"], "--later-gen-token-s"),
     ],
 )
 def test_a_bad_value_exits_2_naming_the_flag(

@@ -42,3 +42,18 @@ def test_more_work_or_load_never_takes_less_time(
     assert model.request_s(uncached, steps, busy) == pytest.approx(
         model.prefill_s(uncached, busy) + steps * model.decode_step_s(busy)
     )
+
+
+def test_from_the_later_version_on_a_token_costs_the_later_time() -> None:
+    model = LatencyModel(gen_token_s=0.1, batch_factor=1.0, later_version=3, later_gen_token_s=0.01)
+    assert model.decode_step_s(0, "trl-policy-v2") == pytest.approx(0.1)
+    assert model.decode_step_s(1, "trl-policy-v3") == pytest.approx(0.02)  # still scaled
+    assert model.decode_step_s(0, "trl-policy-v12") == pytest.approx(0.01)
+    assert model.decode_step_s(0, None) == model.decode_step_s(0, "sim-model") == 0.1
+    assert LatencyModel(gen_token_s=0.1).decode_step_s(0, "trl-policy-v9") == 0.1
+    assert model.request_s(0, 10, 0, "trl-policy-v3") == pytest.approx(0.1)
+
+
+def test_a_negative_later_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="non-negative"):
+        LatencyModel(later_version=1, later_gen_token_s=-1.0)

@@ -62,3 +62,19 @@ async def test_mount_lag_can_be_set_at_run_time(
         async with http.post(url + "/sim/faults", json={"mount_lag_s": 30.0}):
             pass
         assert (await _load(http, url, "trl-policy-v3", path))[0] == 404
+
+
+async def test_a_later_version_is_served_at_its_own_speed(
+    http: aiohttp.ClientSession, sim_server: SimServer, tmp_path: Path
+) -> None:
+    """Completions that shrink as the run trains: v2 and later decode at no cost here, while
+    the base model's 8 tokens would take 80 s (the test's timeout would stop it)."""
+    path = write_adapter(tmp_path, "trl-policy-v2")
+    settings = {"gen_token_s": 10.0, "later_version": 2, "later_gen_token_s": 0.0}
+    async with sim_server(**settings) as (url, _):
+        assert (await _load(http, url, "trl-policy-v2", path))[0] == 200
+        body = {"model": "trl-policy-v2", "prompt": [1, 2, 3], "max_tokens": 8}
+        async with http.post(url + "/v1/completions", json=body) as response:
+            answer = await response.json()
+        assert response.status == 200
+        assert answer["usage"]["completion_tokens"] == 8

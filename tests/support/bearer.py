@@ -1,12 +1,14 @@
-"""HF's check of a bearer token, as its jobs proxy and the Hub API answer it: a stand-in server's
-guard (``require_bearer``) and the comparison both the guard and the Jobs API stand-in use."""
+"""HF's check of a bearer token, as its jobs proxy answers it: a stand-in server's guard
+(``require_bearer``), with the comparison and the 401 the Hub's Jobs API answers
+(``deploy.rehearsal.hub_wire``, shared by the stand-in and the rehearsal's bridge)."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+
+from deploy.rehearsal.hub_wire import bearer_matches, refused
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -24,11 +26,4 @@ def require_bearer(app: web.Application, token: str) -> web.Application:
     return app
 
 
-def bearer_matches(request: web.Request, token: str) -> bool:
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and secrets.compare_digest(given.encode(), token.encode())
-
-
-def refused() -> web.Response:
-    """HF's answer to a missing or wrong token."""
-    return web.json_response({"error": "Invalid credentials in Authorization header"}, status=401)
+__all__ = ["bearer_matches", "refused", "require_bearer"]

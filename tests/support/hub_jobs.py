@@ -1,7 +1,9 @@
 """A local stand-in of the Hub's Jobs API (and, through ``hub_buckets``, its Buckets API).
 
 It answers as the real service does for the calls huggingface_hub 2.1.1 to 2.4 makes
-(``hf_api.py``, ``_jobs_api.py``, ``utils/_pagination.py``), checked against the client's code:
+(``hf_api.py``, ``_jobs_api.py``, ``utils/_pagination.py``), checked against the client's code;
+the wire format (a job's JSON, the spec checks, paging, the log events, the bearer check) is
+``deploy.rehearsal.hub_wire``'s, which the rehearsal's bridge answers with too:
 
 - ``GET /api/whoami-v2``: the token's user;
 - every job names its ``owner`` (the namespace: a ``user``, or an ``org`` whose members may all
@@ -41,25 +43,32 @@ Hub's form.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import itertools
 import json
-import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from tests.support.bearer import bearer_matches, refused
+from deploy.rehearsal.hub_wire import (
+    TERMINAL_STAGES,
+    bearer_matches,
+    error,
+    exposed_urls,
+    job_answer,
+    log_stream,
+    page,
+    refused,
+    spec_refusal,
+    wanted,
+)
 from tests.support.hub_buckets import Buckets, add_bucket_routes
 
-TERMINAL = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 STREAM_TICK_S = 0.02  # how often an open log stream looks for new lines or the job's end
-T = TypeVar("T")
 Clock = Callable[[], float]
 
 
@@ -107,7 +116,7 @@ class StandInJob:
 
     @property
     def terminal(self) -> bool:
-        return self.stage in TERMINAL
+        return self.stage in TERMINAL_STAGES
 
     @property
     def labels(self) -> dict[str, str]:
@@ -223,34 +232,14 @@ class JobsHub:
 
     def describe(self, job: StandInJob) -> dict[str, Any]:
         """The job as the Hub's JSON answers it."""
-        spec = job.spec
         step = job.step
-        urls = [
-            self.exposed.get(job.name, f"https://{job.id}--{port}.hf.jobs") for port in job.ports
-        ]
-        return {
-            "id": job.id,
-            "createdAt": _iso(job.created_at),
-            "dockerImage": spec.get("dockerImage"),
-            "spaceId": spec.get("spaceId"),
-            "command": spec.get("command"),
-            "arguments": spec.get("arguments", []),
-            "environment": spec.get("environment", {}),
-            "secrets": dict.fromkeys(spec.get("secrets") or {}),
-            "flavor": spec.get("flavor"),
-            "labels": spec.get("labels"),
-            "volumes": spec.get("volumes"),
-            "expose": spec.get("expose"),
-            "status": {"stage": step.stage, "message": step.message, "exposeUrls": urls or None},
-            "owner": {
-                "id": f"id-{job.namespace}",
-                "name": job.namespace,
-                "type": "user" if job.namespace == job.initiator else "org",
-            },
-            "initiator": {"type": "user", "id": f"id-{job.initiator}", "name": job.initiator},
-            **({"retry": job.attempts - 1} if "attempts" in spec else {}),
-            **({"network": job.network} if job.network else {}),
-        }
+        urls = exposed_urls(job.id, job.spec)
+        if job.name in self.exposed:
+            urls = [self.exposed[job.name] for _ in urls]
+        return job_answer(
+            job_id=job.id, namespace=job.namespace, initiator=job.initiator, spec=job.spec,
+            stage=step.stage, message=step.message, created_at=job.created_at, expose_urls=urls,
+        )  # fmt: skip
 
 
 JOBS_HUB = web.AppKey("jobs_hub", JobsHub)
@@ -277,10 +266,6 @@ async def _require_hub_token(request: web.Request, handler: Handler) -> web.Stre
     return await handler(request)
 
 
-def _iso(moment: datetime.datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _job(request: web.Request) -> StandInJob:
     job = request.app[JOBS_HUB].jobs.get(request.match_info["id"])
     if job is None or job.namespace != request.match_info["ns"]:
@@ -298,56 +283,22 @@ async def _whoami(request: web.Request) -> web.Response:
 async def _run_job(request: web.Request) -> web.Response:
     hub = request.app[JOBS_HUB]
     spec = await request.json()
-    attempts = spec.get("attempts", 1)
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-        return web.json_response({"error": "attempts must be a positive integer"}, status=400)
-    refused = _network_refusal(spec.get("network"))
-    if refused is not None:
-        return web.json_response({"error": refused}, status=400)
+    refusal = spec_refusal(spec)
+    if refusal is not None:
+        return error(400, refusal)
     job = hub.create(request.match_info["ns"], spec)
     return web.json_response(hub.describe(job))
 
 
-GROUP_NAME = re.compile(r"^[a-z0-9-]{1,46}$")
-ALIAS_NAME = re.compile(r"^[a-z0-9-]{1,34}$")
-
-
-def _network_refusal(network: object) -> str | None:
-    """Why a spec's ``network`` is refused (the rules ``HfApi.run_job`` documents), or None."""
-    if network is None:
-        return None
-    if not isinstance(network, dict) or not isinstance(network.get("group"), str):
-        return "network must be an object with a group"
-    if not GROUP_NAME.match(network["group"]):
-        return "network group: lowercase alphanumerics and dashes, 46 characters max"
-    aliases = network.get("aliases") or []
-    if not isinstance(aliases, list) or not all(
-        isinstance(alias, str) and ALIAS_NAME.match(alias) for alias in aliases
-    ):
-        return "network aliases: lowercase alphanumerics and dashes, 34 characters max"
-    if len(set(aliases)) != len(aliases):
-        return "network aliases must be unique within the job"
-    return None
-
-
 async def _list_jobs(request: web.Request) -> web.Response:
     hub = request.app[JOBS_HUB]
-    wanted_labels = [value.split("=", 1) for value in request.query.getall("label", [])]
-    wanted_stages = set(request.query.getall("stage", []))
     found = [
         job
         for job in hub.jobs.values()
-        if job.namespace == request.match_info["ns"]
-        and all(job.labels.get(key) == value for key, value in wanted_labels)
-        and (not wanted_stages or job.stage in wanted_stages)
+        if job.namespace == request.match_info["ns"] and wanted(request, job.labels, job.stage)
     ]
-    start = int(request.query.get("cursor", "0"))
-    page = found[start : start + hub.page_size]
-    headers = {}
-    if start + hub.page_size < len(found):
-        following = request.url.update_query({"cursor": str(start + hub.page_size)})
-        headers["Link"] = f'<{following}>; rel="next"'
-    return web.json_response([hub.describe(job) for job in page], headers=headers)
+    jobs, headers = page(found, request, hub.page_size)
+    return web.json_response([hub.describe(job) for job in jobs], headers=headers)
 
 
 async def _inspect_job(request: web.Request) -> web.Response:
@@ -357,7 +308,7 @@ async def _inspect_job(request: web.Request) -> web.Response:
 async def _cancel_job(request: web.Request) -> web.Response:
     job = _job(request)
     if job.id in request.app[JOBS_HUB].uncancellable:
-        return web.json_response({"error": "You cannot cancel this job"}, status=403)
+        return error(403, "You cannot cancel this job")
     if not job.terminal:
         job.move_to("CANCELED")
     request.app[JOBS_HUB].cancelled.append(job.id)
@@ -366,31 +317,10 @@ async def _cancel_job(request: web.Request) -> web.Response:
     return web.json_response({})
 
 
-def _event(moment: datetime.datetime, line: str) -> bytes:
-    return f"data: {json.dumps({'timestamp': _iso(moment), 'data': line})}\n\n".encode()
-
-
 async def _job_logs(request: web.Request) -> web.StreamResponse:
     hub = request.app[JOBS_HUB]
     job = _job(request)
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    started = f"===== Job started at {_iso(job.created_at)} ====="
-    await response.write(_event(job.created_at, started))
-    tail = int(request.query.get("tail", len(job.lines)))
-    sent = max(len(job.lines) - tail, 0)
-    quiet_since = hub.clock()
-    while True:
-        ended = job.terminal  # read before sending: a line logged just before the end goes out
-        for moment, line in job.lines[sent:]:
-            await response.write(_event(moment, line))
-            sent += 1
-            quiet_since = hub.clock()
-        if ended or request.transport is None or request.transport.is_closing():
-            break
-        if hub.clock() - quiet_since >= hub.keepalive_s:
-            await response.write(b": keep-alive\n\n")
-            quiet_since = hub.clock()
-        await asyncio.sleep(STREAM_TICK_S)
-    await response.write_eof()
-    return response
+    return await log_stream(
+        request, created_at=job.created_at, lines=lambda: job.lines, ended=lambda: job.terminal,
+        keepalive_s=hub.keepalive_s, clock=hub.clock, tick_s=STREAM_TICK_S,
+    )  # fmt: skip

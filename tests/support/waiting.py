@@ -9,6 +9,8 @@ itself (a subprocess, a request to a server under measured load).
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable
 
 POLL_S = 0.01
@@ -44,3 +46,18 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+def until(
+    predicate: Callable[[], object],
+    timeout: float = 5.0,
+    what: str = "condition",
+    *,
+    interval: float = POLL_S,
+) -> None:
+    """``wait_for`` for a synchronous test (one that drives a blocking client)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        threading.Event().wait(interval)
