@@ -10,7 +10,6 @@ the client asking for the token ids itself or not (then the proxy asks and strip
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 import timeit
@@ -18,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from proxy.config.programs import OneLineParser, help_text
 from proxy.dataplane.ledger import StreamLedger
 from proxy.dataplane.resumable import resumable
 
@@ -109,11 +109,13 @@ def measure(kind: str, tokens: int, prompt_tokens: int, wants: bool, logprobs: b
     return {"plan_us": plan_us, "stream_us": stream_us, "chunk_us": stream_us / len(reads)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=40)
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(
+        prog="python -m benchmarks.micro.stream", description=help_text(__doc__.split("\n\n")[0])
+    )
+    parser.add_argument("--tokens", type=int, default=40, help="tokens a stream generates")
     parser.add_argument("--prompt", type=int, default=1000, help="prompt tokens (completions)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"{'stream':<34} {'plan us':>8} {'ledger us':>10} {'us/chunk':>9}")
     for kind, logprobs in (("completion", False), ("completion", True), ("chat", False)):
         for wants in (True, False):

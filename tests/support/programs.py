@@ -56,6 +56,8 @@ CHILDREN = (
     "benchmarks.harness.passthrough",
     "benchmarks.suites.cpu_profile",
 )
+# The micro benchmarks a developer runs by hand (no page shows them): held to no abbreviation.
+MICRO = ("benchmarks.micro.stream",)
 
 
 def tool_parsers(modules: tuple[str, ...] = TOOLS) -> list[argparse.ArgumentParser]:

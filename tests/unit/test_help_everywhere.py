@@ -22,6 +22,7 @@ from replica_entry.vllm_backend import build_parser as vllm_parser
 from tests.support.clock import SteppingClock
 from tests.support.programs import (
     CHILDREN,
+    MICRO,
     PARSERS,
     TOOLS,
     every_parser,
@@ -115,7 +116,7 @@ def test_no_help_shows_double_backticks() -> None:
 
 
 def test_no_parser_takes_an_abbreviation() -> None:
-    parsers = [*every_parser(), *tool_parsers((*TOOLS, *CHILDREN))]
+    parsers = [*every_parser(), *tool_parsers((*TOOLS, *CHILDREN, *MICRO))]
     parsers += [build(_Refusing) for build in (trainer_parser, vllm_parser)]  # deploy's preflight
     assert [p.prog for p in parsers if p.allow_abbrev] == []
 
