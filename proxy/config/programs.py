@@ -63,9 +63,21 @@ class OneLineParser(argparse.ArgumentParser):
                     found += sub.readers() if isinstance(sub, OneLineParser) else [sub]
         return found
 
+    def deepest(self) -> argparse.ArgumentParser:
+        """The subcommand the command line went into, deepest first (this parser: none)."""
+        for action in self._actions:
+            if isinstance(action, _Subcommands) and action.chosen is not None:
+                chosen = action.chosen
+                return chosen.deepest() if isinstance(chosen, OneLineParser) else chosen
+        return self
+
     def error(self, message: str) -> NoReturn:
+        """Said as the subcommand the command line went into (its flags are what its --help
+        lists), whichever parser found the error: argparse finds a subcommand's unknown flags
+        at the top, and a program's own checks after parsing are given the top parser."""
         explained = did_you_mean(message, self.readers())
-        self.exit(2, f"{self.prog}: error: {explained} ({self.prog} --help lists the flags)\n")
+        prog = self.deepest().prog
+        self.exit(2, f"{prog}: error: {explained} ({prog} --help lists the flags)\n")
 
 
 class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]

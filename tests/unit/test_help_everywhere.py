@@ -183,3 +183,22 @@ def test_a_shortened_trainer_flag_fails_deploys_dry_run() -> None:
     assert deploy_main(argv, runtime) == 2
     assert "--prompt-colum question: did you mean --prompt-column?" in err.getvalue()
     assert out.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # argparse finds a subcommand's unknown flag at the top: still the subcommand's help
+        (["status", "--run-name", "r", "--namespce", "n"], "rollout-deploy status"),
+        # up's own checks after parsing are given the top parser: still up's name
+        (["up", "--run-name", "r", "--bucket", "b", "--model", "m"], "rollout-deploy up"),
+    ],
+)
+def test_a_subcommands_error_names_the_subcommand_and_its_help(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        deploy_main(argv, Runtime(clock=SteppingClock(), token=lambda: None))
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"{said}: error: ") and err.endswith(f"({said} --help lists the flags)\n")
