@@ -2,7 +2,8 @@
 job, the trainer nodes, each a pure function of the plan (``deploy.plan`` says what the jobs are
 and how they meet: the bucket layout, the network group, the secrets, a shared fleet's parts).
 A fleet that sizes itself: trainer node 0 carries the scaler's configuration
-(``scaler_config``) in its environment.
+(``scaler_config``) in its environment, and the proxy the scaler reads (the sidecar, or the proxy
+job) judges its advice over the scaler's window (``advice_window_args``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,17 @@ def scaler_config(plan: RunPlan) -> ScalerConfig:
     )
 
 
+def advice_window_args(plan: RunPlan) -> list[str]:
+    """``--advice-window`` for the proxy a scaler reads: the scaler's own window, so the verdict
+    it decides on (``generation-bound`` blocks a retire) describes the stretch its other figures
+    do. With the proxy's 60 s beside a 10 s scaler window, a generation-bound verdict outlived
+    the run turning trainer-bound by half a minute in the rehearsal, holding its retire back.
+    None for a fixed fleet (the proxy's default)."""
+    if plan.scale is None:
+        return []
+    return [f"--advice-window={plan.scale.policy.window_s:g}s"]
+
+
 def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
     """The proxy job: finding the replicas at their alias (private), else starting from
     ``replica_urls`` and finding replacements through the Jobs API (a new job, a new URL)."""
@@ -108,6 +120,7 @@ def proxy_spec(plan: RunPlan, replica_urls: Sequence[str] = ()) -> JobSpec:
         *(() if plan.shared else ("--adapters-dir", plan.adapters_dir)),
         # Its adapter window where a retry of this job (a fresh container) finds it again.
         *("--state-dir", plan.proxy_state_dir),
+        *advice_window_args(plan),
         "--supervise",  # a proxy that dies comes back on the same port within seconds
         plan.push_flag,
     ]
@@ -144,6 +157,8 @@ def trainer_argv(
     else:
         target = _public_target(plan, replica_urls, proxy_url)
     target.append(f"--proxy-arg={plan.push_flag}")  # the sidecar, or the relay
+    if plan.topology == "sidecar":  # a proxy job judges for itself (``proxy_spec``)
+        target.extend(f"--proxy-arg={arg}" for arg in advice_window_args(plan))
     world: list[str] = []
     if plan.trainer_nodes > 1:
         world = [

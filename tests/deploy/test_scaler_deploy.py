@@ -121,10 +121,28 @@ def test_dry_run_shows_the_scalers_configuration_and_cost_range() -> None:
     assert "as it scales the run costs $15.00 to $25.00 per hour (1 to 3 x h200" in err
 
 
+@pytest.mark.parametrize("topology", ["sidecar", "job"])
+def test_the_proxy_the_scaler_reads_advises_over_the_scalers_window(topology: str) -> None:
+    """The rehearsal of issue 50: with a 10 s scaler window beside the proxy's 60 s advice
+    window, the generation-bound verdict of the run's first half held the retire back for
+    half a minute after the trainer stopped waiting. The proxy the scaler reads (the sidecar,
+    or the proxy job) now judges over the scaler's window; the relay of topology job is left."""
+    policy = ("--scale-policy", "window=10s")
+    code, specs, err = _dry_run("--replica-count", "1..3", *policy, "--topology", topology)
+    assert code == 0, err
+    words = {spec["role"]: spec["command"][-1].split() for spec in specs}
+    if topology == "sidecar":
+        assert "--proxy-arg=--advice-window=10s" in words["trainer"]
+    else:
+        assert "--advice-window=10s" in words["proxy"]
+        assert not any("--advice-window" in word for word in words["trainer"])
+
+
 def test_a_plain_count_stays_a_fixed_fleet() -> None:
     code, specs, err = _dry_run("--replica-count", "2")
     assert code == 0, err
     assert all(SCALER_ENV not in spec["env"] for spec in specs)
+    assert not any("--advice-window" in spec["command"][-1] for spec in specs)
     assert [spec["network_aliases"] for spec in specs[:2]] == [["replica"], ["replica"]]
     assert "scaler" not in err
 
