@@ -8,7 +8,9 @@ test here is skipped with the reason.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,3 +105,12 @@ def shim() -> Iterator[tuple[BaseShim, BackgroundServers]]:
         yield BaseShim(), servers
     finally:
         servers.close()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A rehearsal's folder: outside /tmp (every rehearsed job gets its own /tmp), removed
+    afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rehearsal-test-", dir="/var/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

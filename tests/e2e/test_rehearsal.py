@@ -15,20 +15,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from deploy.install import VLLM_IMAGE, project_version, source_root
-from deploy.plan import RunPlan
 from deploy.plan_jobs import replica_spec, trainer_spec
 from deploy.rehearsal import images, jobs
 from deploy.rehearsal.bridge import Bridge
@@ -37,27 +33,12 @@ from deploy.rehearsal.run import Rehearsal, failed
 from deploy.rehearsal.starter import Starter
 from deploy.rehearsal.tunnel import Tunnel
 from deploy.wheel import build_wheel
-from tests.support.docs import deploy_commands
+from tests.e2e.rehearsals import plan_of, readme_plan
 
 REHEARSAL_TIMEOUT_S = 900
 STARTED = r"^started (?:math-r1-)?(\S+) \((\S+)\) at 10\.231\.\d+\.\d+, aliases (\S*):"
 NETWORK = r"^network: bridge rp([0-9a-f]{2})br on 10\.231\.\d+\.0/24"
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal needs root")
-
-
-@pytest.fixture
-def workdir() -> Iterator[Path]:
-    """Outside /tmp (every rehearsed job gets its own /tmp), removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="rehearsal-test-", dir="/var/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _readme_plan(*changes: str) -> list[str]:
-    argv = deploy_commands("up", page="docs/deploy.md")[0]  # the run the docs launch first
-    argv[argv.index("--replica-count") + 1] = "1"
-    split = argv.index("--")
-    return [*argv[:split], *changes, *argv[split:]]
 
 
 def _start(argv: list[str], workdir: Path) -> subprocess.Popen[str]:
@@ -164,7 +145,7 @@ def _rehearse_at_once(plans: list[str], workdir: Path) -> None:
     runs = []
     for plan, folder in zip(plans, folders, strict=True):
         folder.mkdir()
-        runs.append(_start(_readme_plan(*PLANS[plan][0]), folder))
+        runs.append(_start(readme_plan(*PLANS[plan][0]), folder))
     deadline = time.monotonic() + REHEARSAL_TIMEOUT_S
     ended = [_finish(run, folder, deadline) for run, folder in zip(runs, folders, strict=True)]
     for plan, folder, (code, out, err) in zip(plans, folders, ended, strict=True):
@@ -187,17 +168,6 @@ def test_two_rehearsals_at_once_both_pass_each_with_its_own_lora_and_namespaces(
     _rehearse_at_once(["default-plan", "job-topology-two-trainer-nodes"], workdir)
 
 
-def _plan(*changes: str) -> RunPlan:
-    from deploy.cli import build_parser
-    from deploy.up_flags import plan_from_args
-    from tests.support.clock import SteppingClock
-
-    argv = _readme_plan(*changes)
-    split = argv.index("--")
-    args = build_parser().parse_args(["up", *argv[:split]])
-    return plan_from_args(args, argv[split + 1 :], SteppingClock())
-
-
 def test_jobs_of_two_groups_at_once_see_their_own_bucket_and_a_refused_mount_says_so(
     workdir: Path,
 ) -> None:
@@ -206,7 +176,7 @@ def test_jobs_of_two_groups_at_once_see_their_own_bucket_and_a_refused_mount_say
     its own bucket. A job whose bucket folder is missing fails before its command begins, and
     is reported as the rehearsal's own setup failing, not the job's."""
     command = 'test "$(pwd)" = / && echo "$HF_NETWORK_GROUP_PREFIX" > /lora/who'
-    plan = _plan()
+    plan = plan_of()
     spec = replace(trainer_spec(plan), command=("sh", "-c", command))
     groups = [Group("math-r1", workdir / f"{side}.hosts") for side in "ab"]
     runs = [("a", groups[0], True), ("b", groups[1], True), ("c", groups[0], False)]
@@ -240,7 +210,7 @@ def test_jobs_of_two_groups_at_once_see_their_own_bucket_and_a_refused_mount_say
 def test_a_trainer_image_without_vllm_stops_its_job_in_one_line(workdir: Path) -> None:
     """The trainer image before issue 22 (PyTorch's, no vLLM): its job installs, then stops
     naming the flag to change, before TRL's rollout worker would refuse to start."""
-    plan = _plan("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
+    plan = plan_of("--trainer-image", "pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime")
     spec = trainer_spec(plan)
     group = Group("r", workdir / "hosts")
     tunnel = Tunnel()
@@ -324,7 +294,7 @@ def test_a_job_launches_a_replica_through_the_bridge_reaches_it_and_cancels_it(
     with deploy's planned spec (vLLM's command, which the rehearsal runs as the simulated
     replica, said) is started by the rehearsal's own starter into the group, reached at the
     ``replica`` alias from the trainer's namespace with the run's key, cancelled, and gone."""
-    plan = _plan()
+    plan = plan_of()
     rehearsal = Rehearsal(plan, Path(sys.executable), workdir, print, replica_backend="sim")
     key = "rehearsal-replica-key"
     spec = replica_spec(plan, 1)  # as `deploy up` plans it: vLLM's command, the Hub's model
