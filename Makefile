@@ -43,11 +43,11 @@ lint: venv
 	$(PY) -m mypy .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
-# The whole proof, 18-20 minutes on 2 cores (17.8-20.3 in the clean-clone runs of 2026-12-04):
-# lint, the core suite (unit, integration, contract, reliability, deploy; about 3 minutes), the
+# The whole proof, 18-22 minutes on 2 cores (17.8-20.3 in the clean-clone runs of 2026-12-04, 21.4 on 2026-12-07):
+# lint, the core suite (unit, integration, contract, reliability, deploy; about 4.5 minutes), the
 # deploy and discovery tests on the oldest huggingface_hub we allow, then the real tier (vLLM CPU
-# servers + TRL, a run that learns, three rehearsals of deploy's jobs and the rehearsal's Jobs API
-# bridge (6-20 s); about 14.5 minutes).
+# servers + TRL, a run that learns, three rehearsals of deploy's jobs, the rehearsal's Jobs API
+# bridge (6-20 s) and a rehearsal whose fleet sizes itself (2 min); about 14.5 minutes).
 test: venv lint docs test-tools
 	$(PY) -m pytest
 	$(MAKE) hub-floor

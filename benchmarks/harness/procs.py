@@ -1,11 +1,19 @@
-"""Child processes for demos and benchmarks: start, wait for the ready line, stop by PID."""
+"""Child processes for demos and benchmarks: start, wait for the ready line, stop by PID.
+
+Each child gets a temp directory of its own (``TMPDIR``), removed when it is stopped: what a
+proxy keeps per port there (its adapter store and state, ``proxy.adapters.wiring``) is meant to
+outlive a restart of a user's proxy, not a benchmark's hundreds of throwaway ones.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +26,7 @@ class Child:
     name: str
     url: str
     process: asyncio.subprocess.Process
+    scratch: Path | None = None  # its TMPDIR, removed by stop_child
 
 
 async def start_child(
@@ -29,14 +38,16 @@ async def start_child(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Child:
-    """Run ``python -m module args`` (in ``cwd``, with ``env``: another build's tree); return
-    once it prints its ready line (at most 30 s)."""
+    """Run ``python -m module args`` (in ``cwd``, with ``env``: another build's tree, else this
+    environment) with a temp directory of its own; return once it prints its ready line (at
+    most 30 s)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"rollout-bench-{name.replace(' ', '-')}-"))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", module, *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
         cwd=cwd,
-        env=env,
+        env={**(os.environ if env is None else env), "TMPDIR": str(scratch)},
     )  # fmt: skip
     assert process.stdout is not None
     why = "failed to start"
@@ -48,8 +59,9 @@ async def start_child(
         if process.returncode is None:  # running but not ready (or silent): not kept
             process.kill()
         code = await process.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
         raise RuntimeError(f"{name} {why} (exit code {code})")
-    return Child(name, f"http://127.0.0.1:{port}", process)
+    return Child(name, f"http://127.0.0.1:{port}", process, scratch)
 
 
 async def start_proxy(
@@ -66,7 +78,8 @@ async def start_proxy(
 
 
 async def stop_child(child: Child, grace_s: float = 10.0) -> int:
-    """SIGTERM, wait; SIGKILL if it does not exit in time. Returns the exit code."""
+    """SIGTERM, wait; SIGKILL if it does not exit in time; then its temp directory goes.
+    Returns the exit code."""
     if child.process.returncode is None:
         child.process.send_signal(signal.SIGTERM)
         try:
@@ -74,6 +87,8 @@ async def stop_child(child: Child, grace_s: float = 10.0) -> int:
         except TimeoutError:
             child.process.kill()
             await child.process.wait()
+    if child.scratch is not None:
+        shutil.rmtree(child.scratch, ignore_errors=True)
     code = child.process.returncode
     return code if code is not None else -1
 
