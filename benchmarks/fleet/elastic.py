@@ -173,17 +173,9 @@ class ElasticTrainer(Trainer):
         self.ends.append(self.loop.now)
         super()._trained()
 
-    def _figures(self) -> dict[str, float]:
-        """Over every replica that joined (the live list loses those gone)."""
-        reps = self.router.replicas
-        return {
-            "busy": sum(r.busy_s for r in reps),
-            "prompt": sum(r.prompt_tokens for r in reps),
-            "hit": sum(r.hit_tokens for r in reps),
-            "preempt": sum(r.preemptions for r in reps),
-            "generated": self.run.generated_tokens,
-            "now": self.loop.now,
-        }
+    def _counted(self) -> list[Replica]:
+        """Every replica that joined (the live list loses those gone)."""
+        return self.router.replicas
 
 
 @dataclass(slots=True)

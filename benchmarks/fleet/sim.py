@@ -232,8 +232,12 @@ class Trainer:
             for replica in self.replicas:
                 replica.resume()
 
+    def _counted(self) -> list[Replica]:
+        """The replicas a window's figures add up (a fixed fleet: all of them)."""
+        return self.replicas
+
     def _figures(self) -> dict[str, float]:
-        reps = self.replicas
+        reps = self._counted()
         return {
             "busy": sum(r.busy_s for r in reps),
             "prompt": sum(r.prompt_tokens for r in reps),
