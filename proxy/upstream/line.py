@@ -5,7 +5,7 @@ A waiter (``wait``) is handed either a connection another request released (``ha
 burst reuses what it opened) or a connect slot (``next``: it may open one). One that leaves first
 (its deadline, its client gone) passes on what it was given in the same turn of the loop, so no
 connection and no slot is lost; ``fail`` ends a replica's line (its ejection). O(1) per waiter
-but for a waiter leaving early (its removal from the line: O(line)).
+served; a waiter leaving early is taken off the line in O(line).
 """
 
 from __future__ import annotations
@@ -47,14 +47,12 @@ class Line:
             async with asyncio.timeout(max(deadline - loop.time(), 0.0)):
                 return await turn.future
         except TimeoutError:
-            self._pass_on(key, turn)
+            self._leave(turns, key, turn)
             raise AnswerTimeout(f"no connection to {key} came free in time") from None
         except asyncio.CancelledError:
-            self._pass_on(key, turn)
+            self._leave(turns, key, turn)
             raise
-        finally:
-            if turn in turns:
-                turns.remove(turn)
+        finally:  # a turn served was taken off the line by whoever served it
             if not turns and self._turns.get(key) is turns:
                 del self._turns[key]
 
@@ -83,8 +81,11 @@ class Line:
             if not turn.future.done():
                 turn.future.set_exception(error)
 
-    def _pass_on(self, key: str, turn: Turn) -> None:
-        """A waiter left without taking what it was given: the next one gets it."""
+    def _leave(self, turns: deque[Turn], key: str, turn: Turn) -> None:
+        """A waiter leaves early: off the line if still on it (O(line)), and what it was
+        given, if anything, goes to the next."""
+        if turn in turns:
+            turns.remove(turn)
         future = turn.future
         if not future.done() or future.cancelled() or future.exception() is not None:
             return
