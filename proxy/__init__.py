@@ -5,7 +5,7 @@ Rooms, from the edge inwards (each package's docstring says what it holds and ma
 - ``http``: the edge (routes, handlers, admin, auth, every answer the proxy builds itself);
 - ``dataplane``: client traffic to replicas (forward, limiter, fan-out, usage);
 - ``adapters``: keeping every replica on the policy versions TRL asks for;
-- ``fleet``: the replicas and their one owner (pool), health, breaker, sync, views, discovery;
+- ``fleet``: the replicas and their one owner (pool), health, outliers, sync, views, discovery;
 - ``routing``: pure policies that choose a replica;
 - ``upstream``: talking to replicas (parser, keep-alive connections, control-plane client);
 - ``metrics``: what is exported to Prometheus;

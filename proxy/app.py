@@ -3,7 +3,7 @@
 ``build_app`` must be called with an event loop running (the upstream session binds to it).
 The rooms are made in dependency order, each by its own factory, with no forward reference:
 the fleet's members (pool, upstream client, the replicas' own views) and the metrics; the
-adapters (``adapters.room``); the rest of the fleet (``fleet.room``: sync, health, breaker,
+adapters (``adapters.room``); the rest of the fleet (``fleet.room``: sync, health, outliers,
 load scraper, discovery); the data plane (``dataplane.room``); what the proxy reads of itself
 and the advisor's sampler (``http.status``, ``insight``); the HTTP edge (``http.room``). One
 clock tells time for all of them. The whole ``Proxy`` lives on the app under one key, ``PROXY``.

@@ -11,7 +11,7 @@ for going bad, INFO for coming back: ``ReplicaPool.admit``), never a line per pr
 in words (``upstream.reasons``), is the replica's ``last_error`` that ``/health``,
 ``/proxy/status`` and ``top`` show.
 The loop applies the result through the pool (``ReplicaPool.eject`` / ``admit``), the one owner
-of replica state; passive ejections (the forwarder, the breaker, fan-out) go the same way.
+of replica state; passive ejections (the forwarder's outliers, fan-out) go the same way.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Outlier detection on requests, as Envoy's: what requests' failures may do to a replica.
 
 Two streaks per replica, each written here only:
-- ``gateway_streak``: gateway failures in a row (a connect refused or timed out, a connection
-  dropped, reset or garbled before the answer was whole); ``gateway_failures`` of them eject the
-  replica (Envoy's ``consecutive_gateway_failure``, default 5 there too). One failure is load,
-  not death: a burst of thousands of new connections can time some out on a healthy replica, and
-  the request is sent to another replica meanwhile;
+- ``gateway_streak``: gateway failures in a row (a connect refused, a connection dropped, reset
+  or garbled before the answer was whole); ``gateway_failures`` of them eject the replica
+  (Envoy's ``consecutive_gateway_failure``, default 5 there too), and the request is sent to
+  another replica meanwhile. A connect that timed out is not one: a burst of thousands of new
+  connections times some out on a healthy replica; it is load, the request goes elsewhere
+  without spending an attempt, and the replica's probes judge it (``dataplane.forward``);
 - ``error_streak``: 5xx answers in a row; ``breaker_failures`` of them open the replica's circuit
   (ejected, and kept out for ``breaker_cooldown_s`` whatever its probes say).
 A whole answer that is not a 5xx (a Content-Length answer read, a stream to its end) ends both
@@ -15,7 +16,7 @@ Bounds: request failures never eject more than ``max_percent`` of the fleet at o
 ``max_ejection_percent``, at least one replica): past that a replica is left in routing, on
 probation, and said once. The health checker's evidence (``--eject-after`` failed probes) is not
 bounded: a replica that is down is ejected whatever the share (``fleet.health``). A replica with
-either streak above zero is on probation (``probation``): it takes one request at a time, so one
+either streak above zero is on probation: the forwarder gives it one request at a time, so one
 that fails fast (a refused port answers in microseconds) does not attract the least-loaded
 traffic of the whole fleet while its streak builds. Cost: O(1) per request; O(replicas) only
 when an ejection is considered.
@@ -46,13 +47,7 @@ class Outliers:
         self.breaker_failures = breaker_failures
         self.breaker_cooldown_s = breaker_cooldown_s
         self.max_percent = max_percent
-        self.spared = 0  # ejections a streak asked for that the bound refused
         self._said: set[str] = set()  # replicas spared and said so (once per spell)
-
-    @staticmethod
-    def probation(replica: Replica) -> bool:
-        """The replica's last requests failed: it takes one at a time until one succeeds."""
-        return bool(replica.gateway_streak or replica.error_streak)
 
     def succeeded(self, replica: Replica) -> None:
         """A whole answer that is not a 5xx."""
@@ -61,7 +56,7 @@ class Outliers:
         self._said.discard(replica.id)
 
     def gateway_failure(self, replica: Replica, cause: EjectCause, error: str) -> None:
-        """A connect refused or timed out, a connection dropped or garbled (``cause``)."""
+        """A connect refused, a connection dropped or garbled (``cause``)."""
         replica.gateway_streak += 1
         streak = replica.gateway_streak
         if streak < self.gateway_failures or replica.health is not Health.HEALTHY:
@@ -95,7 +90,6 @@ class Outliers:
         self, replica: Replica, cause: EjectCause, error: str, *, cooldown_s: float = 0.0
     ) -> bool:
         if self.room() <= 0:
-            self.spared += 1
             if replica.id not in self._said:
                 self._said.add(replica.id)
                 log.warning("replica %s not ejected (%s): request failures already eject %g%% "

@@ -6,7 +6,7 @@ rebuilt on every change, and the followers given at construction are told (the l
 queued requests).
 
 Ejection has exactly one path, ``eject``, whoever calls it (health probes, the forwarder, the
-circuit breaker, fan-out, adapter loads): it records the cause and the error, resets the
+outlier detection, fan-out, adapter loads): it records the cause and the error, resets the
 good-probe streak (so ``--readmit-after`` good probes are needed to come back), sets an optional
 cool-down, logs once, and counts the cause (``ejections``: ``rollout_proxy_ejections_total``)."""
 

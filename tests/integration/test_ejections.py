@@ -4,8 +4,11 @@ replica says ``draining`` on every status page."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from proxy.fleet.replica import Health, Replica
 from tests.support.adapters import write_adapter
@@ -86,6 +89,28 @@ async def test_forward_ejection_is_counted_and_resets_the_streak() -> None:
             assert _replica(stack, 0).gateway_streak == (sent if sent < 3 else 0)
             assert (_replica(stack, 0).health is Health.EJECTED) is (sent == 3)
         await _assert_ejected(stack, 0, "transport")
+
+
+async def test_request_failures_eject_no_more_than_the_bound_and_the_rest_stay_on_probation(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``--max-ejection-percent``: of 3 replicas, 34 % is one. Two go down; request failures
+    eject the first, the second is spared (said once), stays in routing on probation, and every
+    request is answered by the third."""
+    caplog.set_level(logging.WARNING, logger="proxy.fleet")
+    async with run_stack(3, policy="least_loaded", gateway_failures=1, max_ejection_percent=34,
+                         **ONE_ROUND) as stack:  # fmt: skip
+        await stack.sims[0].stop()  # least-loaded ties go to the first replica, then the second
+        await stack.sims[1].stop()
+        for _ in range(4):
+            status, _, _ = await post(stack, "/v1/completions", completion())
+            assert status == 200
+        assert _replica(stack, 0).health is Health.EJECTED
+        spared = _replica(stack, 1)
+        assert spared.health is Health.HEALTHY and spared.gateway_streak >= 1
+        assert await _ejections(stack, "transport") == 1
+    said = [r.getMessage() for r in caplog.records if "not ejected" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"replica {spared.id} not ejected"), said
 
 
 async def _status_states(stack: Stack, rid: str) -> dict[str, Any]:
