@@ -20,13 +20,11 @@ from dataclasses import dataclass, replace
 from deploy.plan import RunPlan
 from deploy.plan_jobs import scaler_config
 from deploy.prices import DOLLARS_PER_HOUR
-from deploy.scaler.config import MAX_LAUNCHES_PER_H, Scaling, policy_names
+from deploy.scaler.config import DURATIONS, MAX_LAUNCHES_PER_H, Scaling, policy_names
 from deploy.scaler.decide import Policy
 from proxy.config.units import parse_seconds
 
 RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
-# Thresholds that are shares or ratios (every other name of --scale-policy is a duration).
-RATIOS = ("add_wait", "retire_wait", "payback", "add_gain")
 
 
 @dataclass(frozen=True)
@@ -135,12 +133,12 @@ def parse_policy(text: str) -> dict[str, float]:
         if not equals or name not in names:
             raise ValueError(f"{part!r} is not NAME=VALUE with NAME one of {', '.join(names)}")
         field_name = names[name]
-        if name in RATIOS:
-            number = _ratio(name, value)
-        else:
+        if name in DURATIONS:
             number = float(parse_seconds(value.strip()))
             if number <= 0:
                 raise ValueError(f"{name} must be above 0 (got {value!r})")
+        else:
+            number = _ratio(name, value)
         chosen[field_name] = number
     policy = {k: v for k, v in chosen.items() if k != "drain_timeout_s"}
     made = replace(Policy(), **policy)

@@ -90,7 +90,7 @@ def ran(views: list[JobView], now: float) -> str:
         began = view.started_at if view.started_at is not None else view.created_at
         if began is None:
             continue
-        ended = view.finished_at if view.finished_at is not None else None
+        ended = view.finished_at
         if ended is None and not view.terminal:
             ended = now
         if ended is None:  # ended, but the client does not say when: not counted

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from deploy.jobs import TERMINAL_STAGES
 from deploy.rehearsal.bridge_specs import wire_spec
-from deploy.rehearsal.hub_wire import TERMINAL_STAGES
 from deploy.rehearsal.jobs import LocalJob
 from deploy.specs import JobSpec
 

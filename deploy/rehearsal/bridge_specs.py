@@ -65,12 +65,6 @@ def wire_spec(spec: JobSpec) -> dict[str, Any]:
     return body
 
 
-def _volume(mount: BucketMount) -> dict[str, Any]:
-    """As ``Volume.to_dict`` writes a bucket volume."""
-    return {"type": "bucket", "source": mount.source, "mountPath": mount.mount_path,
-            "readOnly": mount.read_only}  # fmt: skip
-
-
 def _strings(body: Mapping[str, Any], key: str) -> dict[str, str]:
     value = body.get(key) or {}
     if not isinstance(value, dict) or not all(

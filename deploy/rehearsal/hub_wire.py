@@ -35,7 +35,6 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-TERMINAL_STAGES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 GROUP_NAME = re.compile(r"^[a-z0-9-]{1,46}$")
 ALIAS_NAME = re.compile(r"^[a-z0-9-]{1,34}$")
 T = TypeVar("T")

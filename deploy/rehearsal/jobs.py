@@ -70,16 +70,15 @@ def start(
     extra_env: Mapping[str, str],
     keep: Sequence[Path] = (),
     again: Member | None = None,
-    attempt: int = 1,
     folder: str | None = None,
 ) -> LocalJob:
     """Join ``spec`` to the group and start its command; returns at once. ``again``: the member
-    of an earlier attempt of this job, run again (``attempt``) as HF Jobs retries a job: its
-    address and aliases, a fresh ``/tmp`` and home (a new container), the same bucket.
-    ``folder``: what its folders and log are named (default: its name, and the attempt's)."""
+    of an earlier attempt of this job, run again as HF Jobs retries a job: its address and
+    aliases, a fresh ``/tmp`` and home (a new container, named by ``folder``), the same bucket.
+    ``folder``: what its folders and log are named (default: its name)."""
     aliases = spec.network.aliases if spec.network else ()
     member = again or group.join(spec.name, aliases)
-    name = folder or (spec.name if attempt == 1 else f"{spec.name}.attempt{attempt}")
+    name = folder or spec.name
     tmp = workdir / "tmp" / name
     home = workdir / "home" / name
     tmp.mkdir(parents=True)

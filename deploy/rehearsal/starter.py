@@ -99,7 +99,7 @@ class Starter:
             job = jobs.start(spec, group=self.group, image_bin=image_bin,
                              bucket_dir=self.bucket_dir, workdir=self.workdir, secrets=secrets,
                              extra_env=self.variables(spec), keep=[self.base_site], again=again,
-                             attempt=1 if again is None else 2, folder=folder)  # fmt: skip
+                             folder=folder)  # fmt: skip
         aliases = ", ".join(job.member.aliases) or "none"
         self.say(f"{origin}started {spec.name} ({spec.image}) at {job.member.address}, "
                  f"aliases {aliases}: log {job.log_path}")  # fmt: skip

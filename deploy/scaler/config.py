@@ -66,17 +66,14 @@ def policy_settings(scaling: Scaling) -> list[tuple[str, float]]:
     return [(name.removesuffix("_s"), value) for name, value in pairs]
 
 
-DURATIONS = frozenset(
-    name.removesuffix("_s")
-    for name in (*Policy.__dataclass_fields__, "drain_timeout_s")
-    if name.endswith("_s")
-)
-
-
 def policy_names() -> dict[str, str]:
     """``--scale-policy``'s names -> the field each sets (``window`` -> ``window_s``)."""
     names = [spec.name for spec in fields(Policy)] + ["drain_timeout_s"]
     return {name.removesuffix("_s"): name for name in names}
+
+
+# The names that are durations (their field ends in ``_s``); every other one is a share or ratio.
+DURATIONS = frozenset(name for name, field in policy_names().items() if field.endswith("_s"))
 
 
 @dataclass(frozen=True)

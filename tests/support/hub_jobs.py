@@ -54,8 +54,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from deploy.jobs import TERMINAL_STAGES
 from deploy.rehearsal.hub_wire import (
-    TERMINAL_STAGES,
     bearer_matches,
     error,
     exposed_urls,
