@@ -306,7 +306,7 @@ def run_rehearse(args: argparse.Namespace, trainer_args: Sequence[str], runtime:
     shared = preflight.checked(fleet_of(plan)) if plan.fleet else None
     sim_args = tuple(shlex.split(args.sim_args))
     if sim_args and args.replica_backend != "sim":
-        raise DeployError("--sim-args are the simulated replicas' flags: add --replica-backend sim")
+        raise BadFlags("--sim-args are the simulated replicas' flags: add --replica-backend sim")
     if args.replica_backend == "sim":
         sim_replica_argv(plan, sim_args)  # refused flags stop here, before anything is made
     if args.dry_run:  # what would be rehearsed is what `up --dry-run` shows

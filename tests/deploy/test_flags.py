@@ -109,3 +109,11 @@ def test_only_the_commands_with_a_dry_run_say_it_needs_no_token() -> None:
         flags = {name for action in parser._actions for name in action.option_strings}
         text = parser.format_help()
         assert ("--dry-run" in text) == ("--dry-run" in flags), parser.prog
+
+
+def test_sim_args_without_the_simulated_backend_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """A flag that needs another is a bad flag (exit 2), as every other one, not a failure."""
+    argv = ["rehearse", *ARGS[1:], "--dry-run", "--sim-args", "--gen-token-s 0.1", *TRAINER_ARGS]
+    assert main(argv, Runtime(clock=FakeClock())) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--sim-args are the simulated replicas' flags: add --replica-backend sim" in err[-1]

@@ -10,7 +10,6 @@ list and the logs: not the scaler's account of what it did.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,15 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploy.health import get
+from replica_entry.sim.latency import version_of
 
 EVERY_S = 0.5
 TIMEOUT_S = 2.0
-VERSION = re.compile(r"-v(\d+)$")
-
-
-def version(name: str) -> int | None:
-    found = VERSION.search(name)
-    return int(found[1]) if found else None
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,8 @@ class Replica:
             {
                 a.newest
                 for a, e in self.routed
-                if a.newest is not None and a.newest in {version(n) for n in e.get("adapters", ())}
+                if a.newest is not None
+                and a.newest in {version_of(n) for n in e.get("adapters", ())}
             }
         )
 
