@@ -250,7 +250,10 @@ class Scaler:
             verdict=advice.get("verdict") if isinstance(advice, dict) else None,
             remaining_s=measured.remaining_s,
         )
-        before = self.state.history
+        # The launches the decider reads are the state's (adopted ones included), not the
+        # ones kept with the last decision.
+        recent = tuple(guard.recent(self.state.launched.values(), now))
+        before = replace(self.state.history, launches=recent)
         decision = self.decider(window, before, self.bounds, self.policy)
         self.launched_now = []
         launches = list(self.state.launched.values())

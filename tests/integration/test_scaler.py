@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from aiohttp import ClientError, ClientSession
 
@@ -70,11 +71,18 @@ async def test_a_restarted_trainer_adopts_the_replica_jobs_instead_of_launching(
         assert (await run.tick(first)).action == "add"  # type: ignore[union-attr]
         assert [job.name for job in run.scaled()] == ["r1-replica-1"]
         # The trainer job runs again: a new scaler, its state lost, over the same jobs.
-        again = run.scaler(scripted(("add", 1)), store=MemoryState())
+        script, seen = scripted(("add", 1)), []
+
+        def recording(window: Any, history: Any, bounds: Any, policy: Any) -> Any:
+            seen.append(len(history.launches))
+            return script(window, history, bounds, policy)
+
+        again = run.scaler(recording, store=MemoryState())
         await run.tick(again)
         run.wall.advance(WINDOW_S)
         decision = await run.tick(again)
         assert decision is not None and decision.action == "add"  # the decider asked ...
+        assert seen and seen[-1] == 1  # ... knowing of the hour's launch it adopted ...
         assert len(run.scaled()) == 1  # ... the hour's launch was the first scaler's
         assert list(again.state.pending) == [run.scaled()[0].id]  # adopted, under way
         # With the real decider: 2 ready or starting is the minimum, nothing to launch.
