@@ -12,10 +12,15 @@ import sys
 import time
 from collections import Counter
 
-import aiohttp
-
 from benchmarks.harness.loadgen import LoadGenerator, LoadResult
-from benchmarks.harness.procs import Child, children, start_child, start_proxy, stop_child
+from benchmarks.harness.procs import (
+    Child,
+    children,
+    start_child,
+    start_proxy,
+    stop_child,
+    wait_routable,
+)
 from benchmarks.harness.trace import TraceShape
 from proxy.config.deprecated import DeprecatedNames
 from proxy.config.programs import OneLineParser, RawDescriptionDefaultsFormatter, help_text
@@ -57,19 +62,8 @@ async def start_fleet(replicas: int, stack: list[Child]) -> Child:
     proxy = await start_proxy([child.url for child in stack])
     stack.append(proxy)
     print(f"  proxy ready at {proxy.url}")
-    await wait_healthy(proxy.url, replicas)
+    await wait_routable(proxy.url, replicas)
     return proxy
-
-
-async def wait_healthy(url: str, replicas: int) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(300):
-            async with session.get(url + "/health") as resp:
-                body = await resp.json()
-            if body.get("routable") == replicas:
-                return
-            await asyncio.sleep(0.05)
-    raise RuntimeError("the proxy did not see every replica healthy within 15 s")
 
 
 def summary(result: LoadResult, replicas: list[str]) -> str:

@@ -18,7 +18,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
+
 from replica_entry.sim.loopback import free_port
+
+ROUTABLE_TIMEOUT_S = 30.0  # for a started proxy's first probes to admit every replica
 
 
 @dataclass
@@ -75,6 +79,23 @@ async def start_proxy(
     port = free_port()
     args = ["--port", str(port), "--replica-urls", ",".join(replica_urls), "--log-level", "warning"]
     return await start_child(name, "proxy", [*args, *flags], port, cwd=cwd, env=env)
+
+
+async def wait_routable(url: str, replicas: int, timeout_s: float = ROUTABLE_TIMEOUT_S) -> None:
+    """Until the proxy at ``url`` routes to ``replicas`` replicas (its ``/health``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while True:
+            async with session.get(url + "/health") as resp:
+                routable = (await resp.json()).get("routable")
+            if routable == replicas:
+                return
+            if loop.time() > deadline:
+                raise RuntimeError(
+                    f"the proxy routes to {routable} of {replicas} replicas after {timeout_s:g} s"
+                )
+            await asyncio.sleep(0.05)
 
 
 async def stop_child(child: Child, grace_s: float = 10.0) -> int:

@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks import report
 from benchmarks.harness.cpu import cpu_seconds
 from benchmarks.harness.hogs import hogs
-from benchmarks.harness.procs import Child, children, start_child, start_proxy
+from benchmarks.harness.procs import Child, children, start_child, start_proxy, wait_routable
 from benchmarks.suites.overhead import run_generator
 from benchmarks.suites.soak import _rss_mb
 from replica_entry.sim.loopback import free_port
@@ -171,7 +171,7 @@ async def run(replicas: int, requests: int, hog_count: int, kill_one: bool) -> l
         stack.extend(fleet)
         proxy = await start_proxy([r.url for r in fleet], *LIMIT_FLAGS)
         stack.append(proxy)
-        await asyncio.sleep(1.0)  # every replica probed and admitted
+        await wait_routable(proxy.url, len(fleet))
         rows = []
         with hogs(hog_count):
             for stream, seed in ((True, 1), (False, 101)):

@@ -14,7 +14,7 @@ from typing import Any
 
 from benchmarks import report
 from benchmarks.harness.cpu import cpu_seconds
-from benchmarks.harness.procs import children, start_child, start_proxy
+from benchmarks.harness.procs import children, start_child, start_proxy, wait_routable
 from benchmarks.micro.policy import state_memory
 from benchmarks.suites.overhead import Case, blast
 from benchmarks.suites.soak import _rss_mb
@@ -30,7 +30,7 @@ async def fleet_point(replicas: int, requests: int) -> dict[str, Any]:
         )
         proxy = await start_proxy([f"http://127.0.0.1:{p}" for p in ports])
         stack.append(proxy)
-        await asyncio.sleep(1.0)  # every replica probed and admitted
+        await wait_routable(proxy.url, len(ports))
         case = Case(64, 0.0, 600)
         await blast(proxy.url, case, 400, 1, 99)
         before = cpu_seconds(proxy.process.pid)
