@@ -34,6 +34,12 @@ class SoakResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     requests: int = 0
     errors: int = 0
+    rested_from: int = 0  # the index of the first sample after the load stopped
+
+    @property
+    def at_rest(self) -> list[dict[str, Any]]:
+        """The samples taken after the load stopped."""
+        return self.samples[self.rested_from :]
 
 
 def _rss_mb(pid: int) -> float:
@@ -85,7 +91,7 @@ async def _rest(result: SoakResult, interval_s: float) -> None:
     row: the load's connections closed), or ``REST_S`` passed; then the last sample is one at
     rest, however busy the machine was."""
     deadline = time.monotonic() + max(REST_S, 2 * interval_s)
-    seen = len(result.samples)
+    seen = result.rested_from = len(result.samples)
     while time.monotonic() < deadline:
         await asyncio.sleep(interval_s)
         before, last = result.samples[-2:] if len(result.samples) > seen + 1 else ({}, {})

@@ -15,8 +15,10 @@ async def test_soak_leaves_nothing_behind() -> None:
     assert last["rss_mb"] - warm["rss_mb"] < 10
     assert last["inflight"] == 0
     # Back to the background loops once the load stops: the proxy's (8), the adapter state
-    # file's writer and one adapter agent per replica (2).
-    assert last["tasks"] <= 8 + 1 + 2
+    # file's writer and one adapter agent per replica (2). The fewest at rest: a sample can
+    # land while a probe or a load scrape (a task each, per replica) is under way, which on a
+    # busy machine lasts long enough to be seen twice in a row; a leak raises every sample.
+    assert min(sample["tasks"] for sample in result.at_rest) <= 8 + 1 + 2, result.at_rest
     # Idle keep-alive connections to the replicas (up to each one's peak in flight, which the
     # prefix policy lets reach a group's slack above the bound: 32 in flight over 2 replicas
     # peak at ~28 each), nothing leaking: a leak over ~1,000 requests would be hundreds.
